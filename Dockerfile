@@ -1,0 +1,40 @@
+# The server's own image. It talks to the host's Docker engine through the
+# socket mounted at run time (never baked in, never passed on to a sandbox).
+#   docker build -t sandbox-mcp .
+#   docker run -v /var/run/docker.sock:/var/run/docker.sock -v /srv/sandbox-mcp:/state ... sandbox-mcp
+# BASE can name any Debian 12 image with python3 (3.11), e.g. a locally built one
+# where no registry is reachable: --build-arg BASE=sandbox-mcp/python:3
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_PROJECT_ENVIRONMENT=/opt/sandbox-mcp \
+    PATH=/opt/sandbox-mcp/bin:$PATH \
+    SANDBOX_MCP_STATE_DIR=/state \
+    SANDBOX_MCP_HOST=0.0.0.0 \
+    SANDBOX_MCP_PORT=8000
+
+WORKDIR /src
+COPY pyproject.toml uv.lock README.md ./
+COPY app ./app
+COPY auth ./auth
+COPY pool ./pool
+COPY jail ./jail
+RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv \
+    && /opt/uv/bin/uv sync --frozen --no-dev --no-editable \
+    && rm -rf /opt/uv /root/.cache
+
+# A non-root user; it reaches the engine through the socket's group at run time
+# (docker run --group-add $(stat -c %g /var/run/docker.sock) ...).
+RUN useradd --system --uid 10001 --home-dir /state --shell /usr/sbin/nologin sandbox-mcp \
+    && mkdir -p /state && chown sandbox-mcp /state && chmod 0700 /state
+USER sandbox-mcp
+VOLUME /state
+EXPOSE 8000
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python3", "-c", "import sys,urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4).status == 200 else 1)"]
+
+ENTRYPOINT ["sandbox-mcp"]
+CMD ["serve"]

@@ -1,0 +1,239 @@
+"""The tool wrapper: what happens around every MCP tool call.
+
+For each call it works out who is calling (the sandbox key, never an IP
+address), binds a per-call ``CallContext`` for the duration of the call, turns
+domain errors into ``isError`` results with a stable code and a sentence the
+agent can act on, records the call in the audit trail, and makes sure no
+traceback ever reaches the client.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, Field
+
+from app.db import Repository
+from app.errors import DatabaseUnavailable, ServiceError
+from jail.context import CallContext, SandboxMemory, bind_call, new_call_context
+from jail.errors import JailError
+from pool.errors import PoolError
+from pool.leases import Lease, Queued, SlotPool
+from pool.state import NoteKind
+
+log = structlog.get_logger(__name__)
+
+# The key of the one implicit user of local mode (SANDBOX_MCP_AUTH=none).
+LOCAL_SANDBOX_KEY = "local"
+
+
+class ToolOutput(BaseModel):
+    """Fields every tool result carries next to its own."""
+
+    notes: list[str] = Field(
+        default_factory=list, description="One-time messages for the agent (read them)."
+    )
+    idle_expiry_s: int | None = Field(
+        default=None,
+        description=(
+            "Seconds your sandbox survives without activity from now on; after that it is "
+            "emptied and its slot given to someone else. Set on calls that use the sandbox."
+        ),
+    )
+
+
+def note_text(kind: NoteKind, idle_timeout_s: int) -> str:
+    if kind == "ready":
+        return "Your sandbox is ready: a slot was freed for you while you waited in the queue."
+    return (
+        f"Your previous sandbox was emptied after {idle_timeout_s} s without activity, so this "
+        "is a new, empty sandbox. Your sign-in is still valid; recreate what you need."
+    )
+
+
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class Identity(Protocol):
+    def sandbox_key(self) -> str | None:
+        """The caller's sandbox key, or ``None`` when the call is not authenticated."""
+
+
+@dataclass(frozen=True)
+class LocalIdentity:
+    """Local mode: one implicit user."""
+
+    key: str = LOCAL_SANDBOX_KEY
+
+    def sandbox_key(self) -> str | None:
+        return self.key
+
+
+class TokenIdentity:
+    """Hosted mode: the sandbox key is the subject of the verified bearer token."""
+
+    def sandbox_key(self) -> str | None:
+        token = get_access_token()
+        return token.subject if token is not None else None
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    code: str
+    message: str
+    details: dict[str, object]
+
+
+def describe_failure(exc: BaseException) -> ToolFailure | None:
+    """The agent-facing view of a domain error, or ``None`` for a crash.
+
+    Every package's base error carries ``code``, ``message`` and ``details``;
+    anything else is a bug and is reported as ``INTERNAL_ERROR`` by the caller.
+    """
+    if isinstance(exc, ServiceError | JailError | Queued):
+        return ToolFailure(exc.code, exc.message, dict(exc.details))
+    if isinstance(exc, PoolError):
+        # Storage trouble (a zfs command, a folder): the operator's problem, told in the
+        # log; its details may name host paths, so the agent gets a generic sentence.
+        log.error("pool.failed", code=exc.code, message=exc.message, **exc.details)
+        return ToolFailure(
+            "SANDBOX_UNAVAILABLE",
+            "Your sandbox could not be prepared right now; retry in a minute.",
+            {},
+        )
+    return None
+
+
+def error_result(failure: ToolFailure, request_id: str) -> CallToolResult:
+    structured: dict[str, object] = {
+        "error": {"code": failure.code, "message": failure.message, **failure.details},
+        "request_id": request_id,
+    }
+    text = f"{failure.code}: {failure.message}"
+    if failure.details:
+        text += "\n" + json.dumps(failure.details, default=str, sort_keys=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=True,
+    )
+
+
+def ok_result(output: ToolOutput) -> CallToolResult:
+    structured = output.model_dump(mode="json")
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(structured, indent=2))],
+        structured_content=structured,
+    )
+
+
+ToolBody = Callable[[CallContext], Awaitable[ToolOutput]]
+
+
+class ToolRunner:
+    """Runs one tool body inside the per-call context, whatever the tool."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        repository: Repository,
+        memory: SandboxMemory,
+        pool: SlotPool,
+        *,
+        queue_wait_s: float,
+    ) -> None:
+        self._identity = identity
+        self._repository = repository
+        self._memory = memory
+        self._pool = pool
+        self._queue_wait_s = queue_wait_s
+
+    async def run(
+        self, tool: str, body: ToolBody, *, takes_slot: bool, progress: Progress | None = None
+    ) -> CallToolResult:
+        """Run ``body`` for the calling sandbox key; ``takes_slot`` leases (or queues) first."""
+        request_id = uuid.uuid4().hex
+        started = time.time()
+        key = self._identity.sandbox_key()
+        if key is None:
+            # Fails closed: the bearer middleware should have refused the call already.
+            failure = ToolFailure(
+                "UNAUTHENTICATED", "Sign in again: this call has no identity.", {}
+            )
+            return error_result(failure, request_id)
+        outcome = "ok"
+        try:
+            lease = await self._take_slot(key, progress) if takes_slot else None
+            slot_root = lease.slot.root if lease else None
+            ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
+            with bind_call(ctx):
+                output = await body(ctx)
+            if lease is not None:
+                self._pool.touch(key)  # the call itself was activity, however long it ran
+                idle = int(self._pool.idle_timeout_s)
+                output.notes[:0] = [note_text(kind, idle) for kind in lease.notes]
+                output.idle_expiry_s = idle
+            return ok_result(output)
+        except Exception as exc:
+            described = describe_failure(exc)
+            if described is None:
+                log.exception("tool.crashed", tool=tool, request_id=request_id)
+            failure = described or ToolFailure(
+                "INTERNAL_ERROR",
+                f"The server failed unexpectedly; retry, and report request id {request_id} "
+                "if it happens again.",
+                {},
+            )
+            outcome = failure.code
+            return error_result(failure, request_id)
+        finally:
+            log.info(
+                "tool.call",
+                tool=tool,
+                request_id=request_id,
+                outcome=outcome,
+                ms=round((time.time() - started) * 1000, 1),
+            )
+            await self._audit(request_id, key, tool, started, outcome)
+
+    async def _take_slot(self, key: str, progress: Progress | None) -> Lease:
+        """Lease a slot, or wait in the queue up to ``queue_wait_s`` telling the client.
+
+        MCP clients give up after about a minute, so the wait is bounded and the
+        caller gets its queue position as a result rather than a hung call.
+        """
+        deadline = time.monotonic() + self._queue_wait_s
+        while True:
+            try:
+                return await self._pool.acquire(key)
+            except Queued as queued:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                if progress is not None:
+                    await progress(
+                        0,
+                        None,
+                        f"Waiting for a sandbox: number {queued.position} in the queue, "
+                        f"about {queued.estimated_wait_s} s.",
+                    )
+                await self._pool.wait_until_granted(key, min(remaining, 5.0))
+
+    async def _audit(
+        self, request_id: str, key: str, tool: str, started: float, outcome: str
+    ) -> None:
+        try:
+            await self._repository.record_tool_call(
+                request_id=request_id, sandbox_key=key, tool=tool, started=started, outcome=outcome
+            )
+        except DatabaseUnavailable as exc:
+            # The result is already decided; losing one audit row must not fail the call.
+            log.warning("audit.write_failed", request_id=request_id, reason=exc.details["reason"])

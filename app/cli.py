@@ -1,0 +1,146 @@
+"""``sandbox-mcp``: serve | check.
+
+Every failure a user can cause (a bad flag, a bad variable, a busy port, an
+unwritable state dir, an unreachable database) ends in one line on stderr and
+a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from sqlalchemy.engine import make_url
+
+from app.errors import ServiceError
+from app.settings import Settings, SettingsError, load_settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sandbox-mcp",
+        description="A multi-tenant MCP server that gives AI agents disposable sandboxes.",
+        epilog="Configuration comes from SANDBOX_MCP_* environment variables (see README).",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="same as `sandbox-mcp check` (kept for old clients)"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the server")
+    serve.add_argument("--transport", choices=["http", "stdio"], default="http")
+    serve.add_argument("--host", help="bind address (overrides SANDBOX_MCP_HOST)")
+    serve.add_argument("--port", type=_port, help="TCP port (overrides SANDBOX_MCP_PORT)")
+    commands.add_parser(
+        "check", help="print the effective configuration and whether Docker and the database answer"
+    )
+    return parser
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    args = _parser().parse_args(argv)
+    if args.check or args.command == "check":
+        sys.exit(_check())
+    if args.command == "serve":
+        sys.exit(_serve(args.transport, args.host, args.port))
+    _parser().print_help(sys.stderr)
+    sys.exit(EXIT_USAGE)
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"sandbox-mcp: {message}", file=sys.stderr)
+    return code
+
+
+def _load(**overrides: object) -> Settings | None:
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        for line in exc.lines:
+            _fail(line)
+        return None
+
+
+def _serve(transport: str, host: str | None, port: int | None) -> int:
+    # stdio has no network front door: it is local mode by definition.
+    settings = _load(host=host, port=port, auth="none" if transport == "stdio" else None)
+    if settings is None:
+        return EXIT_USAGE
+    from app import main as root  # imported late: the heavy SDK imports only when serving
+
+    try:
+        if transport == "stdio":
+            asyncio.run(root.run_stdio(settings))
+            return EXIT_OK
+        app = root.build_app(settings)
+        asyncio.run(root.preflight(settings))
+        sock = _bind(settings.host, settings.port)
+    except ServiceError as exc:
+        return _fail(exc.message)
+    except OSError as exc:
+        return _fail(
+            f"cannot listen on {settings.host}:{settings.port} ({exc.strerror}); "
+            "choose another with --port or SANDBOX_MCP_PORT"
+        )
+    except KeyboardInterrupt:
+        return EXIT_OK
+    import uvicorn
+
+    config = uvicorn.Config(app, log_config=None, lifespan="on", proxy_headers=False)
+    server = uvicorn.Server(config)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    # uvicorn leaves started False when the lifespan failed; its log says why.
+    return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _check() -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_USAGE
+    from app import main as root
+
+    report = asyncio.run(root.check(settings))
+    report = {"config": public_config(settings), **report}
+    print(json.dumps(report, indent=2, default=str))
+    return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+def public_config(settings: Settings) -> dict[str, object]:
+    """The effective configuration with every secret value masked."""
+    config = settings.model_dump(mode="json")
+    config["database_url"] = make_url(settings.effective_database_url).render_as_string(
+        hide_password=True
+    )
+    config["public_url"] = settings.effective_public_url
+    return config

@@ -1,0 +1,172 @@
+"""The database: SQLAlchemy 2 models and the repository that is the audit trail.
+
+SQLite (aiosqlite, WAL, foreign keys on) by default; PostgreSQL (asyncpg) by URL.
+The schema is owned by Alembic (``app/migrations``) and upgraded at start-up.
+Never stored here: token values, e-mail addresses, environment variable values.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.errors import DatabaseUnavailable
+
+log = structlog.get_logger(__name__)
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ToolCall(Base):
+    """One MCP tool call: who (sandbox key), what, how long, how it ended."""
+
+    __tablename__ = "tool_calls"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    tool: Mapped[str] = mapped_column(sa.String(64))
+    started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+    duration_ms: Mapped[float] = mapped_column(sa.Float)
+    outcome: Mapped[str] = mapped_column(sa.String(64))  # "ok" or a stable error code
+
+
+class PoolSlotRow(Base):
+    """A slot that is leased, reserved or being emptied (a free slot has no row)."""
+
+    __tablename__ = "pool_slots"
+
+    slot_index: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    sandbox_key: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
+    since: Mapped[float] = mapped_column(sa.Float)
+    last_activity: Mapped[float] = mapped_column(sa.Float)
+    reserved_until: Mapped[float | None] = mapped_column(sa.Float)
+
+
+class PoolQueueRow(Base):
+    __tablename__ = "pool_queue"
+
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(sa.BigInteger, unique=True)
+    enqueued_at: Mapped[float] = mapped_column(sa.Float)
+    last_seen: Mapped[float] = mapped_column(sa.Float)
+
+
+class PoolNoteRow(Base):
+    __tablename__ = "pool_notes"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[float] = mapped_column(sa.Float)
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine; SQLite gets WAL, foreign keys and a busy timeout on every connection."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets the health probe and readers proceed while a writer commits.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+async def upgrade_schema(engine: AsyncEngine) -> None:
+    """Bring the schema to Alembic's head revision.
+
+    Raises:
+        DatabaseUnavailable: the database cannot be reached or migrated.
+    """
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(_upgrade)
+    except (SQLAlchemyError, OSError) as exc:
+        raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+
+def _upgrade(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def describe_db_error(exc: BaseException) -> str:
+    # The first line of the driver's message, without the SQL or the URL.
+    original = getattr(exc, "orig", None) or exc
+    return str(original).splitlines()[0][:200] if str(original) else type(original).__name__
+
+
+class Repository:
+    """All reads and writes of the service's records."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    async def ping(self) -> None:
+        """Check the database answers.
+
+        Raises:
+            DatabaseUnavailable: it does not.
+        """
+        try:
+            async with self._engine.connect() as connection:
+                await connection.execute(sa.text("SELECT 1"))
+        except (SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+    async def record_tool_call(
+        self, *, request_id: str, sandbox_key: str, tool: str, started: float, outcome: str
+    ) -> None:
+        """Append one row to the audit trail (``started`` is a ``time.time()`` value)."""
+        row = ToolCall(
+            request_id=request_id,
+            sandbox_key=sandbox_key,
+            tool=tool,
+            started_at=datetime.fromtimestamp(started, UTC),
+            duration_ms=round((time.time() - started) * 1000, 3),
+            outcome=outcome,
+        )
+        try:
+            async with self._sessions.begin() as session:
+                session.add(row)
+        except (SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+    async def tool_calls(self, sandbox_key: str) -> list[ToolCall]:
+        """The audit rows of one sandbox key, oldest first."""
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                sa.select(ToolCall).where(ToolCall.sandbox_key == sandbox_key).order_by(ToolCall.id)
+            )
+            return list(rows)

@@ -1,0 +1,40 @@
+"""Errors raised by the service layer (``app``), with stable codes for agents and operators.
+
+Each package keeps its own base error (``jail.errors.JailError``,
+``pool.errors.PoolError``, ``app.errors.ServiceError``); all carry ``code``,
+``message`` and ``details``, and only the tool wrapper and the HTTP handlers
+turn them into responses.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base of the service's own errors.
+
+    ``code`` is stable (UPPER_SNAKE) and meant for programs; ``message`` is one
+    sentence a person or an agent can act on and never holds a host path or a
+    secret; ``details`` carries structured fields (for example a queue position).
+    """
+
+    code = "SERVICE_ERROR"
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, object] = details
+
+
+class DatabaseUnavailable(ServiceError):
+    code = "DATABASE_UNAVAILABLE"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"The database is unavailable ({reason}).", reason=reason)
+
+
+class InvalidArgument(ServiceError):
+    code = "INVALID_ARGUMENT"
+
+
+class ConfigurationError(ServiceError):
+    code = "CONFIGURATION_ERROR"

@@ -1,0 +1,56 @@
+"""``GET /health``: is the service usable, and how full is the pool? Never takes a slot."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from app.errors import DatabaseUnavailable
+from app.runtime.probe import RuntimeStatus
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    size: int
+    busy: int
+    free: int
+    reserved: int
+    queued: int
+    oldest_wait_s: float | None
+
+
+@dataclass
+class HealthEndpoint:
+    version: str
+    ping_database: Callable[[], Awaitable[None]]
+    pool_stats: Callable[[], Awaitable[PoolStats]]
+    probe_runtime: Callable[[], Awaitable[RuntimeStatus]]
+
+    async def handle(self, request: Request) -> JSONResponse:
+        reasons: list[str] = []
+        database: dict[str, object] = {"ok": True}
+        pool: dict[str, object] | None = None
+        try:
+            await self.ping_database()
+            pool = asdict(await self.pool_stats())
+        except DatabaseUnavailable as exc:
+            database = {"ok": False, "reason": exc.details["reason"]}
+            reasons.append(exc.message)
+        runtime = await self.probe_runtime()
+        status = "unavailable" if reasons else "ok" if runtime.reachable else "degraded"
+        body: dict[str, object] = {
+            # "degraded": sign-in and files work, experiments cannot start.
+            "status": status,
+            "version": self.version,
+            "pool": pool,
+            "runtime": runtime.as_dict(),
+            "database": database,
+        }
+        if reasons:
+            body["reasons"] = reasons
+        # No-store: a cached "ok" from a proxy would hide an outage.
+        headers = {"Cache-Control": "no-store"}
+        return JSONResponse(body, status_code=503 if reasons else 200, headers=headers)

@@ -1,0 +1,339 @@
+"""The composition root: the only place where the service's objects are wired together."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from urllib.parse import urlsplit
+
+import structlog
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
+
+from app.calls import Identity, LocalIdentity, TokenIdentity, ToolRunner
+from app.db import Repository, create_engine, upgrade_schema
+from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
+from app.health import HealthEndpoint, PoolStats
+from app.observability import configure_logging
+from app.pool_store import SqlPoolState
+from app.runtime.probe import probe_docker
+from app.settings import Settings, is_loopback_host
+from app.tools import register_tools
+from jail.context import SandboxMemory
+from pool.leases import SlotPool
+from pool.mailer import ReadyMailer, SmtpOptions
+from pool.provision import provision_dir
+from pool.slots import SlotStore
+from pool.slots_dir import DirSlotStore
+from pool.slots_zfs import ZfsSlotStore
+from pool.watchdog import IdleWatchdog
+
+log = structlog.get_logger(__name__)
+
+INSTRUCTIONS = (
+    "sandbox-mcp gives you a private, disposable sandbox for running code. "
+    "Every result carries `notes`: read them, they tell you when your sandbox was "
+    "emptied, is ready, or how long it survives without activity."
+)
+
+
+def service_version() -> str:
+    try:
+        return package_version("sandbox-mcp")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+class StateDirUnusable(ServiceError):
+    code = "STATE_DIR_UNUSABLE"
+
+
+class SlotsMissing(ServiceError):
+    code = "SLOTS_MISSING"
+
+
+ToolRegistrar = Callable[[MCPServer, ToolRunner], None]
+
+
+@dataclass
+class Services:
+    """Everything a transport needs; built by ``build_services``, opened by ``start``."""
+
+    settings: Settings
+    engine: AsyncEngine
+    repository: Repository
+    memory: SandboxMemory
+    pool: SlotPool
+    mailer: ReadyMailer
+    watchdog: IdleWatchdog
+    runner: ToolRunner
+    mcp: MCPServer
+    store: SlotStore | None = None
+
+    async def start(self) -> None:
+        """Prepare the state dir, the schema and the slots; start the watchdog.
+
+        Raises:
+            StateDirUnusable: the state dir cannot be created or written.
+            DatabaseUnavailable: the database cannot be reached or migrated.
+            SlotsMissing: slots of the pool were never provisioned.
+            PoolError: the slot storage cannot be opened.
+        """
+        prepare_state_dir(self.settings)
+        await upgrade_schema(self.engine)
+        self.store = await open_slot_store(self.settings)
+        await self.pool.open(self.store)
+        self.watchdog.start()
+        log.info(
+            "service.started",
+            version=service_version(),
+            auth=self.settings.auth,
+            slots=self.settings.slot_backend,
+            pool_size=self.settings.pool_size,
+        )
+
+    async def stop(self) -> None:
+        await self.watchdog.stop()
+        await self.mailer.close()
+        if self.store is not None:
+            await self.store.close()
+        await self.engine.dispose()
+
+    async def pool_stats(self) -> PoolStats:
+        stats = self.pool.stats()
+        return PoolStats(
+            size=stats.size,
+            busy=stats.busy,
+            free=stats.free,
+            reserved=stats.reserved,
+            queued=stats.queued,
+            oldest_wait_s=stats.oldest_wait_s,
+        )
+
+
+def prepare_state_dir(settings: Settings) -> None:
+    state_dir = settings.state_dir
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        probe = state_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StateDirUnusable(
+            f"The state dir {state_dir} cannot be written ({exc.strerror}); set "
+            "SANDBOX_MCP_STATE_DIR to a folder this user owns.",
+            reason=exc.strerror,
+        ) from exc
+
+
+async def open_slot_store(settings: Settings) -> SlotStore:
+    """Open the configured slot storage and make sure every slot of the pool exists.
+
+    The dir backend lives in the server's own state dir, so the server creates
+    missing folders itself; ZFS datasets are created only by `sandbox-mcp
+    provision`, which needs administrator rights.
+    """
+    size = settings.pool_size
+    if settings.slot_backend == "dir":
+        await provision_dir(settings.state_dir, size, owner=None)
+        store: SlotStore = await DirSlotStore.open(settings.state_dir)
+    else:
+        assert settings.zfs_parent is not None  # validated by Settings
+        store = await ZfsSlotStore.open(settings.zfs_parent)
+    missing = await store.missing(size)
+    if missing:
+        await store.close()
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise SlotsMissing(
+            f"{len(missing)} of {size} slots are missing or unusable ({shown}); run "
+            f"`sandbox-mcp provision --slots {size} --zfs-parent {settings.zfs_parent}` as root "
+            "(it repairs, and never touches a leased slot)."
+        )
+    return store
+
+
+def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None) -> Services:
+    configure_logging(settings.log_level)
+    engine = create_engine(settings.effective_database_url)
+    repository = Repository(engine)
+    memory = SandboxMemory()
+    mailer = ReadyMailer(
+        smtp_options(settings),
+        public_url=settings.effective_public_url,
+        max_per_hour=settings.smtp_max_per_hour,
+    )
+    hooks = _Hooks(memory)
+    pool = SlotPool(
+        SqlPoolState(engine),
+        size=settings.pool_size,
+        idle_timeout_s=settings.idle_timeout_s,
+        before_reset=hooks.before_reset,
+        on_reserved=mailer.sandbox_ready,
+    )
+    watchdog = IdleWatchdog(
+        pool, interval_s=min(5.0, settings.idle_timeout_s / 10), housekeeping=[mailer.purge]
+    )
+    identity: Identity = LocalIdentity() if settings.auth == "none" else TokenIdentity()
+    runner = ToolRunner(identity, repository, memory, pool, queue_wait_s=settings.queue_wait_s)
+    mcp = MCPServer(
+        "sandbox-mcp",
+        version=service_version(),
+        instructions=INSTRUCTIONS,
+        log_level=settings.log_level,
+    )
+    register_tools(mcp, runner, pool)
+    if extra_tools is not None:
+        extra_tools(mcp, runner)
+    return Services(
+        settings=settings,
+        engine=engine,
+        repository=repository,
+        memory=memory,
+        pool=pool,
+        mailer=mailer,
+        watchdog=watchdog,
+        runner=runner,
+        mcp=mcp,
+    )
+
+
+@dataclass
+class _Hooks:
+    """What happens to the rest of the service when the pool empties a sandbox."""
+
+    memory: SandboxMemory
+
+    async def before_reset(self, sandbox_key: str) -> None:
+        # The files are about to vanish: forget what we knew about them (edits, map).
+        # Containers are stopped here too once experiments exist.
+        self.memory.drop(sandbox_key)
+
+
+def smtp_options(settings: Settings) -> SmtpOptions | None:
+    if not settings.smtp_host:
+        return None
+    return SmtpOptions(
+        host=settings.smtp_host,
+        port=settings.smtp_port,
+        security=settings.smtp_security,
+        sender=settings.smtp_sender,
+        username=settings.smtp_user,
+        password=settings.smtp_password.get_secret_value() if settings.smtp_password else None,
+    )
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """Host and Origin allow-lists derived from PUBLIC_URL (DNS-rebinding protection)."""
+    public = urlsplit(settings.effective_public_url)
+    assert public.hostname is not None  # validated by Settings
+    default_port = 443 if public.scheme == "https" else 80
+    port = public.port or default_port
+    host = f"[{public.hostname}]" if ":" in public.hostname else public.hostname
+    hosts = {f"{host}:{port}"}
+    origins = {f"{public.scheme}://{host}:{port}"}
+    if port == default_port:
+        hosts.add(host)
+        origins.add(f"{public.scheme}://{host}")
+    if is_loopback_host(settings.host) and is_loopback_host(public.hostname):
+        # Local use: any loopback spelling of this server is the same server.
+        for name in ("127.0.0.1", "localhost", "[::1]"):
+            hosts.add(f"{name}:{settings.port}")
+            origins.add(f"http://{name}:{settings.port}")
+    return TransportSecuritySettings(allowed_hosts=sorted(hosts), allowed_origins=sorted(origins))
+
+
+def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -> Starlette:
+    """The HTTP application: ``/mcp``, ``/health`` (and, with OAuth, the sign-in routes).
+
+    ``extra_tools`` lets the test suite register a tool of its own (for example a
+    slot-taking probe) on the same runner as the real ones.
+    """
+    if settings.auth == "oauth":
+        raise ConfigurationError(
+            "SANDBOX_MCP_AUTH=oauth is not available in this build yet; run with "
+            "SANDBOX_MCP_AUTH=none on a loopback address."
+        )
+    services = build_services(settings, extra_tools)
+    mcp_app = services.mcp.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=transport_security(settings),
+        host=settings.host,
+    )
+    health = HealthEndpoint(
+        version=service_version(),
+        ping_database=services.repository.ping,
+        pool_stats=services.pool_stats,
+        probe_runtime=probe_docker,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await services.start()
+        try:
+            # A mounted app's own lifespan never runs: enter the SDK's session manager here.
+            async with services.mcp.session_manager.run():
+                yield
+        finally:
+            await services.stop()
+
+    routes = [Route("/health", health.handle, methods=["GET"]), Mount("/", app=mcp_app)]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def run_stdio(settings: Settings) -> None:
+    """Serve one local user over stdin/stdout (logs stay on stderr)."""
+    services = build_services(settings)
+    await services.start()
+    try:
+        await services.mcp.run_stdio_async()
+    finally:
+        await services.stop()
+
+
+async def preflight(settings: Settings) -> None:
+    """Fail before listening if the state dir or the database is unusable.
+
+    Raises:
+        StateDirUnusable: the state dir cannot be written.
+        DatabaseUnavailable: the database cannot be reached or migrated.
+    """
+    prepare_state_dir(settings)
+    engine = create_engine(settings.effective_database_url)
+    try:
+        await upgrade_schema(engine)
+    finally:
+        await engine.dispose()
+
+
+async def check(settings: Settings) -> dict[str, object]:
+    """What `sandbox-mcp check` reports: can this configuration serve? (changes nothing)."""
+    state: dict[str, object] = {"path": str(settings.state_dir), "ok": True}
+    try:
+        prepare_state_dir(settings)
+    except StateDirUnusable as exc:
+        state = {"path": str(settings.state_dir), "ok": False, "reason": exc.message}
+    database: dict[str, object] = {"ok": True}
+    engine = create_engine(settings.effective_database_url)
+    try:
+        await Repository(engine).ping()
+    except DatabaseUnavailable as exc:
+        database = {"ok": False, "reason": exc.details["reason"]}
+    finally:
+        await engine.dispose()
+    runtime = await probe_docker()
+    ok = bool(state["ok"] and database["ok"] and runtime.reachable)
+    return {
+        "version": service_version(),
+        "state_dir": state,
+        "database": database,
+        "runtime": runtime.as_dict(),
+        "ok": ok,
+    }

@@ -1,0 +1,1 @@
+"""Containers: the SandboxBackend seam and its Docker implementation."""

@@ -1,0 +1,252 @@
+"""Every tunable of the service, read once from ``SANDBOX_MCP_*`` environment variables.
+
+Domain code never reads ``os.environ``: the composition root validates a
+``Settings`` at start-up and passes the pieces down.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "SANDBOX_MCP_"
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class SettingsError(Exception):
+    """The environment holds a value the service cannot start with.
+
+    ``lines`` has one human sentence per bad variable, naming the variable, the
+    value it had and what is allowed.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and any loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    """The service's configuration (``SANDBOX_MCP_<FIELD>`` for each field)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    state_dir: Path = Field(
+        default=Path("~/.sandbox-mcp"),
+        description="Where the database, slots (dir backend), keys and artifacts live.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy async URL; default: SQLite file `sandbox-mcp.db` in the state dir.",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description=(
+            "External base URL (scheme://host[:port]); issuer, resource and the allowed Host "
+            "header derive from it. Default: http://HOST:PORT."
+        ),
+    )
+    host: str = Field(default="127.0.0.1", description="Address the HTTP server binds to.")
+    port: int = Field(
+        default=8000, ge=1, le=65535, description="TCP port the HTTP server binds to."
+    )
+    pool_size: int = Field(default=500, ge=1, le=10_000, description="Number of sandbox slots.")
+    slot_backend: Literal["dir", "zfs"] = Field(
+        default="dir", description="`dir` (folders in the state dir) or `zfs` (one dataset a slot)."
+    )
+    idle_timeout_s: int = Field(
+        default=600,
+        ge=10,
+        le=86_400,
+        description="Seconds of inactivity before a sandbox is emptied.",
+    )
+    auth: Literal["oauth", "none"] = Field(
+        default="oauth",
+        description="`oauth` (anonymous OAuth 2.1) or `none` (one local user; loopback only).",
+    )
+    log_level: LogLevel = Field(default="INFO", description="Lowest level written to stderr.")
+    zfs_parent: str | None = Field(
+        default=None,
+        description="Dataset holding the slots (`POOL/DATASET`); required with the zfs backend.",
+    )
+    queue_wait_s: float = Field(
+        default=20,
+        ge=0,
+        le=50,
+        description=(
+            "How long a call waits in the queue (sending progress) before it returns its "
+            "position; MCP clients give up after about 60 s."
+        ),
+    )
+    smtp_host: str | None = Field(
+        default=None, description="SMTP server for the one 'ready' e-mail; unset: no e-mail."
+    )
+    smtp_port: int = Field(default=587, ge=1, le=65535, description="SMTP port.")
+    smtp_security: Literal["starttls", "tls", "none"] = Field(
+        default="starttls", description="`starttls`, `tls` (implicit) or `none` (loopback only)."
+    )
+    smtp_user: str | None = Field(default=None, description="SMTP user name, if any.")
+    smtp_password: SecretStr | None = Field(default=None, description="SMTP password, if any.")
+    smtp_sender: str = Field(
+        default="sandbox-mcp@localhost", description="The From address of the 'ready' e-mail."
+    )
+    smtp_max_per_hour: int = Field(
+        default=60, ge=0, le=10_000, description="At most this many e-mails leave in any hour."
+    )
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand_state_dir(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError(
+                "must start with sqlite+aiosqlite:// or postgresql+asyncpg:// "
+                "(the service talks to its database asynchronously)"
+            )
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http(s) URL such as https://mcp.example.com")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError("must be a base URL with no path, query or fragment")
+        if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+            raise ValueError("must use https unless the host is loopback (OAuth 2.1 requires TLS)")
+        # The issuer is derived from it and must not end with a slash (RFC 8414 section 2).
+        return value.rstrip("/")
+
+    @field_validator("zfs_parent")
+    @classmethod
+    def _check_zfs_parent(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*(/[A-Za-z0-9_.:-]+)+", value):
+            raise ValueError("must name a dataset below a pool, such as tank/sandboxes")
+        return value
+
+    @model_validator(mode="after")
+    def _zfs_needs_a_parent(self) -> Settings:
+        if self.slot_backend == "zfs" and self.zfs_parent is None:
+            raise ValueError(
+                "SANDBOX_MCP_SLOT_BACKEND='zfs' needs SANDBOX_MCP_ZFS_PARENT (the dataset that "
+                "holds the slots, e.g. tank/sandboxes)"
+            )
+        if self.smtp_security == "none" and self.smtp_host and not is_loopback_host(self.smtp_host):
+            raise ValueError(
+                "SANDBOX_MCP_SMTP_SECURITY='none' is allowed only for a loopback SMTP_HOST: "
+                "the message and the password would cross the network in clear"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _auth_none_only_on_loopback(self) -> Settings:
+        if self.auth == "none" and not is_loopback_host(self.host):
+            raise ValueError(
+                f"SANDBOX_MCP_AUTH='none' is allowed only when SANDBOX_MCP_HOST is loopback "
+                f"(it is {self.host!r}): without sign-in every caller would share one sandbox"
+            )
+        return self
+
+    @property
+    def effective_public_url(self) -> str:
+        if self.public_url:
+            return self.public_url
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.state_dir / 'sandbox-mcp.db'}"
+
+    def with_overrides(self, **changes: object) -> Settings:
+        """A validated copy with some fields replaced (used for CLI flags).
+
+        Raises:
+            SettingsError: a replaced value is invalid.
+        """
+        data = self.model_dump()
+        data.update({k: v for k, v in changes.items() if v is not None})
+        return _validate(data)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate the configuration from the process environment.
+
+    Args:
+        overrides: field values that take precedence over the environment (CLI flags).
+
+    Raises:
+        SettingsError: a value is invalid or a ``SANDBOX_MCP_*`` variable is unknown,
+            with one line per problem.
+    """
+    unknown = sorted(
+        name
+        for name in os.environ
+        if name.startswith(ENV_PREFIX)
+        and name[len(ENV_PREFIX) :].lower() not in Settings.model_fields
+        # The test suite passes its service addresses as SANDBOX_MCP_TEST_*.
+        and not name.startswith(ENV_PREFIX + "TEST_")
+    )
+    if unknown:
+        raise SettingsError([f"{name} is not a setting of sandbox-mcp" for name in unknown])
+    return _validate({k: v for k, v in overrides.items() if v is not None})
+
+
+def _validate(values: dict[str, object]) -> Settings:
+    try:
+        return Settings(**values)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, values)) from None
+
+
+def _describe(exc: ValidationError, values: dict[str, object]) -> list[str]:
+    lines = []
+    for error in exc.errors(include_url=False):
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:
+            # A rule across fields: its message already names the variables.
+            lines.append(message)
+            continue
+        field = str(error["loc"][0])
+        variable = f"{ENV_PREFIX}{field.upper()}"
+        shown = values.get(field, os.environ.get(variable, "<unset>"))
+        lines.append(f"{variable}={shown!r} is invalid: {message}")
+    return lines

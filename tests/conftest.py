@@ -1,0 +1,24 @@
+"""Shared fixtures: every test gets its own state dir and a clean SANDBOX_MCP_* environment."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith("SANDBOX_MCP_") and not name.startswith("SANDBOX_MCP_TEST_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("SANDBOX_MCP_STATE_DIR", str(tmp_path / "state"))
+    yield
+    # A test that configured logging onto its captured stream must not leave the
+    # next test writing to a closed one.
+    logging.getLogger().handlers.clear()
+    structlog.reset_defaults()

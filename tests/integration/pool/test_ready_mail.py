@@ -1,0 +1,130 @@
+"""The "ready" e-mail against a real SMTP server (aiosmtpd on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import socket
+from collections.abc import AsyncIterator, Iterator
+from email.message import Message
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+from pool_fakes import FakeSlotStore, MemoryPoolState
+
+from pool.leases import Queued, SlotPool
+from pool.mailer import ReadyMailer, SmtpOptions
+
+pytestmark = pytest.mark.integration
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], Message]] = []
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.content if isinstance(envelope.content, bytes) else b""
+        self.messages.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    inbox = Inbox()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield inbox, port
+    finally:
+        controller.stop()
+
+
+@pytest.fixture
+async def pool_and_mailer(
+    smtp: tuple[Inbox, int],
+) -> AsyncIterator[tuple[SlotPool, ReadyMailer, Inbox]]:
+    inbox, port = smtp
+    mailer = ReadyMailer(
+        SmtpOptions("127.0.0.1", port, "none", "sandbox@example.test"),
+        public_url="https://mcp.example.test",
+    )
+    pool = SlotPool(MemoryPoolState(), size=1, idle_timeout_s=600, on_reserved=mailer.sandbox_ready)
+    await pool.open(FakeSlotStore())
+    yield pool, mailer, inbox
+    await mailer.close()
+
+
+async def wait_for(inbox: Inbox, count: int) -> None:
+    for _ in range(100):
+        if len(inbox.messages) >= count:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_queued_user_gets_exactly_one_ready_message(
+    pool_and_mailer: tuple[SlotPool, ReadyMailer, Inbox],
+) -> None:
+    pool, mailer, inbox = pool_and_mailer
+    await pool.acquire("holder")
+    with pytest.raises(Queued):
+        await pool.acquire("waiter")
+    assert mailer.remember("waiter", "waiter@example.org")
+    await pool.release("holder")
+    await wait_for(inbox, 1)
+    await mailer.close()
+    assert len(inbox.messages) == 1
+    recipients, message = inbox.messages[0]
+    assert recipients == ["waiter@example.org"]
+    assert message["Subject"] == "Your sandbox is ready"
+    assert "https://mcp.example.test" in message.get_payload()  # type: ignore[operator]
+    assert not mailer.has_address("waiter")  # deleted once sent
+
+    # A second reservation for the same key sends nothing: the address is gone.
+    assert (await pool.acquire("waiter")).notes == ("ready",)
+    await pool.release("waiter")
+    await pool.acquire("holder")
+    with pytest.raises(Queued):
+        await pool.acquire("waiter")
+    await pool.release("holder")
+    assert (await pool.acquire("waiter")).notes == ("ready",)
+    await asyncio.sleep(0.3)
+    assert len(inbox.messages) == 1
+
+
+async def test_at_most_max_per_hour_messages_leave(smtp: tuple[Inbox, int]) -> None:
+    inbox, port = smtp
+    mailer = ReadyMailer(
+        SmtpOptions("127.0.0.1", port, "none", "s@example.test"),
+        public_url="https://x.test",
+        max_per_hour=3,
+    )
+    for i in range(5):
+        assert mailer.remember(f"k{i}", f"u{i}@example.org")
+        await mailer.sandbox_ready(f"k{i}")
+    await mailer.close()
+    assert len(inbox.messages) == 3
+
+
+def test_addresses_are_validated_and_expire_after_a_day() -> None:
+    now = [0.0]
+    mailer = ReadyMailer(
+        SmtpOptions("127.0.0.1", 25, "none", "s@example.test"),
+        public_url="https://x.test",
+        clock=lambda: now[0],
+    )
+    for bad in ("nope", "a@b", "a b@example.org", "<a@example.org>", "x" * 300 + "@example.org"):
+        assert not mailer.remember("k", bad)
+    assert mailer.remember("k", "ok@example.org")
+    now[0] += 24 * 3600 + 1
+    assert mailer.purge() == 1
+    assert not mailer.has_address("k")
+
+
+def test_without_smtp_nothing_is_remembered() -> None:
+    mailer = ReadyMailer(None, public_url="https://x.test")
+    assert not mailer.enabled
+    assert not mailer.remember("k", "ok@example.org")

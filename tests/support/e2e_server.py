@@ -1,0 +1,75 @@
+"""Support for end-to-end tests: a real server process (``python -m app serve``) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def log(self) -> str:
+        """What the server wrote to stderr."""
+        return self.log_path.read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return self.log_path.with_suffix(".stdout").read_text(errors="replace")
+
+
+def start_server(state_dir: Path, **env: str) -> RunningServer:
+    port = free_port()
+    log_path = state_dir.parent / f"server-{port}.log"
+    environment = {
+        **os.environ,
+        "SANDBOX_MCP_STATE_DIR": str(state_dir),
+        "SANDBOX_MCP_PORT": str(port),
+        "SANDBOX_MCP_AUTH": "none",
+        **env,
+    }
+    with log_path.open("wb") as log, log_path.with_suffix(".stdout").open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve"], env=environment, stdout=out, stderr=log
+        )
+    server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited {process.returncode}:\n{server.log()}")
+        try:
+            if httpx2.get(f"{server.base_url}/health", timeout=1).status_code in (200, 503):
+                return server
+        except httpx2.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError(f"server did not answer /health in 30 s:\n{server.log()}")
+
+
+def stop_server(server: RunningServer) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()

@@ -1,0 +1,66 @@
+"""Fakes of the pool's seams, for unit tests of the lease and queue logic."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from pool.slots import Slot, name_of
+from pool.state import NoteRecord, PoolChanges, PoolSnapshot, QueueRecord, SlotRecord
+
+
+class MemoryPoolState:
+    """A ``PoolState`` that forgets everything on exit (unit tests, benchmarks)."""
+
+    def __init__(self) -> None:
+        self.slots: dict[int, SlotRecord] = {}
+        self.queue: dict[str, QueueRecord] = {}
+        self.notes: list[NoteRecord] = []
+
+    async def load(self) -> PoolSnapshot:
+        queue = sorted(self.queue.values(), key=lambda q: q.seq)
+        return PoolSnapshot(list(self.slots.values()), queue, list(self.notes))
+
+    async def apply(self, changes: PoolChanges) -> None:
+        for index in changes.free_slots:
+            self.slots.pop(index, None)
+        for record in changes.put_slots:
+            self.slots[record.index] = record
+        for key in changes.drop_queue:
+            self.queue.pop(key, None)
+        for entry in changes.put_queue:
+            self.queue[entry.sandbox_key] = entry
+        dropped = set(changes.drop_notes)
+        self.notes = [n for n in self.notes if n.sandbox_key not in dropped]
+        self.notes.extend(changes.add_notes)
+
+    async def record_activity(
+        self, last_activity: dict[int, float], seen: dict[str, float]
+    ) -> None:
+        for index, at in last_activity.items():
+            if index in self.slots:
+                record = self.slots[index]
+                self.slots[index] = replace(record, last_activity=at)
+        for key, at in seen.items():
+            if key in self.queue:
+                self.queue[key] = replace(self.queue[key], last_seen=at)
+
+
+class FakeSlotStore:
+    """Slots as names only; records every reset."""
+
+    def __init__(self, root: Path = Path("/nonexistent")) -> None:
+        self.root = root
+        self.resets: list[int] = []
+
+    async def missing(self, size: int) -> list[str]:
+        return []
+
+    def slot(self, index: int) -> Slot:
+        return Slot(index, name_of(index), self.root / name_of(index))
+
+    async def reset(self, slot: Slot) -> None:
+        self.resets.append(slot.index)
+
+    async def close(self) -> None:
+        return None

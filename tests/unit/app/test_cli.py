@@ -1,0 +1,121 @@
+"""The CLI: every user mistake is one clear line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def assert_no_traceback(text: str) -> None:
+    assert "Traceback" not in text
+    assert 'File "' not in text
+
+
+def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["serve", "--bogus"], capsys)
+    assert code == 2
+    assert "unrecognized arguments: --bogus" in err
+    assert_no_traceback(err)
+
+
+def test_bad_port_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["serve", "--port", "99999"], capsys)
+    assert code == 2
+    assert "'99999' is not a TCP port (1-65535)" in err
+
+
+def test_bad_environment_value_names_variable_value_and_rule(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBOX_MCP_POOL_SIZE", "many")
+    code, _, err = run(["serve"], capsys)
+    assert code == 2
+    assert err.startswith("sandbox-mcp: SANDBOX_MCP_POOL_SIZE='many' is invalid:")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_port_already_in_use(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBOX_MCP_AUTH", "none")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, _, err = run(["serve", "--port", str(port)], capsys)
+    assert code == 1
+    assert f"cannot listen on 127.0.0.1:{port} (Address already in use)" in err
+    assert_no_traceback(err)
+
+
+def test_state_dir_that_cannot_be_written(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SANDBOX_MCP_STATE_DIR", str(blocker / "state"))
+    monkeypatch.setenv("SANDBOX_MCP_AUTH", "none")
+    code, _, err = run(["serve"], capsys)
+    assert code == 1
+    assert "cannot be written (Not a directory)" in err
+    assert "SANDBOX_MCP_STATE_DIR" in err
+    assert_no_traceback(err)
+
+
+def test_unreachable_database(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBOX_MCP_AUTH", "none")
+    monkeypatch.setenv("SANDBOX_MCP_DATABASE_URL", "postgresql+asyncpg://u:pw9876@127.0.0.1:1/d")
+    code, _, err = run(["serve"], capsys)
+    assert code == 1
+    assert err.startswith("sandbox-mcp: The database is unavailable (")
+    assert "pw9876" not in err
+    assert_no_traceback(err)
+
+
+def test_check_reports_config_without_secrets_and_fails_without_docker(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
+    monkeypatch.setenv("SANDBOX_MCP_DATABASE_URL", "postgresql+asyncpg://u:pw5555@127.0.0.1:1/d")
+    for argv in (["check"], ["--check"]):
+        code, out, _ = run(argv, capsys)
+        report = json.loads(out)
+        assert code == 1
+        assert report["ok"] is False
+        assert report["runtime"]["reachable"] is False
+        assert report["database"]["ok"] is False
+        assert "pw5555" not in out
+        assert report["config"]["database_url"] == "postgresql+asyncpg://u:***@127.0.0.1:1/d"
+        assert report["config"]["pool_size"] == 500
+
+
+def test_check_with_a_working_database_reports_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
+    code, out, _ = run(["check"], capsys)
+    report = json.loads(out)
+    assert report["database"] == {"ok": True}
+    assert report["state_dir"]["ok"] is True
+    assert code == 1  # Docker is still unreachable
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run([], capsys)
+    assert code == 2
+    assert "serve" in err

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from app.db import Repository, create_engine, upgrade_schema
+from app.health import HealthEndpoint, PoolStats
+from app.runtime.probe import RuntimeStatus
+
+
+async def pool_stats() -> PoolStats:
+    return PoolStats(size=5, busy=2, free=2, reserved=1, queued=3, oldest_wait_s=4.5)
+
+
+async def docker_up() -> RuntimeStatus:
+    return RuntimeStatus(True, version="20.10.24")
+
+
+async def docker_down() -> RuntimeStatus:
+    return RuntimeStatus(False, reason="connection refused")
+
+
+async def get_health(endpoint: HealthEndpoint) -> httpx2.Response:
+    app = Starlette(routes=[Route("/health", endpoint.handle)])
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
+        return await client.get("/health")
+
+
+async def test_healthy_service_reports_pool_runtime_and_database(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    await upgrade_schema(engine)
+    try:
+        response = await get_health(
+            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_up)
+        )
+    finally:
+        await engine.dispose()
+    assert response.status_code == 200
+    assert response.headers["cache-control"] == "no-store"
+    assert response.json() == {
+        "status": "ok",
+        "version": "1.2.3",
+        "pool": {"size": 5, "busy": 2, "free": 2, "reserved": 1, "queued": 3, "oldest_wait_s": 4.5},
+        "runtime": {"reachable": True, "version": "20.10.24", "reason": None},
+        "database": {"ok": True},
+    }
+
+
+async def test_unreachable_database_gives_503_with_the_reason() -> None:
+    engine = create_engine("postgresql+asyncpg://u:secretpw@127.0.0.1:1/db")
+    try:
+        response = await get_health(
+            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_up)
+        )
+    finally:
+        await engine.dispose()
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["database"]["ok"] is False
+    assert body["database"]["reason"]
+    assert body["reasons"][0].startswith("The database is unavailable")
+    assert "secretpw" not in response.text
+
+
+async def test_unreachable_docker_is_degraded_not_down(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        response = await get_health(
+            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_down)
+        )
+    finally:
+        await engine.dispose()
+    assert response.status_code == 200
+    assert response.json()["status"] == "degraded"
+    assert response.json()["runtime"]["reason"] == "connection refused"

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.settings import SettingsError, load_settings
+
+
+def errors_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> list[str]:
+    for name, value in env.items():
+        monkeypatch.setenv(f"SANDBOX_MCP_{name}", value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    return caught.value.lines
+
+
+def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SANDBOX_MCP_STATE_DIR")
+    settings = load_settings()
+    assert settings.state_dir == Path("~/.sandbox-mcp").expanduser()
+    assert settings.pool_size == 500
+    assert settings.slot_backend == "dir"
+    assert settings.idle_timeout_s == 600
+    assert settings.auth == "oauth"
+    assert settings.effective_database_url.endswith("/.sandbox-mcp/sandbox-mcp.db")
+    assert settings.effective_database_url.startswith("sqlite+aiosqlite:///")
+    assert settings.effective_public_url == "http://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("PORT", "abc", "SANDBOX_MCP_PORT='abc' is invalid: Input should be a valid integer"),
+        ("PORT", "70000", "SANDBOX_MCP_PORT='70000' is invalid: Input should be less than"),
+        ("POOL_SIZE", "0", "SANDBOX_MCP_POOL_SIZE='0' is invalid: Input should be greater than"),
+        ("SLOT_BACKEND", "nfs", "SANDBOX_MCP_SLOT_BACKEND='nfs' is invalid: Input should be 'dir'"),
+        ("AUTH", "basic", "SANDBOX_MCP_AUTH='basic' is invalid: Input should be 'oauth' or 'none'"),
+        ("LOG_LEVEL", "loud", "SANDBOX_MCP_LOG_LEVEL='loud' is invalid: Input should be 'DEBUG'"),
+        ("IDLE_TIMEOUT_S", "1", "SANDBOX_MCP_IDLE_TIMEOUT_S='1' is invalid"),
+        (
+            "DATABASE_URL",
+            "mysql://x",
+            "must start with sqlite+aiosqlite:// or postgresql+asyncpg://",
+        ),
+        ("PUBLIC_URL", "ftp://x", "must be an absolute http(s) URL"),
+        ("PUBLIC_URL", "https://x.test/mcp", "must be a base URL with no path"),
+        ("PUBLIC_URL", "http://x.test", "must use https unless the host is loopback"),
+    ],
+)
+def test_a_bad_value_gets_one_line_naming_variable_value_and_rule(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str
+) -> None:
+    lines = errors_for(monkeypatch, **{name: value})
+    assert len(lines) == 1
+    assert expected in lines[0]
+
+
+def test_auth_none_is_refused_off_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = errors_for(monkeypatch, AUTH="none", HOST="0.0.0.0")
+    assert lines == [
+        "SANDBOX_MCP_AUTH='none' is allowed only when SANDBOX_MCP_HOST is loopback "
+        "(it is '0.0.0.0'): without sign-in every caller would share one sandbox"
+    ]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.9.9.9", "localhost", "::1"])
+def test_auth_none_is_allowed_on_loopback(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    monkeypatch.setenv("SANDBOX_MCP_AUTH", "none")
+    monkeypatch.setenv("SANDBOX_MCP_HOST", host)
+    assert load_settings().auth == "none"
+
+
+def test_an_unknown_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert errors_for(monkeypatch, POOLSIZE="3") == [
+        "SANDBOX_MCP_POOLSIZE is not a setting of sandbox-mcp"
+    ]
+
+
+def test_every_bad_variable_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = errors_for(monkeypatch, PORT="x", POOL_SIZE="-1")
+    assert len(lines) == 2
+
+
+def test_public_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # RFC 8414: the issuer derived from it must not end with a slash.
+    monkeypatch.setenv("SANDBOX_MCP_PUBLIC_URL", "https://mcp.example.com/")
+    assert load_settings().effective_public_url == "https://mcp.example.com"
+
+
+def test_overrides_win_and_are_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOX_MCP_PORT", "9000")
+    assert load_settings(port=9100).port == 9100
+    with pytest.raises(SettingsError):
+        load_settings().with_overrides(port=0)
+
+
+def test_log_level_is_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOX_MCP_LOG_LEVEL", "debug")
+    assert load_settings().log_level == "DEBUG"
+
+
+def test_the_readme_documents_every_variable() -> None:
+    from app.settings import Settings
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    missing = [
+        f"SANDBOX_MCP_{name.upper()}"
+        for name in Settings.model_fields
+        if f"`SANDBOX_MCP_{name.upper()}`" not in readme
+    ]
+    assert missing == []

@@ -1,0 +1,215 @@
+"""Leases, the FIFO queue and expiry, on fakes of the slot store and the state store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pool_fakes import FakeSlotStore, MemoryPoolState
+
+from pool.leases import Queued, SlotPool
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def make_pool(
+    size: int,
+    *,
+    state: MemoryPoolState | None = None,
+    clock: Clock | None = None,
+    idle: float = 600,
+) -> tuple[SlotPool, FakeSlotStore, MemoryPoolState, Clock]:
+    store, state, clock = FakeSlotStore(), state or MemoryPoolState(), clock or Clock()
+    pool = SlotPool(state, size=size, idle_timeout_s=idle, clock=clock)
+    await pool.open(store)
+    return pool, store, state, clock
+
+
+async def queued(pool: SlotPool, key: str) -> Queued:
+    with pytest.raises(Queued) as caught:
+        await pool.acquire(key)
+    return caught.value
+
+
+async def test_first_call_takes_a_slot_and_later_calls_keep_it() -> None:
+    pool, _, state, _ = await make_pool(3)
+    first = await pool.acquire("alice")
+    again = await pool.acquire("alice")
+    assert first.slot == again.slot
+    assert first.notes == () and again.notes == ()
+    assert pool.stats().busy == 1 and pool.stats().free == 2
+    assert state.slots[first.slot.index].sandbox_key == "alice"
+    pool.check_invariants()
+
+
+async def test_when_full_callers_queue_in_arrival_order_and_keep_their_place() -> None:
+    pool, _, state, _ = await make_pool(1)
+    await pool.acquire("holder")
+    first = await queued(pool, "w1")
+    second = await queued(pool, "w2")
+    assert (first.position, second.position) == (1, 2)
+    assert (await queued(pool, "w1")).position == 1  # calling again keeps the place
+    assert first.code == "SANDBOX_QUEUED"
+    assert first.details["estimated_wait_s"] == first.estimated_wait_s > 0
+    assert [q.sandbox_key for q in sorted(state.queue.values(), key=lambda q: q.seq)] == [
+        "w1",
+        "w2",
+    ]
+    pool.check_invariants()
+
+
+async def test_a_freed_slot_is_reserved_for_the_head_with_a_one_time_ready_note() -> None:
+    pool, store, _, _ = await make_pool(1)
+    lease = await pool.acquire("holder")
+    await queued(pool, "w1")
+    await queued(pool, "w2")
+    assert await pool.release("holder")
+    assert store.resets == [lease.slot.index]
+    assert pool.stats().reserved == 1
+    assert (await queued(pool, "w2")).position == 1  # w1 holds the reservation now
+    granted = await pool.acquire("w1")
+    assert granted.slot == lease.slot
+    assert granted.notes == ("ready",)
+    assert (await pool.acquire("w1")).notes == ()  # shown once, never twice
+    pool.check_invariants()
+
+
+async def test_idle_lease_is_emptied_and_the_next_call_gets_a_fresh_sandbox_with_a_note() -> None:
+    pool, store, _, clock = await make_pool(2, idle=600)
+    old = await pool.acquire("alice")
+    clock.now += 599
+    assert await pool.expire() == 0
+    clock.now += 2
+    assert await pool.expire() == 1
+    assert store.resets == [old.slot.index]
+    assert pool.lease_of("alice") is None
+    fresh = await pool.acquire("alice")
+    assert fresh.notes == ("emptied",)
+    assert (await pool.acquire("alice")).notes == ()
+    pool.check_invariants()
+
+
+async def test_activity_and_running_jobs_keep_a_sandbox_alive() -> None:
+    pool, store, _, clock = await make_pool(2, idle=600)
+    await pool.acquire("alice")
+    await pool.acquire("bob")
+    clock.now += 500
+    pool.touch("alice")
+    clock.now += 200
+    assert await pool.expire(is_busy=lambda key: key == "bob") == 0
+    assert store.resets == []
+    clock.now += 601
+    assert await pool.expire() == 2
+
+
+async def test_unclaimed_reservation_passes_to_the_next_in_line() -> None:
+    pool, _, _, clock = await make_pool(1, idle=600)
+    await pool.acquire("holder")
+    await queued(pool, "w1")
+    await queued(pool, "w2")
+    await pool.release("holder")
+    clock.now += 300
+    await queued(pool, "w2")  # w2 stays active; w1 never comes back
+    clock.now += 301
+    await pool.expire()
+    assert (await pool.acquire("w2")).notes == ("ready",)
+    assert (await queued(pool, "w1")).position == 1  # w1 lost its turn and queues again
+    pool.check_invariants()
+
+
+async def test_a_silent_queue_place_is_dropped() -> None:
+    pool, _, state, clock = await make_pool(1, idle=600)
+    await pool.acquire("holder")
+    await queued(pool, "w1")
+    clock.now += 601
+    pool.touch("holder")
+    await pool.expire()
+    assert pool.stats().queued == 0
+    assert state.queue == {}
+
+
+async def test_state_survives_a_restart() -> None:
+    state, clock = MemoryPoolState(), Clock()
+    pool, _, _, _ = await make_pool(2, state=state, clock=clock)
+    a = await pool.acquire("a")
+    await pool.acquire("b")
+    await queued(pool, "c")
+    await queued(pool, "d")
+    await pool.release("b")  # c gets a reservation
+    pool.touch("a")
+    await pool.flush_activity()
+
+    reopened, _, _, _ = await make_pool(2, state=state, clock=clock)
+    reopened.check_invariants()
+    assert (await reopened.acquire("a")).slot == a.slot
+    assert (await reopened.acquire("c")).notes == ("ready",)
+    assert (await queued(reopened, "d")).position == 1
+    assert (await queued(reopened, "e")).position == 2
+
+
+async def test_a_reset_interrupted_by_a_crash_is_finished_at_start() -> None:
+    state = MemoryPoolState()
+    pool, store, _, _ = await make_pool(1, state=state)
+    lease = await pool.acquire("a")
+
+    async def crash(_: object) -> None:
+        raise RuntimeError("power cut")
+
+    store.reset = crash  # type: ignore[method-assign,assignment]
+    with pytest.raises(RuntimeError):
+        await pool.release("a")
+    assert state.slots[lease.slot.index].state == "resetting"
+
+    reopened, new_store, _, _ = await make_pool(1, state=state)
+    assert new_store.resets == [lease.slot.index]
+    assert (await reopened.acquire("b")).slot == lease.slot
+
+
+async def test_waiting_in_the_queue_wakes_when_granted() -> None:
+    pool, _, _, _ = await make_pool(1)
+    await pool.acquire("holder")
+    await queued(pool, "w1")
+    waiter = asyncio.create_task(pool.wait_until_granted("w1", timeout_s=5))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await pool.release("holder")
+    assert await waiter is True
+    assert await pool.wait_until_granted("nobody-queued", timeout_s=0.01) is False
+
+
+async def test_fairness_under_load_pool_of_50_and_200_keys() -> None:
+    pool, _, _, _ = await make_pool(50)
+    keys = [f"key-{i:03d}" for i in range(200)]
+
+    async def call(key: str) -> int | None:
+        try:
+            return (await pool.acquire(key)).slot.index
+        except Queued as q:
+            return -q.position
+
+    results = await asyncio.gather(*(call(k) for k in keys))
+    pool.check_invariants()
+    holders = [k for k, r in zip(keys, results, strict=True) if r is not None and r >= 0]
+    waiting = sorted((-r, k) for k, r in zip(keys, results, strict=True) if r is not None and r < 0)
+    assert len(holders) == 50
+    assert len({r for r in results if r is not None and r >= 0}) == 50  # no slot held twice
+    assert [pos for pos, _ in waiting] == list(range(1, 151))
+    # Arrival order is the order of the gather: the queue must match it exactly.
+    assert [k for _, k in waiting] == keys[50:]
+    served = []
+    for holder in holders:
+        await pool.release(holder)
+        pool.check_invariants()
+        head = keys[50 + len(served)]
+        lease = await pool.acquire(head)
+        assert lease.notes == ("ready",)
+        served.append(head)
+        pool.check_invariants()
+    assert served == keys[50:100]
+    assert pool.stats().queued == 100
