@@ -1,4 +1,4 @@
-"""``sandbox-mcp``: serve | check.
+"""``sandbox-mcp``: serve | check | provision.
 
 Every failure a user can cause (a bad flag, a bad variable, a busy port, an
 unwritable state dir, an unreachable database) ends in one line on stderr and
@@ -18,7 +18,9 @@ from typing import NoReturn
 from sqlalchemy.engine import make_url
 
 from app.errors import ServiceError
+from app.observability import configure_logging
 from app.settings import Settings, SettingsError, load_settings
+from pool.errors import PoolError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -40,6 +42,18 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "check", help="print the effective configuration and whether Docker and the database answer"
     )
+    provision = commands.add_parser(
+        "provision",
+        help="create or repair the sandbox slots (idempotent; never touches a leased slot)",
+    )
+    provision.add_argument(
+        "--slots", type=_slot_count, required=True, help="how many slots (slot-000 ...)"
+    )
+    provision.add_argument(
+        "--zfs-parent", metavar="POOL/DATASET", help="create ZFS datasets below this one"
+    )
+    provision.add_argument("--quota", metavar="SIZE", help="ZFS quota per slot, e.g. 10G")
+    provision.add_argument("--owner", metavar="USER", help="the user the server runs as")
     return parser
 
 
@@ -49,10 +63,20 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _slot_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a slot count (1-10000)")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = _parser().parse_args(argv)
     if args.check or args.command == "check":
         sys.exit(_check())
+    if args.command == "provision":
+        if args.quota and not args.zfs_parent:
+            _parser().error("--quota needs --zfs-parent (the dir backend has no quotas)")
+        sys.exit(_provision(args.slots, args.zfs_parent, args.quota, args.owner))
     if args.command == "serve":
         sys.exit(_serve(args.transport, args.host, args.port))
     _parser().print_help(sys.stderr)
@@ -66,11 +90,14 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
 
 def _load(**overrides: object) -> Settings | None:
     try:
-        return load_settings(**overrides)
+        settings = load_settings(**overrides)
     except SettingsError as exc:
         for line in exc.lines:
             _fail(line)
         return None
+    # Logs go to stderr from the start, so stdout carries only a command's JSON.
+    configure_logging(settings.log_level)
+    return settings
 
 
 def _serve(transport: str, host: str | None, port: int | None) -> int:
@@ -134,6 +161,22 @@ def _check() -> int:
     report = {"config": public_config(settings), **report}
     print(json.dumps(report, indent=2, default=str))
     return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+def _provision(slots: int, zfs_parent: str | None, quota: str | None, owner: str | None) -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_USAGE
+    from app import main as root
+
+    try:
+        report = asyncio.run(root.provision(settings, slots, zfs_parent, quota, owner))
+    except ServiceError as exc:
+        return _fail(exc.message)
+    except PoolError as exc:
+        return _fail(exc.message)
+    print(json.dumps(report, indent=2))
+    return EXIT_OK
 
 
 def public_config(settings: Settings) -> dict[str, object]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from urllib.parse import urlsplit
@@ -14,21 +15,30 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
+from app.auth_store import SqlAuthStore
 from app.calls import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.db import Repository, create_engine, upgrade_schema
-from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
+from app.errors import DatabaseUnavailable, ServiceError
 from app.health import HealthEndpoint, PoolStats
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
 from app.runtime.probe import probe_docker
 from app.settings import Settings, is_loopback_host
 from app.tools import register_tools
+from auth.bearer import BearerGate
+from auth.config import AuthConfig
+from auth.grants import TokenService
+from auth.pending import CodeGrant, ExpiringMap
+from auth.registration import Registrar
+from auth.routes import create_auth_routes
+from auth.signin import SigninFlow
+from auth.tokens import TokenHasher, load_or_create_key
 from jail.context import SandboxMemory
 from pool.leases import SlotPool
 from pool.mailer import ReadyMailer, SmtpOptions
-from pool.provision import provision_dir
+from pool.provision import provision_dir, provision_zfs
 from pool.slots import SlotStore
 from pool.slots_dir import DirSlotStore
 from pool.slots_zfs import ZfsSlotStore
@@ -74,6 +84,7 @@ class Services:
     watchdog: IdleWatchdog
     runner: ToolRunner
     mcp: MCPServer
+    auth: AuthParts | None
     store: SlotStore | None = None
 
     async def start(self) -> None:
@@ -160,6 +171,43 @@ async def open_slot_store(settings: Settings) -> SlotStore:
     return store
 
 
+@dataclass
+class AuthParts:
+    """The anonymous OAuth 2.1 authorization server (``SANDBOX_MCP_AUTH=oauth``)."""
+
+    config: AuthConfig
+    store: SqlAuthStore
+    registrar: Registrar
+    flow: SigninFlow
+    tokens: TokenService
+
+    async def housekeeping(self) -> None:
+        now = time.time()
+        await self.store.delete_expired(now)
+        await self.store.delete_stale_clients(now - self.config.client_ttl_without_grant_s)
+
+
+def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> AuthParts:
+    prepare_state_dir(settings)
+    given = settings.token_key.get_secret_value() if settings.token_key else None
+    hasher = TokenHasher(load_or_create_key(settings.state_dir / "token-hmac.key", given))
+    config = AuthConfig(
+        issuer=settings.effective_public_url,
+        registrations_per_minute=settings.registrations_per_minute,
+        signins_per_address_per_minute=settings.signins_per_minute,
+    )
+    store = SqlAuthStore(engine)
+    codes: ExpiringMap[CodeGrant] = ExpiringMap(config.max_codes)
+    remember = mailer.remember if mailer.enabled else None
+    return AuthParts(
+        config=config,
+        store=store,
+        registrar=Registrar(store),
+        flow=SigninFlow(config, store, hasher, codes, remember_email=remember),
+        tokens=TokenService(config, store, hasher, codes),
+    )
+
+
 def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None) -> Services:
     configure_logging(settings.log_level)
     engine = create_engine(settings.effective_database_url)
@@ -178,10 +226,12 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         before_reset=hooks.before_reset,
         on_reserved=mailer.sandbox_ready,
     )
+    auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
+    chores = [mailer.housekeeping] + ([auth.housekeeping] if auth else [])
     watchdog = IdleWatchdog(
-        pool, interval_s=min(5.0, settings.idle_timeout_s / 10), housekeeping=[mailer.purge]
+        pool, interval_s=min(5.0, settings.idle_timeout_s / 10), housekeeping=chores
     )
-    identity: Identity = LocalIdentity() if settings.auth == "none" else TokenIdentity()
+    identity: Identity = LocalIdentity() if auth is None else TokenIdentity()
     runner = ToolRunner(identity, repository, memory, pool, queue_wait_s=settings.queue_wait_s)
     mcp = MCPServer(
         "sandbox-mcp",
@@ -202,6 +252,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         watchdog=watchdog,
         runner=runner,
         mcp=mcp,
+        auth=auth,
     )
 
 
@@ -256,11 +307,6 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
     ``extra_tools`` lets the test suite register a tool of its own (for example a
     slot-taking probe) on the same runner as the real ones.
     """
-    if settings.auth == "oauth":
-        raise ConfigurationError(
-            "SANDBOX_MCP_AUTH=oauth is not available in this build yet; run with "
-            "SANDBOX_MCP_AUTH=none on a loopback address."
-        )
     services = build_services(settings, extra_tools)
     mcp_app = services.mcp.streamable_http_app(
         streamable_http_path="/mcp",
@@ -284,7 +330,15 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         finally:
             await services.stop()
 
-    routes = [Route("/health", health.handle, methods=["GET"]), Mount("/", app=mcp_app)]
+    routes: list[BaseRoute] = [Route("/health", health.handle, methods=["GET"])]
+    if services.auth is None:
+        routes.append(Mount("/", app=mcp_app))
+    else:
+        auth = services.auth
+        routes += create_auth_routes(
+            auth.config, auth.registrar, auth.flow, auth.tokens, ask_email=services.mailer.enabled
+        )
+        routes.append(Mount("/", app=BearerGate(mcp_app, auth.tokens, auth.config)))
     return Starlette(routes=routes, lifespan=lifespan)
 
 
@@ -337,3 +391,26 @@ async def check(settings: Settings) -> dict[str, object]:
         "runtime": runtime.as_dict(),
         "ok": ok,
     }
+
+
+async def provision(
+    settings: Settings, slots: int, zfs_parent: str | None, quota: str | None, owner: str | None
+) -> dict[str, object]:
+    """Create or repair ``slots`` slots; the leased ones (from the database) are left alone.
+
+    Raises:
+        StateDirUnusable, DatabaseUnavailable: as for ``preflight``.
+        PoolError: provisioning failed (no pool, unknown owner, bad quota, ...).
+    """
+    await preflight(settings)
+    engine = create_engine(settings.effective_database_url)
+    try:
+        snapshot = await SqlPoolState(engine).load()
+    finally:
+        await engine.dispose()
+    leased = {record.index for record in snapshot.slots}
+    if zfs_parent:
+        report = await provision_zfs(zfs_parent, slots, quota=quota, owner=owner, leased=leased)
+    else:
+        report = await provision_dir(settings.state_dir, slots, owner=owner, leased=leased)
+    return {"backend": "zfs" if zfs_parent else "dir", "slots": slots, **asdict(report)}

@@ -112,3 +112,5 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    # Alembic narrates every start-up at INFO ("setup plugin ..."); its errors still show.
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

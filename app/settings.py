@@ -21,6 +21,9 @@ ENV_PREFIX = "SANDBOX_MCP_"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
+SECRET_FIELDS = frozenset({"token_key", "smtp_password"})
+
+
 class SettingsError(Exception):
     """The environment holds a value the service cannot start with.
 
@@ -100,6 +103,25 @@ class Settings(BaseSettings):
             "position; MCP clients give up after about 60 s."
         ),
     )
+    registrations_per_minute: int = Field(
+        default=30,
+        ge=1,
+        le=100_000,
+        description="Client registrations accepted per minute, in all.",
+    )
+    signins_per_minute: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="Sandboxes one browser address may create per minute (the sign-in button).",
+    )
+    token_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Hex key (at least 64 digits) for the HMAC under which tokens are stored; "
+            "default: a key created 0600 in the state dir at first start."
+        ),
+    )
     smtp_host: str | None = Field(
         default=None, description="SMTP server for the one 'ready' e-mail; unset: no e-mail."
     )
@@ -152,6 +174,18 @@ class Settings(BaseSettings):
             raise ValueError("must use https unless the host is loopback (OAuth 2.1 requires TLS)")
         # The issuer is derived from it and must not end with a slash (RFC 8414 section 2).
         return value.rstrip("/")
+
+    @field_validator("token_key")
+    @classmethod
+    def _check_token_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        text = value.get_secret_value()
+        if len(text) < 64 or len(text) % 2 or not re.fullmatch(r"[0-9a-fA-F]+", text):
+            raise ValueError(
+                "must be at least 64 hexadecimal digits (32 bytes), e.g. openssl rand -hex 32"
+            )
+        return value
 
     @field_validator("zfs_parent")
     @classmethod
@@ -248,5 +282,7 @@ def _describe(exc: ValidationError, values: dict[str, object]) -> list[str]:
         field = str(error["loc"][0])
         variable = f"{ENV_PREFIX}{field.upper()}"
         shown = values.get(field, os.environ.get(variable, "<unset>"))
+        if field in SECRET_FIELDS:
+            shown = "<hidden>"
         lines.append(f"{variable}={shown!r} is invalid: {message}")
     return lines

@@ -77,6 +77,9 @@ class ReadyMailer:
     def has_address(self, sandbox_key: str) -> bool:
         return sandbox_key in self._addresses
 
+    async def housekeeping(self) -> None:
+        self.purge()
+
     def purge(self) -> int:
         """Forget addresses older than 24 hours; returns how many."""
         now = self._clock()

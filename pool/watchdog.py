@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
@@ -26,7 +26,7 @@ class IdleWatchdog:
         *,
         interval_s: float,
         is_busy: Callable[[str], bool] = lambda _: False,
-        housekeeping: Sequence[Callable[[], object]] = (),
+        housekeeping: Sequence[Callable[[], Awaitable[object]]] = (),
     ) -> None:
         self._pool = pool
         self._interval_s = interval_s
@@ -38,7 +38,7 @@ class IdleWatchdog:
         expired = await self._pool.expire(self._is_busy)
         await self._pool.flush_activity()
         for chore in self._housekeeping:
-            chore()  # e.g. forgetting e-mail addresses older than a day
+            await chore()  # e.g. forgetting e-mail addresses older than a day
         return expired
 
     async def _run(self) -> None:

@@ -1,4 +1,4 @@
-"""Support for end-to-end tests: a real server process (``python -m app serve``) on a free loopback port."""
+"""End-to-end support: a real server process (`python -m app serve`) on a free loopback port."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 

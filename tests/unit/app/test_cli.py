@@ -119,3 +119,46 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run([], capsys)
     assert code == 2
     assert "serve" in err
+
+
+def test_provision_dir_slots_is_idempotent(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(["provision", "--slots", "3"], capsys)
+    assert code == 0
+    assert json.loads(out)["created"] == 3
+    slots = tmp_path / "state" / "slots"
+    assert sorted(p.name for p in slots.iterdir() if not p.name.startswith(".")) == [
+        "slot-000",
+        "slot-001",
+        "slot-002",
+    ]
+    (slots / "slot-001" / "work.txt").write_text("keep me")
+    code, out, _ = run(["provision", "--slots", "3"], capsys)
+    assert code == 0
+    assert json.loads(out)["untouched"] == 3
+    assert (slots / "slot-001" / "work.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["provision"], "the following arguments are required: --slots"),
+        (["provision", "--slots", "0"], "'0' is not a slot count (1-10000)"),
+        (["provision", "--slots", "2", "--quota", "1G"], "--quota needs --zfs-parent"),
+    ],
+)
+def test_provision_usage_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert message in err
+
+
+def test_provision_unknown_owner_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["provision", "--slots", "1", "--owner", "no-such-user-xyz"], capsys)
+    assert code == 1
+    assert err.startswith("sandbox-mcp: ")
+    assert "no-such-user-xyz" in err
+    assert_no_traceback(err)

@@ -42,8 +42,10 @@ async def test_first_call_takes_a_slot_and_later_calls_keep_it() -> None:
     first = await pool.acquire("alice")
     again = await pool.acquire("alice")
     assert first.slot == again.slot
-    assert first.notes == () and again.notes == ()
-    assert pool.stats().busy == 1 and pool.stats().free == 2
+    assert first.notes == ()
+    assert again.notes == ()
+    assert pool.stats().busy == 1
+    assert pool.stats().free == 2
     assert state.slots[first.slot.index].sandbox_key == "alice"
     pool.check_invariants()
 

@@ -1,0 +1,163 @@
+"""``auth.store.AuthStore`` on the service's database (SQLAlchemy)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import cast
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db import OAuthClientRow, OAuthGrantRow, OAuthTokenRow, describe_db_error
+from app.errors import DatabaseUnavailable
+from auth.store import Client, Grant, TokenRecord, TokenRole
+
+
+class SqlAuthStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncSession]:
+        try:
+            async with self._sessions.begin() as session:
+                yield session
+        except (SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+    async def save_client(self, client: Client) -> None:
+        async with self._transaction() as session:
+            session.add(
+                OAuthClientRow(
+                    client_id=client.client_id,
+                    client_name=client.client_name,
+                    redirect_uris=json.dumps(list(client.redirect_uris)),
+                    created_at=client.created_at,
+                    last_grant_at=client.last_grant_at,
+                )
+            )
+
+    async def load_client(self, client_id: str) -> Client | None:
+        async with self._transaction() as session:
+            row = await session.get(OAuthClientRow, client_id)
+            if row is None:
+                return None
+            return Client(
+                row.client_id,
+                row.client_name,
+                tuple(json.loads(row.redirect_uris)),
+                row.created_at,
+                row.last_grant_at,
+            )
+
+    async def delete_stale_clients(self, created_before: float) -> int:
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.delete(OAuthClientRow).where(
+                    OAuthClientRow.created_at < created_before,
+                    OAuthClientRow.last_grant_at.is_(None),
+                )
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
+    async def create_grant(self, grant: Grant, tokens: list[TokenRecord]) -> None:
+        async with self._transaction() as session:
+            session.add(
+                OAuthGrantRow(
+                    grant_id=grant.grant_id,
+                    client_id=grant.client_id,
+                    sandbox_key=grant.sandbox_key,
+                    resource=grant.resource,
+                    scopes=" ".join(grant.scopes),
+                    created_at=grant.created_at,
+                    revoked_at=None,
+                )
+            )
+            await session.flush()
+            session.add_all(_token_row(t) for t in tokens)
+            await session.execute(
+                sa.update(OAuthClientRow)
+                .where(OAuthClientRow.client_id == grant.client_id)
+                .values(last_grant_at=grant.created_at)
+            )
+
+    async def load_token(self, token_hash: str) -> tuple[TokenRecord, Grant] | None:
+        async with self._transaction() as session:
+            found = (
+                await session.execute(
+                    sa.select(OAuthTokenRow, OAuthGrantRow)
+                    .join(OAuthGrantRow, OAuthGrantRow.grant_id == OAuthTokenRow.grant_id)
+                    .where(OAuthTokenRow.token_hash == token_hash)
+                )
+            ).first()
+            if found is None:
+                return None
+            token, grant = found
+            return (
+                TokenRecord(
+                    token.token_hash,
+                    token.grant_id,
+                    cast(TokenRole, token.role),
+                    token.expires_at,
+                    token.rotated_at,
+                ),
+                Grant(
+                    grant.grant_id,
+                    grant.client_id,
+                    grant.sandbox_key,
+                    grant.resource,
+                    tuple(grant.scopes.split()),
+                    grant.created_at,
+                    grant.revoked_at,
+                ),
+            )
+
+    async def rotate(self, old_hash: str, rotated_at: float, new_tokens: list[TokenRecord]) -> bool:
+        async with self._transaction() as session:
+            # Compare-and-set: only the first of two concurrent refreshes wins.
+            result = await session.execute(
+                sa.update(OAuthTokenRow)
+                .where(OAuthTokenRow.token_hash == old_hash, OAuthTokenRow.rotated_at.is_(None))
+                .values(rotated_at=rotated_at)
+            )
+            if not getattr(result, "rowcount", 0):
+                return False
+            session.add_all(_token_row(t) for t in new_tokens)
+            return True
+
+    async def revoke_grant(self, grant_id: str, revoked_at: float) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(OAuthGrantRow)
+                .where(OAuthGrantRow.grant_id == grant_id)
+                .values(revoked_at=revoked_at)
+            )
+            await session.execute(
+                sa.delete(OAuthTokenRow).where(OAuthTokenRow.grant_id == grant_id)
+            )
+
+    async def delete_token(self, token_hash: str) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.delete(OAuthTokenRow).where(OAuthTokenRow.token_hash == token_hash)
+            )
+
+    async def delete_expired(self, now: float) -> int:
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.delete(OAuthTokenRow).where(OAuthTokenRow.expires_at < now)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _token_row(token: TokenRecord) -> OAuthTokenRow:
+    return OAuthTokenRow(
+        token_hash=token.token_hash,
+        grant_id=token.grant_id,
+        role=token.role,
+        expires_at=token.expires_at,
+        rotated_at=token.rotated_at,
+    )

@@ -1,0 +1,66 @@
+"""The authorization server's configuration, derived once from the public URL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCOPE = "sandbox"
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """``issuer`` is the public base URL without a trailing slash (RFC 8414 section 2);
+    ``resource`` is the canonical ``/mcp`` URL that every token is bound to (RFC 8707)."""
+
+    issuer: str
+    access_ttl_s: int = 3600
+    refresh_ttl_s: int = 30 * 86400
+    code_ttl_s: int = 600
+    signin_ttl_s: int = 600
+    refresh_grace_s: int = 60
+    max_pending_signins: int = 10_000
+    max_codes: int = 10_000
+    registrations_per_minute: int = 30
+    signins_per_address_per_minute: int = 10
+    client_ttl_without_grant_s: int = 90 * 86400
+
+    @property
+    def resource(self) -> str:
+        return f"{self.issuer}/mcp"
+
+    @property
+    def resource_metadata_url(self) -> str:
+        # RFC 9728 section 3.1: the well-known segment goes before the resource's path.
+        return f"{self.issuer}/.well-known/oauth-protected-resource/mcp"
+
+    @property
+    def secure(self) -> bool:
+        return self.issuer.startswith("https://")
+
+    def authorization_server_metadata(self) -> dict[str, object]:
+        """RFC 8414 metadata; every URL comes from configuration, never from the request."""
+        return {
+            "issuer": self.issuer,
+            "authorization_endpoint": f"{self.issuer}/authorize",
+            "token_endpoint": f"{self.issuer}/token",
+            "registration_endpoint": f"{self.issuer}/register",
+            "revocation_endpoint": f"{self.issuer}/revoke",
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "revocation_endpoint_auth_methods_supported": ["none"],
+            "scopes_supported": [SCOPE],
+            "authorization_response_iss_parameter_supported": True,
+        }
+
+    def protected_resource_metadata(self) -> dict[str, object]:
+        """RFC 9728 metadata for ``/mcp``."""
+        return {
+            "resource": self.resource,
+            "authorization_servers": [self.issuer],
+            "scopes_supported": [SCOPE],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "sandbox-mcp",
+        }

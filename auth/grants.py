@@ -1,0 +1,257 @@
+"""``/token``, ``/revoke`` and the bearer check: issuing, rotating and verifying tokens."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import structlog
+from mcp.server.auth.provider import AccessToken
+
+from auth.config import AuthConfig
+from auth.errors import OAuthError
+from auth.pending import CodeGrant, ExpiringMap
+from auth.pkce import verifier_matches
+from auth.signin import same_resource
+from auth.store import AuthStore, Client, Grant, TokenRecord
+from auth.tokens import TokenHasher
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class _Verified:
+    access: AccessToken
+    grant_id: str
+    expires_at: float
+
+
+class TokenService:
+    """Owns the token lifecycle; one instance per process (see the README on workers)."""
+
+    def __init__(
+        self,
+        config: AuthConfig,
+        store: AuthStore,
+        hasher: TokenHasher,
+        codes: ExpiringMap[CodeGrant],
+        clock: Callable[[], float] = time.time,
+        cache_size: int = 10_000,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._hasher = hasher
+        self._codes = codes
+        self._clock = clock
+        # Answers of recent rotations, by the rotated-out token's hash: a concurrent
+        # refresh with the old token inside the grace window gets the same pair.
+        self._recent: ExpiringMap[dict[str, object]] = ExpiringMap(cache_size, clock)
+        # Verified access tokens by hash, so the bearer check costs no database trip.
+        self._verified: OrderedDict[str, _Verified] = OrderedDict()
+        self._cache_size = cache_size
+
+    # -- /token ------------------------------------------------------------
+
+    async def client(self, form: Mapping[str, str]) -> Client:
+        """The calling public client (RFC 6749 section 3.2.1: ``client_id`` in the form).
+
+        Raises:
+            OAuthError: 401 ``invalid_client`` for an unknown client, so that clients
+                such as Claude register again.
+        """
+        client_id = form.get("client_id", "")
+        client = await self._store.load_client(client_id) if client_id else None
+        if client is None:
+            raise OAuthError("invalid_client", "Unknown client; register again.", status=401)
+        return client
+
+    def _check_resource(self, form: Mapping[str, str], bound: str) -> None:
+        resource = form.get("resource")
+        if resource is not None and not same_resource(resource, bound):
+            raise OAuthError("invalid_target", f"The only resource is {self._config.resource}.")
+
+    async def exchange_code(self, client: Client, form: Mapping[str, str]) -> dict[str, object]:
+        """authorization_code grant, PKCE S256 (RFC 6749 4.1.3, RFC 7636 4.6).
+
+        Raises:
+            OAuthError: ``invalid_grant``, ``invalid_request`` or ``invalid_target``.
+        """
+        code = form.get("code", "")
+        code_hash = self._hasher.digest(code)
+        grant = self._codes.get(code_hash) if self._hasher.kind_of(code) == "code" else None
+        if grant is None:
+            raise OAuthError("invalid_grant", "The code is unknown or has expired.")
+        # A replay with the wrong client or verifier proves nothing about the first
+        # redemption: refuse it, revoke nothing (checklist item 30).
+        if grant.client_id != client.client_id:
+            raise OAuthError("invalid_grant", "The code was issued to another client.")
+        redirect_uri = form.get("redirect_uri")
+        if grant.redirect_uri_given and redirect_uri != grant.redirect_uri:
+            raise OAuthError(
+                "invalid_grant", "redirect_uri differs from the authorization request."
+            )
+        if not verifier_matches(form.get("code_verifier", ""), grant.code_challenge):
+            raise OAuthError(
+                "invalid_grant", "The PKCE code_verifier does not match the challenge."
+            )
+        self._check_resource(form, grant.resource)
+        if grant.redeemed_grant is not None or grant.redeeming:
+            # RFC 6749 4.1.2 / OAuth 2.1 4.1.3: a second redemption revokes what the first issued.
+            if grant.redeemed_grant is not None:
+                await self.revoke_grant(grant.redeemed_grant)
+            log.warning("oauth.code_replayed", client_id=client.client_id)
+            raise OAuthError("invalid_grant", "The code was already used; its tokens are revoked.")
+        grant.redeeming = True  # set before any await: concurrent redemptions see it
+        new = Grant(
+            grant_id=secrets.token_urlsafe(18),
+            client_id=client.client_id,
+            sandbox_key=grant.sandbox_key,
+            resource=grant.resource,
+            scopes=grant.scopes,
+            created_at=self._clock(),
+        )
+        answer, records = self._issue(new)
+        await self._store.create_grant(new, records)
+        grant.redeemed_grant = new.grant_id
+        log.info("oauth.code_exchanged", client_id=client.client_id)
+        return answer
+
+    async def refresh(self, client: Client, form: Mapping[str, str]) -> dict[str, object]:
+        """refresh_token grant with rotation and reuse detection (OAuth 2.1 4.3.1).
+
+        Raises:
+            OAuthError: ``invalid_grant``, ``invalid_scope`` or ``invalid_target``.
+        """
+        token = form.get("refresh_token", "")
+        token_hash = self._hasher.digest(token)
+        found = (
+            await self._store.load_token(token_hash)
+            if self._hasher.kind_of(token) == "rt"
+            else None
+        )
+        if found is None:
+            raise OAuthError("invalid_grant", "The refresh token is unknown.")
+        record, grant = found
+        now = self._clock()
+        if record.role != "refresh" or grant.revoked_at is not None or record.expires_at <= now:
+            raise OAuthError(
+                "invalid_grant", "The refresh token is no longer valid; sign in again."
+            )
+        if grant.client_id != client.client_id:
+            raise OAuthError("invalid_grant", "The refresh token was issued to another client.")
+        self._check_resource(form, grant.resource)
+        scope = form.get("scope")
+        if scope is not None and not set(scope.split()) <= set(grant.scopes):
+            raise OAuthError("invalid_scope", "A refresh can only keep or narrow the scope.")
+        if record.rotated_at is None:
+            answer, records = self._issue(grant)
+            if await self._store.rotate(token_hash, now, records):
+                self._recent.put(token_hash, answer, now + self._config.refresh_grace_s)
+                return answer
+            record = TokenRecord(
+                record.token_hash, record.grant_id, "refresh", record.expires_at, now
+            )
+        assert record.rotated_at is not None
+        if now - record.rotated_at <= self._config.refresh_grace_s:
+            # Claude refreshes concurrently (fastmcp#4264): within the grace window the old
+            # token gets the pair its rotation produced, and the family does not fork.
+            recent = self._recent.get(token_hash)
+            if recent is not None:
+                return recent
+            raise OAuthError(
+                "invalid_grant", "The refresh token was just replaced; use the new one."
+            )
+        await self.revoke_grant(grant.grant_id)
+        log.warning("oauth.refresh_reused", client_id=client.client_id)
+        raise OAuthError("invalid_grant", "The refresh token was reused; the sign-in is revoked.")
+
+    def _issue(self, grant: Grant) -> tuple[dict[str, object], list[TokenRecord]]:
+        access, refresh = self._hasher.mint("at"), self._hasher.mint("rt")
+        now = self._clock()
+        records = [
+            TokenRecord(
+                self._hasher.digest(access),
+                grant.grant_id,
+                "access",
+                now + self._config.access_ttl_s,
+            ),
+            TokenRecord(
+                self._hasher.digest(refresh),
+                grant.grant_id,
+                "refresh",
+                now + self._config.refresh_ttl_s,
+            ),
+        ]
+        answer: dict[str, object] = {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": self._config.access_ttl_s,
+            "refresh_token": refresh,
+            "scope": " ".join(grant.scopes),
+        }
+        return answer, records
+
+    # -- /revoke -----------------------------------------------------------
+
+    async def revoke(self, client: Client, token: str) -> None:
+        """RFC 7009: a refresh token revokes its whole grant, an access token itself.
+
+        Unknown tokens and other clients' tokens are ignored (answered 200 all the
+        same, section 2.2), so the endpoint reveals nothing.
+        """
+        token_hash = self._hasher.digest(token)
+        found = await self._store.load_token(token_hash)
+        if found is None:
+            return
+        record, grant = found
+        if grant.client_id != client.client_id:
+            return
+        if record.role == "refresh":
+            await self.revoke_grant(grant.grant_id)
+        else:
+            await self._store.delete_token(token_hash)
+            self._verified.pop(token_hash, None)
+
+    async def revoke_grant(self, grant_id: str) -> None:
+        await self._store.revoke_grant(grant_id, self._clock())
+        for key in [k for k, v in self._verified.items() if v.grant_id == grant_id]:
+            del self._verified[key]
+
+    # -- the bearer check ----------------------------------------------------
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The access token behind a bearer string, or None (unknown, expired, revoked,
+        not an access token, or bound to another resource)."""
+        if self._hasher.kind_of(token) != "at":
+            return None  # refresh tokens, codes and foreign tokens are never bearer credentials
+        token_hash = self._hasher.digest(token)
+        now = self._clock()
+        cached = self._verified.get(token_hash)
+        if cached is not None:
+            if cached.expires_at > now:
+                return cached.access
+            del self._verified[token_hash]
+            return None
+        found = await self._store.load_token(token_hash)
+        if found is None:
+            return None
+        record, grant = found
+        if record.role != "access" or record.expires_at <= now or grant.revoked_at is not None:
+            return None
+        if not same_resource(grant.resource, self._config.resource):
+            return None
+        access = AccessToken(
+            token=token,
+            client_id=grant.client_id,
+            scopes=list(grant.scopes),
+            expires_at=int(record.expires_at),
+            resource=grant.resource,
+            subject=grant.sandbox_key,
+        )
+        self._verified[token_hash] = _Verified(access, grant.grant_id, record.expires_at)
+        if len(self._verified) > self._cache_size:
+            self._verified.popitem(last=False)
+        return access

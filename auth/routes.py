@@ -1,0 +1,47 @@
+"""``create_auth_routes``: the authorization server's endpoints, wired from their parts."""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from auth.config import AuthConfig
+from auth.grants import TokenService
+from auth.handlers.authorize import AuthorizeHandler
+from auth.handlers.metadata import (
+    AuthorizationServerMetadataHandler,
+    ProtectedResourceMetadataHandler,
+)
+from auth.handlers.register import RegistrationHandler
+from auth.handlers.revoke import RevocationHandler
+from auth.handlers.token import TokenHandler
+from auth.ratelimit import RateLimiter
+from auth.registration import Registrar
+from auth.signin import SigninFlow
+
+
+def create_auth_routes(
+    config: AuthConfig,
+    registrar: Registrar,
+    flow: SigninFlow,
+    tokens: TokenService,
+    *,
+    ask_email: bool,
+) -> list[Route]:
+    as_metadata = AuthorizationServerMetadataHandler(config)
+    pr_metadata = ProtectedResourceMetadataHandler(config)
+    authorize = AuthorizeHandler(
+        config,
+        flow,
+        RateLimiter(config.signins_per_address_per_minute, 60),
+        ask_email=ask_email,
+    )
+    register = RegistrationHandler(registrar, RateLimiter(config.registrations_per_minute, 60))
+    return [
+        Route("/.well-known/oauth-authorization-server", as_metadata.handle, methods=["GET"]),
+        Route("/.well-known/oauth-protected-resource", pr_metadata.handle, methods=["GET"]),
+        Route("/.well-known/oauth-protected-resource/mcp", pr_metadata.handle, methods=["GET"]),
+        Route("/register", register.handle, methods=["POST"]),
+        Route("/authorize", authorize.handle, methods=["GET", "POST"]),
+        Route("/token", TokenHandler(tokens).handle, methods=["POST"]),
+        Route("/revoke", RevocationHandler(tokens).handle, methods=["POST"]),
+    ]

@@ -1,0 +1,229 @@
+"""``/authorize``: check the request, show the one-button page, and on the press mint a code.
+
+Errors that concern the client or its redirect URI are shown on a local page
+and never redirected (RFC 6749 section 4.1.2.1, an open redirector otherwise);
+every other error goes back to the client as a 303 redirect carrying
+``error``, ``state`` and ``iss`` (RFC 9207).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
+
+from auth.config import SCOPE, AuthConfig
+from auth.pending import CodeGrant, ExpiringMap, PendingSignin, new_id
+from auth.pkce import is_valid_challenge
+from auth.redirects import matches
+from auth.store import AuthStore
+from auth.tokens import TokenHasher
+
+EmailHook = Callable[[str, str], bool]
+
+
+class LocalError(Exception):
+    """Shown to the person in the browser; nothing is redirected."""
+
+    def __init__(self, title: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.title = title
+        self.message = message
+        self.status = status
+
+
+class RedirectError(Exception):
+    """Sent back to the client at its (verified) redirect URI."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+@dataclass(frozen=True)
+class Approval:
+    location: str
+    new_sandbox: bool
+
+
+def same_resource(given: str, ours: str) -> bool:
+    """RFC 8707 / RFC 3986: scheme and host compare case-insensitively; a trailing slash aside."""
+    try:
+        a, b = urlsplit(given), urlsplit(ours)
+    except ValueError:
+        return False
+    return (
+        a.scheme.lower() == b.scheme.lower()
+        and a.netloc.lower() == b.netloc.lower()
+        and a.path.rstrip("/") == b.path.rstrip("/")
+        and not a.query
+        and not a.fragment
+    )
+
+
+class SigninFlow:
+    def __init__(
+        self,
+        config: AuthConfig,
+        store: AuthStore,
+        hasher: TokenHasher,
+        codes: ExpiringMap[CodeGrant],
+        *,
+        remember_email: EmailHook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._hasher = hasher
+        self._codes = codes
+        self._pending: ExpiringMap[PendingSignin] = ExpiringMap(config.max_pending_signins, clock)
+        self._remember_email = remember_email
+        self._clock = clock
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def redirect(self, redirect_uri: str, params: Mapping[str, str | None]) -> str:
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        return f"{redirect_uri}{'&' if '?' in redirect_uri else '?'}{query}"
+
+    def _error(self, uri: str, state: str | None, error: str, description: str) -> RedirectError:
+        return RedirectError(
+            self.redirect(
+                uri,
+                {
+                    "error": error,
+                    "error_description": description,
+                    "state": state,
+                    "iss": self._config.issuer,
+                },
+            )
+        )
+
+    async def start(self, params: Mapping[str, str]) -> PendingSignin:
+        """Validate an authorization request and remember it until the button is pressed.
+
+        Raises:
+            LocalError: unknown client, bad redirect URI, or too many pending sign-ins.
+            RedirectError: any other problem, told to the client.
+        """
+        client_id = params.get("client_id", "")
+        client = await self._store.load_client(client_id) if client_id else None
+        if client is None:
+            raise LocalError(
+                "Unknown application",
+                "The application that sent you here is not registered with this server. "
+                "Go back to it and connect again.",
+            )
+        given_uri = params.get("redirect_uri")
+        if given_uri is None and len(client.redirect_uris) == 1:
+            redirect_uri = client.redirect_uris[0]
+        elif given_uri is not None and matches(given_uri, client.redirect_uris):
+            redirect_uri = given_uri
+        else:
+            raise LocalError(
+                "Unexpected return address",
+                "The address this sign-in would return you to is not one the application "
+                "registered, so it was not used. Go back to the application and connect again.",
+            )
+        state = params.get("state")
+        if params.get("response_type") != "code":
+            raise self._error(
+                redirect_uri, state, "unsupported_response_type", "Use response_type=code."
+            )
+        method = params.get("code_challenge_method")
+        challenge = params.get("code_challenge", "")
+        if method != "S256" or not is_valid_challenge(challenge):
+            raise self._error(
+                redirect_uri,
+                state,
+                "invalid_request",
+                "PKCE is required: send code_challenge with code_challenge_method=S256.",
+            )
+        resource = params.get("resource")
+        if resource is not None and not same_resource(resource, self._config.resource):
+            raise self._error(
+                redirect_uri,
+                state,
+                "invalid_target",
+                f"The only resource is {self._config.resource}.",
+            )
+        requested = set((params.get("scope") or SCOPE).split())
+        if requested - {SCOPE}:
+            raise self._error(redirect_uri, state, "invalid_scope", f"The only scope is {SCOPE!r}.")
+        if not self._pending.has_room():
+            raise LocalError(
+                "Too many sign-ins",
+                "Too many sign-ins are in progress right now. Wait a minute and try again.",
+                status=503,
+            )
+        pending = PendingSignin(
+            tx=new_id(),
+            csrf=new_id(),
+            client_id=client.client_id,
+            client_name=client.client_name,
+            redirect_uri=redirect_uri,
+            redirect_uri_given=given_uri is not None,
+            state=state,
+            code_challenge=challenge,
+            resource=self._config.resource,
+            scopes=(SCOPE,),
+            expires_at=self._clock() + self._config.signin_ttl_s,
+        )
+        self._pending.put(pending.tx, pending, pending.expires_at)
+        return pending
+
+    def approve(self, tx: str, csrf_form: str, csrf_cookie: str, email: str) -> Approval:
+        """The button was pressed: create a sandbox key and send the browser back with a code.
+
+        Raises:
+            LocalError: expired or unknown sign-in (400), CSRF mismatch (403), no room (503).
+        """
+        pending = self._pending.get(tx)
+        if pending is None:
+            raise LocalError(
+                "This sign-in has expired",
+                "Sign-in pages are valid for 10 minutes and once only. Go back to the "
+                "application and connect again.",
+            )
+        if not (
+            csrf_form
+            and csrf_cookie
+            and hmac.compare_digest(csrf_form, pending.csrf)
+            and hmac.compare_digest(csrf_cookie, pending.csrf)
+        ):
+            raise LocalError(
+                "Sign-in refused",
+                "This form was not sent from the sign-in page it belongs to. Go back to the "
+                "application and connect again.",
+                status=403,
+            )
+        if pending.location is not None:
+            # A double press (claude-ai-mcp#562): the same answer, not a second sandbox.
+            return Approval(pending.location, new_sandbox=False)
+        if not self._codes.has_room():
+            raise LocalError("Busy", "The server is busy; try again in a minute.", status=503)
+        sandbox_key = secrets.token_urlsafe(32)  # 256 bits
+        code = self._hasher.mint("code")
+        now = self._clock()
+        grant = CodeGrant(
+            client_id=pending.client_id,
+            redirect_uri=pending.redirect_uri,
+            redirect_uri_given=pending.redirect_uri_given,
+            code_challenge=pending.code_challenge,
+            resource=pending.resource,
+            scopes=pending.scopes,
+            sandbox_key=sandbox_key,
+            expires_at=now + self._config.code_ttl_s,
+        )
+        self._codes.put(self._hasher.digest(code), grant, grant.expires_at)
+        if email and self._remember_email is not None:
+            self._remember_email(sandbox_key, email)
+        pending.location = self.redirect(
+            pending.redirect_uri, {"code": code, "state": pending.state, "iss": self._config.issuer}
+        )
+        return Approval(pending.location, new_sandbox=True)

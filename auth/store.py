@@ -1,0 +1,87 @@
+"""The authorization server's persistence seam: clients, grants and hashed tokens.
+
+A *grant* is one completed sign-in: it names the sandbox key and the client,
+and every access and refresh token descends from it (the token "family").
+Revoking a grant kills the whole family. The production implementation is
+``app.auth_store.SqlAuthStore`` (``auth`` never imports ``app``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+TokenRole = Literal["access", "refresh"]
+
+
+@dataclass(frozen=True)
+class Client:
+    client_id: str
+    client_name: str | None
+    redirect_uris: tuple[str, ...]
+    created_at: float
+    last_grant_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Grant:
+    grant_id: str
+    client_id: str
+    sandbox_key: str
+    resource: str
+    scopes: tuple[str, ...]
+    created_at: float
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A token, known only by its keyed hash."""
+
+    token_hash: str
+    grant_id: str
+    role: TokenRole
+    expires_at: float
+    rotated_at: float | None = None  # refresh tokens: when a successor replaced it
+
+
+class AuthStore(Protocol):
+    async def save_client(self, client: Client) -> None:
+        """Store a newly registered client."""
+        ...
+
+    async def load_client(self, client_id: str) -> Client | None:
+        """The client, or None if it never registered or was removed."""
+        ...
+
+    async def delete_stale_clients(self, created_before: float) -> int:
+        """Remove clients created before then that never completed a grant; returns how many."""
+        ...
+
+    async def create_grant(self, grant: Grant, tokens: list[TokenRecord]) -> None:
+        """Store a new grant with its first tokens, and mark its client as used (atomic)."""
+        ...
+
+    async def load_token(self, token_hash: str) -> tuple[TokenRecord, Grant] | None:
+        """The token and its grant, or None for an unknown hash."""
+        ...
+
+    async def rotate(self, old_hash: str, rotated_at: float, new_tokens: list[TokenRecord]) -> bool:
+        """Mark a refresh token rotated and store its successors, atomically.
+
+        Returns False (and stores nothing) if the token was already rotated:
+        two concurrent refreshes must not fork the family.
+        """
+        ...
+
+    async def revoke_grant(self, grant_id: str, revoked_at: float) -> None:
+        """Revoke a grant: every token of its family stops working."""
+        ...
+
+    async def delete_token(self, token_hash: str) -> None:
+        """Forget one token (RFC 7009 revocation of an access token)."""
+        ...
+
+    async def delete_expired(self, now: float) -> int:
+        """Remove expired tokens (and revoked grants with no tokens left); returns how many."""
+        ...
