@@ -1,0 +1,202 @@
+"""The copy loop of a snapshot: descriptor-relative, never following a link.
+
+Every entry is opened relative to its parent's descriptor with O_NOFOLLOW, so
+a link met in the project (or swapped in while copying) is never traversed:
+it is recreated as a link when its target stays inside the project, and left
+out otherwise. Special files are left out without being opened for I/O.
+Content moves with copy_file_range(2) (in-kernel, no userspace buffer), or
+sendfile(2) where the two trees are on file systems that refuse it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import stat
+from dataclasses import dataclass, field
+
+from jail._oserrors import translate
+from jail._snapshot_rules import SnapshotFilter, Verdict
+
+MAX_DEPTH = 256
+MAX_LISTED_SECRETS = 200
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_SRC_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_O_DST_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NOATIME keeps the copy from touching the host's access times; it is only
+# allowed on files we own (EPERM otherwise), where we retry without it.
+_O_NOATIME = getattr(os, "O_NOATIME", 0)
+# An entry that vanished or changed type (e.g. became a link) while we copied.
+_CHANGED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+_NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+@dataclass
+class Tally:
+    """Running counts of one copy."""
+
+    files_copied: int = 0
+    bytes_copied: int = 0
+    dirs_created: int = 0
+    links_copied: int = 0
+    secrets_skipped: int = 0
+    build_skipped: int = 0
+    excluded_skipped: int = 0
+    links_skipped: int = 0
+    special_skipped: int = 0
+    unreadable_skipped: int = 0
+    too_deep_skipped: int = 0
+    secret_paths: list[str] = field(default_factory=list)
+
+
+class Copier:
+    """Copies one open folder into another, applying ``rules``.
+
+    ``skip`` holds (st_dev, st_ino) of folders never to enter, such as the
+    destination itself when it lies inside the project.
+    """
+
+    def __init__(self, rules: SnapshotFilter, *, skip: frozenset[tuple[int, int]]) -> None:
+        self._rules = rules
+        self._skip = skip
+        self.tally = Tally()
+
+    def copy_tree(self, src_fd: int, dst_fd: int) -> Tally:
+        self._copy_dir(src_fd, dst_fd, "", 0)
+        return self.tally
+
+    def _copy_dir(self, src_fd: int, dst_fd: int, folder: str, depth: int) -> None:
+        with os.scandir(src_fd) as listing:
+            entries = list(listing)
+        for entry in entries:
+            path = f"{folder}/{entry.name}" if folder else entry.name
+            try:
+                self._copy_entry(src_fd, dst_fd, entry, path, depth)
+            except PermissionError:
+                self.tally.unreadable_skipped += 1
+            except OSError as exc:
+                if exc.errno not in _CHANGED:
+                    raise translate(exc, path) from exc
+
+    def _copy_entry(
+        self, src_fd: int, dst_fd: int, entry: os.DirEntry[str], path: str, depth: int
+    ) -> None:
+        st = entry.stat(follow_symlinks=False)  # fstatat(src_fd, name, AT_SYMLINK_NOFOLLOW)
+        verdict = self._rules.classify(path, is_dir=stat.S_ISDIR(st.st_mode))
+        if verdict != "copy":
+            self._count_skip(verdict, path)
+        elif stat.S_ISDIR(st.st_mode):
+            self._copy_subdir(src_fd, dst_fd, entry.name, st, path, depth)
+        elif stat.S_ISREG(st.st_mode):
+            self._copy_file(src_fd, dst_fd, entry.name)
+        elif stat.S_ISLNK(st.st_mode):
+            self._copy_link(src_fd, dst_fd, entry.name, path)
+        else:
+            self.tally.special_skipped += 1
+
+    def _count_skip(self, verdict: Verdict, path: str) -> None:
+        if verdict == "secret":
+            self.tally.secrets_skipped += 1
+            if len(self.tally.secret_paths) < MAX_LISTED_SECRETS:
+                self.tally.secret_paths.append(path)
+        elif verdict == "build":
+            self.tally.build_skipped += 1
+        else:
+            self.tally.excluded_skipped += 1
+
+    def _copy_subdir(
+        self, src_fd: int, dst_fd: int, name: str, st: os.stat_result, path: str, depth: int
+    ) -> None:
+        if (st.st_dev, st.st_ino) in self._skip:
+            return
+        if depth >= MAX_DEPTH:
+            self.tally.too_deep_skipped += 1
+            return
+        src = os.open(name, _O_DIR, dir_fd=src_fd)
+        try:
+            if not os.path.samestat(os.fstat(src), st):
+                return  # replaced since it was listed
+            os.mkdir(name, 0o700, dir_fd=dst_fd)
+            dst = os.open(name, _O_DIR, dir_fd=dst_fd)
+            try:
+                self.tally.dirs_created += 1
+                self._copy_dir(src, dst, path, depth + 1)
+                # Set last: adding entries would bump the mtime, a 0o555 mode block them.
+                os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
+                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+
+    def _copy_file(self, src_fd: int, dst_fd: int, name: str) -> None:
+        src = _open_source_file(src_fd, name)
+        try:
+            st = os.fstat(src)
+            if not stat.S_ISREG(st.st_mode):
+                self.tally.special_skipped += 1  # swapped for a FIFO or device
+                return
+            dst = os.open(name, _O_DST_FILE, 0o600, dir_fd=dst_fd)
+            try:
+                self.tally.bytes_copied += _transfer(src, dst, st.st_size)
+                # Permission bits without setuid/setgid/sticky; mtimes keep make & co. honest.
+                os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
+                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            finally:
+                os.close(dst)
+            self.tally.files_copied += 1
+        finally:
+            os.close(src)
+
+    def _copy_link(self, src_fd: int, dst_fd: int, name: str, path: str) -> None:
+        target = os.readlink(name, dir_fd=src_fd)
+        if _stays_inside(posixpath.dirname(path), target):
+            os.symlink(target, name, dir_fd=dst_fd)
+            self.tally.links_copied += 1
+        else:
+            self.tally.links_skipped += 1
+
+
+def _stays_inside(folder: str, target: str) -> bool:
+    """Whether a link in ``folder`` with ``target`` names something in the project.
+
+    Lexical, which is exact here: ``folder`` is a real path (the copy never
+    descends through links). Only the link text is copied, never what it
+    points at, and in the sandbox the jail judges it again at every use.
+    """
+    if not target or target.startswith("/"):
+        return False
+    resolved = posixpath.normpath(posixpath.join(folder, target))
+    return resolved != ".." and not resolved.startswith("../")
+
+
+def _open_source_file(dir_fd: int, name: str) -> int:
+    try:
+        return os.open(name, _O_SRC_FILE | _O_NOATIME, dir_fd=dir_fd)
+    except PermissionError as exc:
+        if exc.errno != errno.EPERM or not _O_NOATIME:
+            raise
+    return os.open(name, _O_SRC_FILE, dir_fd=dir_fd)
+
+
+def _transfer(src: int, dst: int, size: int) -> int:
+    """Copy ``size`` bytes (fewer if the file shrank); later growth is not copied."""
+    copied = 0
+    use_copy_range = True
+    while copied < size:
+        if use_copy_range:
+            try:
+                sent = os.copy_file_range(src, dst, size - copied)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_RANGE:
+                    raise
+                use_copy_range = False
+                continue
+        else:
+            sent = os.sendfile(dst, src, None, size - copied)
+        if sent == 0:
+            break
+        copied += sent
+    return copied

@@ -1,0 +1,196 @@
+"""Snapshot copy: bring a host project into a sandbox folder (local mode only).
+
+The copy holds no secret and nothing from outside the project: secret files
+and folders are never copied whatever the configuration, links that leave the
+project are not followed (nor copied), build output is skipped unless asked
+for. The host tree is only read; access times are spared where the kernel
+allows (O_NOATIME).
+
+The source is resolved (every link followed) before it is judged, and the
+opened descriptor is judged again by identity, so neither a link nor a rename
+can launder a refused place: ``/``, the home folder or any folder above it,
+kernel pseudo-filesystems, and credential folders such as ``~/.ssh``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pwd
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from jail._copier import Copier
+from jail._oserrors import translate
+from jail._snapshot_rules import SECRET_DIR_NAMES, SnapshotFilter
+from jail.errors import JailError
+
+__all__ = ["SnapshotReport", "snapshot_copy"]
+
+logger = structlog.get_logger(__name__)
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_PSEUDO_FILESYSTEMS = ("proc", "sys", "dev")
+
+
+@dataclass(frozen=True)
+class SnapshotReport:
+    """What a snapshot copy did. Paths are project-relative."""
+
+    files_copied: int
+    bytes_copied: int
+    dirs_created: int
+    links_copied: int
+    secrets_skipped: int
+    build_skipped: int
+    excluded_skipped: int
+    links_skipped: int
+    special_skipped: int
+    unreadable_skipped: int
+    too_deep_skipped: int
+    secret_paths: tuple[str, ...]
+    seconds: float
+
+
+def snapshot_copy(
+    source: Path,
+    dest: Path,
+    *,
+    extra_excludes: Sequence[str] = (),
+    include_build_output: bool = False,
+    home: Path | None = None,
+) -> SnapshotReport:
+    """Copy the host project ``source`` into ``dest``, an existing empty folder.
+
+    Args:
+        source: the host project folder (any links in it are resolved first).
+        dest: the sandbox folder, created empty by the server. On error it may
+            hold a partial copy; the caller empties it.
+        extra_excludes: glob patterns to leave out (see ``SnapshotFilter``).
+        include_build_output: copy node_modules, dist, target, .venv, ... too.
+        home: the home folder to refuse; defaults to ``$HOME`` and the
+            account's home from the password database.
+
+    Raises:
+        JailError: PROJECT_PATH_REFUSED, NOT_FOUND, NOT_A_DIRECTORY,
+            DIRECTORY_NOT_EMPTY, INVALID_EXCLUDE_PATTERN, NO_SPACE, ...
+    """
+    started = time.perf_counter()
+    rules = SnapshotFilter(tuple(extra_excludes), include_build_output=include_build_output)
+    src_fd = _open_source(Path(source), home)
+    try:
+        dst_fd = _open_dest(Path(dest))
+        try:
+            dst = os.fstat(dst_fd)
+            tally = Copier(rules, skip=frozenset({(dst.st_dev, dst.st_ino)})).copy_tree(
+                src_fd, dst_fd
+            )
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    report = SnapshotReport(
+        files_copied=tally.files_copied,
+        bytes_copied=tally.bytes_copied,
+        dirs_created=tally.dirs_created,
+        links_copied=tally.links_copied,
+        secrets_skipped=tally.secrets_skipped,
+        build_skipped=tally.build_skipped,
+        excluded_skipped=tally.excluded_skipped,
+        links_skipped=tally.links_skipped,
+        special_skipped=tally.special_skipped,
+        unreadable_skipped=tally.unreadable_skipped,
+        too_deep_skipped=tally.too_deep_skipped,
+        secret_paths=tuple(tally.secret_paths),
+        seconds=time.perf_counter() - started,
+    )
+    logger.info(
+        "jail.snapshot_copied",
+        files=report.files_copied,
+        bytes=report.bytes_copied,
+        secrets_skipped=report.secrets_skipped,
+        build_skipped=report.build_skipped,
+        links_skipped=report.links_skipped,
+        seconds=round(report.seconds, 3),
+    )
+    return report
+
+
+def _open_source(source: Path, home: Path | None) -> int:
+    try:
+        resolved = source.resolve(strict=True)
+    except FileNotFoundError:
+        raise JailError(
+            "NOT_FOUND", "The project folder does not exist; pass an existing folder."
+        ) from None
+    except (OSError, RuntimeError):
+        raise _refused("its path cannot be resolved (a link loop, or no permission)") from None
+    homes = _homes(home)
+    if resolved == Path("/") or any(resolved == h or resolved in h.parents for h in homes):
+        raise _refused("it is / or your home folder (or a folder above it)")
+    if resolved.parts[1:2] and resolved.parts[1] in _PSEUDO_FILESYSTEMS:
+        raise _refused("it is part of a kernel pseudo-filesystem")
+    if any(part.lower() in SECRET_DIR_NAMES for part in resolved.parts):
+        raise _refused("it lies in a credentials folder such as .ssh or .aws")
+    try:
+        fd = os.open(resolved, _O_DIR | os.O_NOFOLLOW)
+    except NotADirectoryError:
+        raise JailError("NOT_A_DIRECTORY", "The project path is not a folder.") from None
+    except OSError as exc:
+        reason = errno.errorcode.get(exc.errno or 0, "unknown error")
+        raise _refused(f"it cannot be opened ({reason})") from None
+    # resolve() and open() are two steps; compare identities so a rename in
+    # between cannot slip a refused folder in under an innocent name.
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) in _refused_identities(homes):
+        os.close(fd)
+        raise _refused("it is / or your home folder (or a folder above it)")
+    return fd
+
+
+def _open_dest(dest: Path) -> int:
+    try:
+        fd = os.open(dest, _O_DIR)
+    except FileNotFoundError:
+        raise JailError("NOT_FOUND", "The sandbox folder for the snapshot is missing.") from None
+    except OSError as exc:
+        raise translate(exc, ".") from None
+    with os.scandir(fd) as listing:
+        empty = next(listing, None) is None
+    if not empty:
+        os.close(fd)
+        raise JailError("DIRECTORY_NOT_EMPTY", "The sandbox folder for the snapshot is not empty.")
+    return fd
+
+
+def _homes(home: Path | None) -> list[Path]:
+    if home is not None:
+        return [home.resolve()]
+    homes = [Path.home().resolve()]
+    # A container's arbitrary uid may have no password entry: $HOME only, then.
+    with contextlib.suppress(KeyError):
+        homes.append(Path(pwd.getpwuid(os.getuid()).pw_dir).resolve())
+    return homes
+
+
+def _refused_identities(homes: list[Path]) -> set[tuple[int, int]]:
+    identities = set()
+    for place in {Path("/"), *homes, *(p for h in homes for p in h.parents)}:
+        try:
+            st = os.stat(place)
+        except OSError:
+            continue
+        identities.add((st.st_dev, st.st_ino))
+    return identities
+
+
+def _refused(reason: str) -> JailError:
+    return JailError(
+        "PROJECT_PATH_REFUSED",
+        f"The project folder was refused because {reason}; pass the project's own folder.",
+    )
