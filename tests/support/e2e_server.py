@@ -37,9 +37,16 @@ class RunningServer:
         return self.log_path.with_suffix(".stdout").read_text(errors="replace")
 
 
-def start_server(state_dir: Path, **env: str) -> RunningServer:
-    port = free_port()
-    log_path = state_dir.parent / f"server-{port}.log"
+PROBE_APP = Path(__file__).with_name("probe_app.py")
+
+
+def start_server(
+    state_dir: Path, *, probe: bool = False, port: int | None = None, **env: str
+) -> RunningServer:
+    """Start ``python -m app serve`` (or, with ``probe``, the server plus a slot-taking
+    probe tool) and wait until /health answers."""
+    port = port or free_port()
+    log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"
     environment = {
         **os.environ,
         "SANDBOX_MCP_STATE_DIR": str(state_dir),
@@ -49,7 +56,10 @@ def start_server(state_dir: Path, **env: str) -> RunningServer:
     }
     with log_path.open("wb") as log, log_path.with_suffix(".stdout").open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve"], env=environment, stdout=out, stderr=log
+            [sys.executable, str(PROBE_APP)] if probe else [sys.executable, "-m", "app", "serve"],
+            env=environment,
+            stdout=out,
+            stderr=log,
         )
     server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
     deadline = time.monotonic() + 30

@@ -1,0 +1,138 @@
+"""The slot pool through the MCP tools over HTTP: leases, the queue, the watchdog, kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from oauth_browser import ManualClient, call_tool
+
+pytestmark = pytest.mark.e2e
+
+ENV = {
+    "SANDBOX_MCP_AUTH": "oauth",
+    "SANDBOX_MCP_POOL_SIZE": "2",
+    "SANDBOX_MCP_IDLE_TIMEOUT_S": "20",
+    "SANDBOX_MCP_QUEUE_WAIT_S": "0",
+    "SANDBOX_MCP_SIGNINS_PER_MINUTE": "100",
+}
+
+
+async def probe(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
+) -> dict[str, Any]:
+    """Call the probe tool; returns its structured content (error results included)."""
+    response = await http.post(
+        server.mcp_url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "probe_sandbox",
+                "arguments": {"write": write},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        },
+        headers={
+            "authorization": f"Bearer {token}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "probe_sandbox",
+        },
+    )
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    return {"is_error": result.get("isError", False), **result["structuredContent"]}
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=30) as client:
+        yield client
+
+
+async def test_leases_queue_watchdog_and_a_kill_9_restart(
+    http: httpx2.AsyncClient, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    server = start_server(state, probe=True, **ENV)
+    port = urlsplit(server.base_url).port
+    try:
+        client = await ManualClient.register(http, server.base_url)
+        a, b, c, d = [(await client.tokens(http))["access_token"] for _ in range(4)]
+
+        # Listing tools and sandbox_status take no slot.
+        status = (await call_tool(http, server.base_url, a)).json()["result"]["structuredContent"]
+        assert status["holds_slot"] is False
+        assert status["pool_free"] == 2
+
+        held_a = await probe(http, server, a, write="a.txt")
+        held_b = await probe(http, server, b, write="b.txt")
+        assert not held_a["is_error"]
+        assert not held_b["is_error"]
+        assert held_a["slot_root"] != held_b["slot_root"]
+        assert held_a["files"] == ["a.txt"]
+        assert held_a["idle_expiry_s"] == 20
+        queued_c = await probe(http, server, c)
+        queued_d = await probe(http, server, d)
+        assert queued_c["is_error"]
+        assert queued_c["error"]["code"] == "SANDBOX_QUEUED"
+        assert (queued_c["error"]["position"], queued_d["error"]["position"]) == (1, 2)
+        assert queued_c["error"]["estimated_wait_s"] > 0
+
+        # A goes quiet. Halfway through its idle time C and D call once (keeping their
+        # places); then only B works, until the watchdog empties A and reserves its slot
+        # for C, who has not called since: a reservation waiting to be claimed.
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 10:
+            await probe(http, server, b)
+            await asyncio.sleep(2)
+        assert (await probe(http, server, c))["error"]["position"] == 1
+        assert (await probe(http, server, d))["error"]["position"] == 2
+        while time.monotonic() - quiet_since < 28:
+            await probe(http, server, b)
+            health = (await http.get(f"{server.base_url}/health")).json()["pool"]
+            if health["reserved"] == 1:
+                break
+            await asyncio.sleep(1)
+        counts = (health["busy"], health["reserved"], health["queued"], health["free"])
+        assert counts == (1, 1, 1, 0)
+
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(timeout=10)
+        server = start_server(state, probe=True, port=port, **ENV)
+
+        health = (await http.get(f"{server.base_url}/health")).json()["pool"]
+        assert (health["busy"], health["reserved"], health["queued"], health["free"]) == (
+            1,
+            1,
+            1,
+            0,
+        )
+        got_c = await probe(http, server, c)
+        assert not got_c["is_error"]
+        assert got_c["slot_root"] == held_a["slot_root"]
+        assert got_c["files"] == [], "the slot was emptied before it was handed on"
+        assert any("ready" in note for note in got_c["notes"])
+        assert not (await probe(http, server, c))["notes"], "the note is shown once"
+        still_b = await probe(http, server, b)
+        assert still_b["files"] == ["b.txt"], "B's lease and files survived kill -9"
+        assert (await probe(http, server, d))["error"]["position"] == 1
+        back_a = await probe(http, server, a)
+        assert back_a["error"]["code"] == "SANDBOX_QUEUED"
+        assert back_a["error"]["position"] == 2
+    finally:
+        stop_server(server)

@@ -1,0 +1,53 @@
+"""The real server plus one slot-taking probe tool, for end-to-end tests of the pool.
+
+Until the experiment tools exist, this is how the suite drives the slot-taking
+path over HTTP: `python tests/support/probe_app.py` behaves like `sandbox-mcp
+serve` (same settings, same wiring) with one extra tool, `probe_sandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Annotated
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from app.calls import ToolOutput, ToolRunner
+from app.main import build_app, preflight
+from app.settings import load_settings
+from jail import CallContext, Jail
+
+
+class ProbeResult(ToolOutput):
+    slot_root: str
+    files: list[str] = Field(default_factory=list)
+
+
+def register_probe(server: MCPServer, runner: ToolRunner) -> None:
+    @server.tool(description="Test probe: takes a slot, writes a file there, lists the files.")
+    async def probe_sandbox(write: str = "") -> Annotated[CallToolResult, ProbeResult]:
+        async def body(call: CallContext) -> ProbeResult:
+            assert call.slot_root is not None
+            with Jail.open(call.slot_root) as jail:
+                if write:
+                    jail.write_bytes(write, b"probe")
+                names = sorted(info.path for info in jail.list_dir("."))
+            return ProbeResult(slot_root=call.slot_root.name, files=names)
+
+        return await runner.run("probe_sandbox", body, takes_slot=True)
+
+
+def main() -> None:
+    settings = load_settings()
+    asyncio.run(preflight(settings))
+    app = build_app(settings, extra_tools=register_probe)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("SANDBOX_MCP_AUTH", "oauth")
+    main()
