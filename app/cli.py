@@ -114,7 +114,7 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
         app = root.build_app(settings)
         asyncio.run(root.preflight(settings))
         sock = _bind(settings.host, settings.port)
-    except ServiceError as exc:
+    except (ServiceError, PoolError) as exc:
         return _fail(exc.message)
     except OSError as exc:
         return _fail(
@@ -171,9 +171,7 @@ def _provision(slots: int, zfs_parent: str | None, quota: str | None, owner: str
 
     try:
         report = asyncio.run(root.provision(settings, slots, zfs_parent, quota, owner))
-    except ServiceError as exc:
-        return _fail(exc.message)
-    except PoolError as exc:
+    except (ServiceError, PoolError) as exc:
         return _fail(exc.message)
     print(json.dumps(report, indent=2))
     return EXIT_OK

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from app.auth_store import SqlAuthStore
 from app.calls import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.db import Repository, create_engine, upgrade_schema
-from app.errors import DatabaseUnavailable, ServiceError
+from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
 from app.health import HealthEndpoint, PoolStats
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
@@ -190,7 +190,11 @@ class AuthParts:
 def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> AuthParts:
     prepare_state_dir(settings)
     given = settings.token_key.get_secret_value() if settings.token_key else None
-    hasher = TokenHasher(load_or_create_key(settings.state_dir / "token-hmac.key", given))
+    key_file = settings.state_dir / "token-hmac.key"
+    try:
+        hasher = TokenHasher(load_or_create_key(key_file, given))
+    except (ValueError, OSError) as exc:
+        raise ConfigurationError(f"The token key cannot be used: {exc}") from exc
     config = AuthConfig(
         issuer=settings.effective_public_url,
         registrations_per_minute=settings.registrations_per_minute,
@@ -353,12 +357,21 @@ async def run_stdio(settings: Settings) -> None:
 
 
 async def preflight(settings: Settings) -> None:
-    """Fail before listening if the state dir or the database is unusable.
+    """Fail before listening if the state dir, the database or the slots are unusable.
 
     Raises:
         StateDirUnusable: the state dir cannot be written.
         DatabaseUnavailable: the database cannot be reached or migrated.
+        SlotsMissing: slots of the pool were never provisioned.
+        PoolError: the slot storage cannot be opened.
     """
+    await prepare_storage(settings)
+    store = await open_slot_store(settings)
+    await store.close()
+
+
+async def prepare_storage(settings: Settings) -> None:
+    """Create the state dir and bring the schema up to date."""
     prepare_state_dir(settings)
     engine = create_engine(settings.effective_database_url)
     try:
@@ -402,7 +415,7 @@ async def provision(
         StateDirUnusable, DatabaseUnavailable: as for ``preflight``.
         PoolError: provisioning failed (no pool, unknown owner, bad quota, ...).
     """
-    await preflight(settings)
+    await prepare_storage(settings)
     engine = create_engine(settings.effective_database_url)
     try:
         snapshot = await SqlPoolState(engine).load()

@@ -7,13 +7,12 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, call_tool
+from e2e_server import start_server, stop_server
+from oauth_browser import ManualClient, call_tool, probe
 
 pytestmark = pytest.mark.e2e
 
@@ -24,38 +23,6 @@ ENV = {
     "SANDBOX_MCP_QUEUE_WAIT_S": "0",
     "SANDBOX_MCP_SIGNINS_PER_MINUTE": "100",
 }
-
-
-async def probe(
-    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
-) -> dict[str, Any]:
-    """Call the probe tool; returns its structured content (error results included)."""
-    response = await http.post(
-        server.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "probe_sandbox",
-                "arguments": {"write": write},
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        },
-        headers={
-            "authorization": f"Bearer {token}",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tools/call",
-            "mcp-name": "probe_sandbox",
-        },
-    )
-    assert response.status_code == 200, response.text
-    result = response.json()["result"]
-    return {"is_error": result.get("isError", False), **result["structuredContent"]}
 
 
 @pytest.fixture

@@ -7,9 +7,11 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
+from e2e_server import RunningServer
 
 REDIRECT_URI = "http://127.0.0.1:9/callback"
 
@@ -150,3 +152,35 @@ async def call_tool(
             "mcp-name": name,
         },
     )
+
+
+async def probe(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
+) -> dict[str, Any]:
+    """Call the probe tool; returns its structured content (error results included)."""
+    response = await http.post(
+        server.mcp_url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "probe_sandbox",
+                "arguments": {"write": write},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        },
+        headers={
+            "authorization": f"Bearer {token}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "probe_sandbox",
+        },
+    )
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    return {"is_error": result.get("isError", False), **result["structuredContent"]}

@@ -1,0 +1,117 @@
+"""The service on a real ZFS (zfs-fuse, started by .ci/run): provision, refuse, lease, empty."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from e2e_server import free_port, start_server, stop_server
+from oauth_browser import ManualClient, probe
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def dataset() -> Iterator[str]:
+    parent = os.environ.get("SANDBOX_MCP_TEST_ZFS_PARENT")
+    if not parent:
+        pytest.fail(
+            "SANDBOX_MCP_TEST_ZFS_PARENT is not set: these tests need the zfs-fuse pool that "
+            ".ci/run starts (source .ci/lib/services.sh; start_zfs)."
+        )
+    name = f"{parent}/svc{uuid.uuid4().hex[:8]}"
+    yield name
+    for _ in range(5):  # a just-unmounted dataset can be "busy" once
+        if subprocess.run(["zfs", "destroy", "-r", name], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.5)
+
+
+def slot_file(dataset: str, slot: str) -> Path:
+    mountpoint = subprocess.run(
+        ["zfs", "get", "-H", "-o", "value", "mountpoint", f"{dataset}/{slot}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return Path(mountpoint) / "evidence.txt"
+
+
+def wait_until_gone(path: Path, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def cli(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SANDBOX_MCP_STATE_DIR": str(state)}
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_server_refuses_to_start_when_slots_are_missing(dataset: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    done = cli("provision", "--slots", "2", "--zfs-parent", dataset, "--quota", "100M", state=state)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["created"] == 2
+    env = {
+        **os.environ,
+        "SANDBOX_MCP_STATE_DIR": str(state),
+        "SANDBOX_MCP_SLOT_BACKEND": "zfs",
+        "SANDBOX_MCP_ZFS_PARENT": dataset,
+        "SANDBOX_MCP_POOL_SIZE": "3",
+        "SANDBOX_MCP_PORT": str(free_port()),
+    }
+    refused = subprocess.run(
+        [sys.executable, "-m", "app", "serve"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert refused.returncode == 1
+    assert "slot-002" in refused.stderr
+    assert f"sandbox-mcp provision --slots 3 --zfs-parent {dataset}" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+async def test_a_zfs_sandbox_is_leased_used_and_emptied_by_rollback(
+    dataset: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    done = cli("provision", "--slots", "2", "--zfs-parent", dataset, "--quota", "200M", state=state)
+    assert done.returncode == 0, done.stderr
+    server = start_server(
+        state,
+        probe=True,
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_SLOT_BACKEND="zfs",
+        SANDBOX_MCP_ZFS_PARENT=dataset,
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_IDLE_TIMEOUT_S="10",
+    )
+    try:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            client = await ManualClient.register(http, server.base_url)
+            token = (await client.tokens(http))["access_token"]
+            first = await probe(http, server, token, write="evidence.txt")
+            assert not first["is_error"], first
+            assert first["files"] == ["evidence.txt"]
+            evidence = await asyncio.to_thread(slot_file, dataset, first["slot_root"])
+            assert evidence.read_bytes() == b"probe"
+            # Idle past the timeout: the watchdog rolls the dataset back to @empty.
+            assert await asyncio.to_thread(wait_until_gone, evidence, 30)
+            again = await probe(http, server, token)
+            assert again["files"] == []
+            assert any("emptied" in note for note in again["notes"])
+    finally:
+        stop_server(server)
