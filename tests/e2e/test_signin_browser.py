@@ -1,0 +1,378 @@
+"""The sign-in page in a real browser: Debian's headless Chromium, driven by Playwright.
+
+The OAuth checklist (test_oauth_checklist.py) plays the browser with plain HTTP; here a
+real one loads the page, presses the button, follows the 303 to the client's redirect URI
+(a loopback server this test runs) and refuses to show the page inside another site's
+frame. The browser is /usr/bin/chromium (`apt-get install -y chromium`, which
+.ci/lib/install-packages.sh does); Playwright's own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from html import escape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from oauth_browser import pkce_pair, query_of
+from playwright.sync_api import (
+    APIResponse,
+    Browser,
+    Page,
+    Request,
+    Response,
+    Route,
+    expect,
+    sync_playwright,
+)
+from playwright.sync_api import Error as PlaywrightError
+
+pytestmark = pytest.mark.e2e
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO_ROOT / "artifacts" / "screenshots" / "signin.png"
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium keeps dialling Google's hosts, which
+# this machine's closed network refuses. Playwright gives every launch a new empty
+# user-data-dir of its own.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BUTTON = "Create my sandbox"
+CLIENT_NAME = "Browser E2E Client"
+CREATED = "oauth.sandbox_created"  # the server's log event for a new sandbox
+
+
+# -- a loopback web site the test owns ----------------------------------------------
+
+
+class LoopbackSite:
+    """An HTTP server on its own loopback port: serves `pages`, records every request path."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, str] = {"/callback": "<!doctype html><title>back</title>signed in"}
+        self.requests: list[str] = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                site.requests.append(self.path)
+                page = site.pages.get(self.path.partition("?")[0])
+                body = (page or "not found").encode()
+                self.send_response(200 if page is not None else 404)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
+        self._thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}{path}"
+
+    def callbacks(self) -> list[dict[str, str]]:
+        """The query of every request that reached /callback, in order."""
+        return [query_of(path) for path in self.requests if path.startswith("/callback?")]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def site() -> Iterator[LoopbackSite]:
+    running = LoopbackSite()
+    yield running
+    running.close()
+
+
+# -- the server, the browser, the client ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("signin-browser") / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="4",
+        SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
+        SANDBOX_MCP_SIGNINS_PER_MINUTE="1000",
+    )
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `apt-get install -y chromium` (or .ci/run)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context()  # its own cookie jar
+    yield context.new_page()
+    context.close()
+
+
+@dataclass
+class Authorization:
+    client_id: str
+    redirect_uri: str
+    state: str
+    verifier: str
+    url: str
+
+
+def authorization(server: RunningServer, redirect_uri: str) -> Authorization:
+    """Registers a public client for `redirect_uri` and builds its authorization request."""
+    registered = httpx2.post(
+        f"{server.base_url}/register",
+        json={"redirect_uris": [redirect_uri], "client_name": CLIENT_NAME},
+        timeout=30,
+    )
+    assert registered.status_code == 201, registered.text
+    client_id = registered.json()["client_id"]
+    verifier, challenge = pkce_pair()
+    # Printable ASCII that needs escaping: it must come back byte for byte.
+    state = f"st-{secrets.token_urlsafe(9)} /+=?&"
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "state": state,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "resource": server.mcp_url,
+    }
+    url = f"{server.base_url}/authorize?{urlencode(params)}"
+    return Authorization(client_id, redirect_uri, state, verifier, url)
+
+
+def exchange(server: RunningServer, auth: Authorization, code: str) -> httpx2.Response:
+    return httpx2.post(
+        f"{server.base_url}/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "code_verifier": auth.verifier,
+            "client_id": auth.client_id,
+            "redirect_uri": auth.redirect_uri,
+            "resource": server.mcp_url,
+        },
+        timeout=30,
+    )
+
+
+def assert_real_code(server: RunningServer, auth: Authorization, code: str) -> None:
+    response = exchange(server, auth, code)
+    assert response.status_code == 200, response.text
+    tokens = response.json()
+    assert tokens["token_type"] == "Bearer"
+    assert tokens["access_token"].startswith("smcp_at_")
+    assert tokens["refresh_token"].startswith("smcp_rt_")
+
+
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 800, (width, height)
+    assert height >= 400, (width, height)
+    assert len(data) > 5_000, f"{path} is only {len(data)} bytes: a blank page?"
+
+
+def wait_until(page: Page, condition: Callable[[], bool], timeout_ms: int = 5_000) -> None:
+    """Polls `condition` while letting Playwright deliver its events."""
+    for _ in range(timeout_ms // 20):
+        if condition():
+            return
+        page.wait_for_timeout(20)
+    assert condition(), "timed out"
+
+
+def lands_on(redirect_uri: str) -> Callable[[str], bool]:
+    return lambda url: url.startswith(redirect_uri + "?")
+
+
+# -- (a) the sign-in -------------------------------------------------------------------
+
+
+def test_the_button_signs_in_and_lands_on_the_callback_with_a_real_code(
+    server: RunningServer, page: Page, site: LoopbackSite
+) -> None:
+    auth = authorization(server, site.url("/callback"))
+
+    answer = page.goto(auth.url)
+    assert answer is not None
+    assert answer.status == 200
+    button = page.get_by_role("button", name=BUTTON)
+    expect(button).to_be_visible()
+    expect(page.get_by_role("heading", name="Sandbox sign-in")).to_be_visible()
+    who = page.locator("p.who")
+    expect(who).to_contain_text(CLIENT_NAME)
+    expect(who).to_contain_text("127.0.0.1")  # where the user will be sent back to
+
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SCREENSHOT, full_page=True)
+    assert_png(SCREENSHOT)
+
+    button.click()
+    page.wait_for_url(lands_on(auth.redirect_uri))
+    expect(page.get_by_text("signed in")).to_be_visible()
+
+    [query] = site.callbacks()
+    assert query == query_of(page.url)
+    assert set(query) == {"code", "state", "iss"}
+    assert query["state"] == auth.state
+    assert query["iss"] == server.base_url
+    assert_real_code(server, auth, query["code"])
+
+
+# -- (b) no framing ----------------------------------------------------------------------
+
+
+def test_another_origin_cannot_frame_the_page_but_it_loads_at_top_level(
+    server: RunningServer, page: Page, site: LoopbackSite
+) -> None:
+    auth = authorization(server, site.url("/callback"))
+    framer = LoopbackSite()  # a second port: another origin than the server and the client
+    try:
+        framer.pages["/frame"] = (
+            "<!doctype html><title>framer</title><h1>Not the sandbox server</h1>"
+            f'<iframe id="signin" src="{escape(auth.url)}" width="600" height="500"></iframe>'
+        )
+        console: list[str] = []
+        page.on("console", lambda message: console.append(message.text))
+        served: list[Response] = []
+
+        def record(response: Response) -> None:
+            if response.url.startswith(f"{server.base_url}/authorize?"):
+                served.append(response)
+
+        page.on("response", record)
+
+        page.goto(framer.url("/frame"))
+        page.wait_for_load_state("load")
+    finally:
+        framer.close()
+
+    # The server did answer the framed request, with the headers that forbid framing ...
+    [framed] = served
+    assert framed.status == 200
+    assert framed.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in framed.headers["content-security-policy"]
+    # ... and Chromium put its error page in the frame instead of the sign-in page.
+    [frame] = [frame for frame in page.frames if frame is not page.main_frame]
+    assert frame.url.startswith("chrome-error://"), frame.url
+    assert frame.get_by_role("button").count() == 0
+    assert BUTTON not in frame.content()
+    wait_until(page, lambda: any("frame-ancestors" in text for text in console))
+
+    # The same URL, at top level, is the sign-in page.
+    answer = page.goto(auth.url)
+    assert answer is not None
+    assert answer.status == 200
+    expect(page.get_by_role("button", name=BUTTON)).to_be_visible()
+    assert site.callbacks() == []
+
+
+# -- (c) double submits ------------------------------------------------------------------
+
+
+def test_a_double_click_lands_once_with_one_sandbox(
+    server: RunningServer, page: Page, site: LoopbackSite
+) -> None:
+    auth = authorization(server, site.url("/callback"))
+    created_before = server.log().count(CREATED)
+    page.goto(auth.url)
+    posts: list[Request] = []
+    page.on("request", lambda request: posts.append(request) if request.method == "POST" else None)
+
+    page.get_by_role("button", name=BUTTON).dblclick()
+    page.wait_for_url(lands_on(auth.redirect_uri))
+    page.wait_for_load_state("load")
+
+    assert 1 <= len(posts) <= 2
+    codes = {query["code"] for query in site.callbacks()}
+    assert len(codes) == 1, site.requests
+    assert query_of(page.url)["code"] in codes
+    assert server.log().count(CREATED) - created_before == 1
+    assert_real_code(server, auth, codes.pop())
+
+
+def test_two_submits_that_both_reach_the_server_get_the_same_code_and_one_sandbox(
+    server: RunningServer, page: Page, site: LoopbackSite
+) -> None:
+    """Chromium sends one POST for a fast double click; here the first POST hangs
+    (as on a slow network) so the second click really submits again. The test sends each
+    POST on to the server itself and holds its answer until both went out."""
+    auth = authorization(server, site.url("/callback"))
+    created_before = server.log().count(CREATED)
+    page.goto(auth.url)
+
+    held: list[tuple[Route, APIResponse]] = []
+
+    def hold(route: Route) -> None:
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        held.append((route, route.fetch(max_redirects=0)))
+
+    page.route(lambda url: url == f"{server.base_url}/authorize", hold)
+    box = page.get_by_role("button", name=BUTTON).bounding_box()
+    assert box is not None
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    # page.mouse does not wait for the navigation the click starts, which never ends here.
+    page.mouse.click(x, y)
+    wait_until(page, lambda: len(held) == 1)
+    page.mouse.click(x, y)
+    wait_until(page, lambda: len(held) == 2)
+
+    answers = [answer for _route, answer in held]
+    assert [answer.status for answer in answers] == [303, 303]
+    locations = {answer.headers["location"] for answer in answers}
+    assert len(locations) == 1, locations
+    for route, answer in reversed(held):
+        # The browser dropped the first navigation when the second began.
+        with contextlib.suppress(PlaywrightError):
+            route.fulfill(response=answer)
+    page.wait_for_url(lands_on(auth.redirect_uri))
+
+    [location] = locations
+    [query] = site.callbacks()
+    assert query == query_of(location)
+    assert query["state"] == auth.state
+    assert server.log().count(CREATED) - created_before == 1
+    assert_real_code(server, auth, query["code"])
