@@ -1,0 +1,273 @@
+"""DirSlotStore and provision_dir against real folders in tmp_path."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pool.errors import PoolError
+from pool.provision import provision_dir
+from pool.slots import Slot
+from pool.slots_dir import DirSlotStore
+
+FILES = 5_000
+
+
+def fill(root: Path, count: int = FILES) -> None:
+    """A tree shaped like an agent's leftovers: many small files, a few folders."""
+    for folder in range(10):
+        sub = root / f"pkg{folder}" / "src"
+        sub.mkdir(parents=True)
+        for i in range(count // 10):
+            (sub / f"m{i}.py").write_text("x = 1\n")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[DirSlotStore]:
+    await provision_dir(tmp_path, 3, owner=None)
+    opened = await DirSlotStore.open(tmp_path)
+    yield opened
+    await opened.close()
+
+
+async def test_provision_creates_slots_and_is_idempotent(tmp_path: Path) -> None:
+    first = await provision_dir(tmp_path, 4, owner=None)
+    second = await provision_dir(tmp_path, 4, owner=None)
+
+    assert (first.created, first.repaired, first.untouched) == (4, 0, 0)
+    assert (second.created, second.repaired, second.untouched) == (0, 0, 4)
+    assert sorted(p.name for p in (tmp_path / "slots").iterdir()) == [
+        ".trash", "slot-000", "slot-001", "slot-002", "slot-003",
+    ]  # fmt: skip
+    assert all(mode(tmp_path / "slots" / f"slot-00{i}") == 0o700 for i in range(4))
+
+
+async def test_provision_grows_the_pool_without_touching_existing_slots(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 2, owner=None)
+    (tmp_path / "slots" / "slot-001" / "keep.txt").write_text("work")
+
+    report = await provision_dir(tmp_path, 5, owner=None)
+
+    assert (report.created, report.untouched) == (3, 2)
+    assert (tmp_path / "slots" / "slot-001" / "keep.txt").read_text() == "work"
+
+
+async def test_reprovision_never_empties_or_changes_a_leased_slot(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 3, owner=None)
+    leased = tmp_path / "slots" / "slot-001"
+    (leased / "results.csv").write_text("a,b\n")
+    leased.chmod(0o755)  # wrong, but the sandbox is live: report, don't touch
+
+    report = await provision_dir(tmp_path, 3, owner=None, leased={1})
+
+    assert report.skipped_leased == ("slot-001",)
+    assert (report.repaired, report.untouched) == (0, 2)
+    assert "mode is 0755" in report.notes[0]
+    assert (leased / "results.csv").read_text() == "a,b\n"
+    assert mode(leased) == 0o755
+
+    freed = await provision_dir(tmp_path, 3, owner=None)
+    assert (freed.repaired, freed.skipped_leased) == (1, ())
+    assert mode(leased) == 0o700
+    assert (leased / "results.csv").exists()  # repairs fix modes, they never empty
+
+
+async def test_provision_replaces_a_file_where_a_slot_folder_belongs(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 2, owner=None)
+    target = tmp_path / "outside"
+    target.mkdir()
+    (target / "secret").write_text("s")
+    slot0, slot1 = tmp_path / "slots" / "slot-000", tmp_path / "slots" / "slot-001"
+    slot0.rmdir()
+    slot0.symlink_to(target)
+    slot1.rmdir()
+    slot1.write_text("junk")
+
+    skipped = await provision_dir(tmp_path, 2, owner=None, leased={0, 1})
+    assert skipped.skipped_leased == ("slot-000", "slot-001")
+    assert slot0.is_symlink()
+
+    report = await provision_dir(tmp_path, 2, owner=None)
+    assert report.repaired == 2
+    assert slot0.is_dir()
+    assert not slot0.is_symlink()
+    assert slot1.is_dir()
+    assert (target / "secret").exists()  # the link went, never what it pointed to
+
+
+async def test_provision_refuses_an_unknown_owner(tmp_path: Path) -> None:
+    with pytest.raises(PoolError) as caught:
+        await provision_dir(tmp_path, 1, owner="no-such-user-here")
+    assert caught.value.code == "UNKNOWN_OWNER"
+    assert not (tmp_path / "slots").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+async def test_provision_owner_and_reset_keep_it(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 1, owner="nobody")
+    store = await DirSlotStore.open(tmp_path)
+    root = store.slot(0).root
+    nobody = root.stat().st_uid
+    assert nobody != 0
+
+    await store.reset(store.slot(0))
+    await store.close()
+
+    assert root.stat().st_uid == nobody
+    assert (tmp_path / "slots").stat().st_uid == nobody
+
+
+async def test_missing_names_absent_and_unusable_slots(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 3, owner=None)
+    (tmp_path / "slots" / "slot-001").rmdir()
+    (tmp_path / "slots" / "slot-001").write_text("not a folder")
+    store = await DirSlotStore.open(tmp_path)
+
+    assert await store.missing(3) == ["slot-001"]
+    assert await store.missing(5) == ["slot-001", "slot-003", "slot-004"]
+    await store.close()
+
+
+async def test_missing_before_any_provisioning_names_every_slot(tmp_path: Path) -> None:
+    store = await DirSlotStore.open(tmp_path)
+    assert await store.missing(2) == ["slot-000", "slot-001"]
+    assert not (tmp_path / "slots").exists()  # opening the store creates nothing
+    await store.close()
+
+
+def test_slot_is_derived_without_io(tmp_path: Path) -> None:
+    store = DirSlotStore(tmp_path / "never-created")
+    assert store.slot(7) == Slot(7, "slot-007", tmp_path / "never-created" / "slots" / "slot-007")
+
+
+async def test_reset_empties_5000_files_fast_and_deletes_them_in_background(
+    tmp_path: Path,
+) -> None:
+    await provision_dir(tmp_path, 1, owner=None)
+    store = await DirSlotStore.open(tmp_path)
+    slot = store.slot(0)
+    fill(slot.root)
+
+    started = time.perf_counter()
+    await store.reset(slot)
+    elapsed = time.perf_counter() - started
+
+    assert list(slot.root.iterdir()) == []  # visible-empty the moment reset returns
+    assert mode(slot.root) == 0o700
+    assert elapsed < 0.2, f"reset took {elapsed * 1000:.0f} ms"
+    await store.close()
+    assert list(store.trash.iterdir()) == []
+
+
+async def test_reset_while_a_file_inside_is_open(store: DirSlotStore) -> None:
+    slot = store.slot(1)
+    fill(slot.root, 100)
+    with (slot.root / "log.txt").open("w") as handle:
+        handle.write("before")
+        await store.reset(slot)
+        handle.write("after")  # goes to the old tree, never into the new slot
+        handle.flush()
+        assert list(slot.root.iterdir()) == []
+
+    await store.close()
+    assert list(store.trash.iterdir()) == []
+    assert list(slot.root.iterdir()) == []
+
+
+async def test_reset_recreates_a_vanished_slot(store: DirSlotStore) -> None:
+    slot = store.slot(2)
+    slot.root.rmdir()
+
+    await store.reset(slot)
+
+    assert slot.root.is_dir()
+    assert mode(slot.root) == 0o700
+
+
+async def test_reset_gives_0700_whatever_the_umask(store: DirSlotStore) -> None:
+    previous = os.umask(0o277)
+    try:
+        await store.reset(store.slot(0))
+    finally:
+        os.umask(previous)
+    assert mode(store.slot(0).root) == 0o700
+
+
+async def test_reset_after_close_is_refused(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 1, owner=None)
+    store = await DirSlotStore.open(tmp_path)
+    await store.close()
+
+    with pytest.raises(PoolError) as caught:
+        await store.reset(store.slot(0))
+    assert caught.value.code == "SLOT_STORE_CLOSED"
+
+
+async def test_reset_without_provisioning_says_the_slot_is_missing(tmp_path: Path) -> None:
+    store = await DirSlotStore.open(tmp_path)
+    with pytest.raises(PoolError) as caught:
+        await store.reset(store.slot(0))
+    assert caught.value.code == "SLOT_MISSING"
+    assert "provision" in str(caught.value)
+    await store.close()
+
+
+async def test_trash_left_by_a_crash_is_deleted_at_start(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 1, owner=None)
+    trash = tmp_path / "slots" / ".trash"
+    leftover = trash / "slot-000.1700000000.abcdef"
+    fill(leftover, 200)
+    locked = leftover / "locked"
+    locked.mkdir()
+    (locked / "f").write_text("x")
+    locked.chmod(0o000)  # agents can leave folders nobody may enter
+    (trash / "slot-000.1700000001.stray-file").write_text("x")
+
+    store = await DirSlotStore.open(tmp_path)
+    await store.close()
+
+    assert list(trash.iterdir()) == []
+
+
+async def test_deletion_never_follows_links_out_of_the_trash(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 1, owner=None)
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "precious").write_text("keep")
+    store = await DirSlotStore.open(tmp_path)
+    slot = store.slot(0)
+    (slot.root / "escape").symlink_to(outside)
+    (slot.root / "sub").mkdir()
+    (slot.root / "sub" / "escape").symlink_to(outside / "deep")
+
+    await store.reset(slot)
+    await store.close()
+
+    assert (outside / "deep" / "precious").read_text() == "keep"
+    assert list(store.trash.iterdir()) == []
+
+
+async def test_close_is_bounded_and_the_rest_is_swept_next_time(tmp_path: Path) -> None:
+    await provision_dir(tmp_path, 1, owner=None)
+    store = await DirSlotStore.open(tmp_path, close_timeout=0.0)
+    slot = store.slot(0)
+    for _ in range(3):
+        fill(slot.root, 2_000)
+        await store.reset(slot)
+
+    started = time.perf_counter()
+    await store.close()
+    assert time.perf_counter() - started < 1.0
+
+    again = await DirSlotStore.open(tmp_path)
+    await again.close()
+    assert list(again.trash.iterdir()) == []
