@@ -10,10 +10,51 @@ from typing import cast
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import OAuthClientRow, OAuthGrantRow, OAuthTokenRow, describe_db_error
+from app.db import Base, describe_db_error
 from app.errors import DatabaseUnavailable
 from auth.store import Client, Grant, TokenRecord, TokenRole
+
+
+class OAuthClientRow(Base):
+    __tablename__ = "oauth_clients"
+
+    client_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    client_name: Mapped[str | None] = mapped_column(sa.String(100))
+    redirect_uris: Mapped[str] = mapped_column(sa.Text)  # JSON list
+    created_at: Mapped[float] = mapped_column(sa.Float)
+    last_grant_at: Mapped[float | None] = mapped_column(sa.Float)
+
+
+class OAuthGrantRow(Base):
+    """One completed sign-in: its client and its sandbox key; tokens descend from it."""
+
+    __tablename__ = "oauth_grants"
+
+    grant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    client_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("oauth_clients.client_id", ondelete="CASCADE")
+    )
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    resource: Mapped[str] = mapped_column(sa.String(2000))
+    scopes: Mapped[str] = mapped_column(sa.String(200))  # space-separated
+    created_at: Mapped[float] = mapped_column(sa.Float)
+    revoked_at: Mapped[float | None] = mapped_column(sa.Float)
+
+
+class OAuthTokenRow(Base):
+    """A token known only by its HMAC; its value is never stored."""
+
+    __tablename__ = "oauth_tokens"
+
+    token_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    grant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("oauth_grants.grant_id", ondelete="CASCADE"), index=True
+    )
+    role: Mapped[str] = mapped_column(sa.String(16))
+    expires_at: Mapped[float] = mapped_column(sa.Float)
+    rotated_at: Mapped[float | None] = mapped_column(sa.Float)
 
 
 class SqlAuthStore:

@@ -19,10 +19,10 @@ from typing import Protocol
 import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
 
 from app.db import Repository
 from app.errors import DatabaseUnavailable, ServiceError
+from app.output import ToolOutput
 from jail.context import CallContext, SandboxMemory, bind_call, new_call_context
 from jail.errors import JailError
 from pool.errors import PoolError
@@ -33,21 +33,6 @@ log = structlog.get_logger(__name__)
 
 # The key of the one implicit user of local mode (SANDBOX_MCP_AUTH=none).
 LOCAL_SANDBOX_KEY = "local"
-
-
-class ToolOutput(BaseModel):
-    """Fields every tool result carries next to its own."""
-
-    notes: list[str] = Field(
-        default_factory=list, description="One-time messages for the agent (read them)."
-    )
-    idle_expiry_s: int | None = Field(
-        default=None,
-        description=(
-            "Seconds your sandbox survives without activity from now on; after that it is "
-            "emptied and its slot given to someone else. Set on calls that use the sandbox."
-        ),
-    )
 
 
 def note_text(kind: NoteKind, idle_timeout_s: int) -> str:
@@ -172,12 +157,14 @@ class ToolRunner:
         outcome = "ok"
         try:
             lease = await self._take_slot(key, progress) if takes_slot else None
-            slot_root = lease.slot.root if lease else None
+            # A call that takes no slot still sees the one the caller holds, if any.
+            held = lease.slot if lease else self._pool.lease_of(key)
+            slot_root = held.root if held else None
             ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
             with bind_call(ctx):
                 output = await body(ctx)
+            self._pool.touch(key)  # every call is activity, however long it ran
             if lease is not None:
-                self._pool.touch(key)  # the call itself was activity, however long it ran
                 idle = int(self._pool.idle_timeout_s)
                 output.notes[:0] = [note_text(kind, idle) for kind in lease.notes]
                 output.idle_expiry_s = idle

@@ -7,8 +7,9 @@ from typing import cast
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import PoolNoteRow, PoolQueueRow, PoolSlotRow, describe_db_error
+from app.db import Base, describe_db_error
 from app.errors import DatabaseUnavailable
 from pool.state import (
     NoteKind,
@@ -19,6 +20,37 @@ from pool.state import (
     SlotRecord,
     SlotState,
 )
+
+
+class PoolSlotRow(Base):
+    """A slot that is leased, reserved or being emptied (a free slot has no row)."""
+
+    __tablename__ = "pool_slots"
+
+    slot_index: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    sandbox_key: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
+    since: Mapped[float] = mapped_column(sa.Float)
+    last_activity: Mapped[float] = mapped_column(sa.Float)
+    reserved_until: Mapped[float | None] = mapped_column(sa.Float)
+
+
+class PoolQueueRow(Base):
+    __tablename__ = "pool_queue"
+
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(sa.BigInteger, unique=True)
+    enqueued_at: Mapped[float] = mapped_column(sa.Float)
+    last_seen: Mapped[float] = mapped_column(sa.Float)
+
+
+class PoolNoteRow(Base):
+    __tablename__ = "pool_notes"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[float] = mapped_column(sa.Float)
 
 
 class SqlPoolState:

@@ -103,6 +103,53 @@ class Settings(BaseSettings):
             "position; MCP clients give up after about 60 s."
         ),
     )
+    images: str = Field(
+        default="sandbox-mcp/python:3,sandbox-mcp/node:22,sandbox-mcp/node:18,sandbox-mcp/base:bookworm",
+        description="Comma-separated allow-list of images experiments may use (built locally).",
+    )
+    default_image: str = Field(
+        default="sandbox-mcp/python:3", description="The image used when none is asked for."
+    )
+    sandbox_user: str = Field(
+        default="1000:1000",
+        description="uid:gid the commands run as inside containers (never root).",
+    )
+    max_experiments: int = Field(
+        default=3, ge=1, le=50, description="Live experiments per sandbox."
+    )
+    max_containers: int = Field(
+        default=300, ge=1, le=10_000, description="Live experiment containers, server-wide."
+    )
+    max_cpus: float = Field(default=4, gt=0, le=256, description="Ceiling on CPUs per experiment.")
+    max_memory_mb: int = Field(
+        default=8192, ge=64, le=1_048_576, description="Ceiling on memory per experiment (MB)."
+    )
+    max_pids: int = Field(
+        default=2048, ge=16, le=1_000_000, description="Ceiling on processes per experiment."
+    )
+    max_command_timeout_s: int = Field(
+        default=1800, ge=1, le=86_400, description="Ceiling on one command's wall clock (s)."
+    )
+    sync_wait_s: float = Field(
+        default=45,
+        gt=0,
+        le=55,
+        description=(
+            "How long a synchronous command is waited for before its job id is returned "
+            "(MCP clients give up after about 60 s)."
+        ),
+    )
+    allow_egress: bool = Field(
+        default=False, description="Whether experiments may ask for network egress."
+    )
+    snapshot_excludes: str = Field(
+        default="",
+        description="Comma-separated extra glob patterns never copied from a host project.",
+    )
+    strict_env_denylist: bool = Field(
+        default=True,
+        description="Refuse credential-shaped environment names even when asked for.",
+    )
     registrations_per_minute: int = Field(
         default=30,
         ge=1,
@@ -175,6 +222,32 @@ class Settings(BaseSettings):
         # The issuer is derived from it and must not end with a slash (RFC 8414 section 2).
         return value.rstrip("/")
 
+    @field_validator("sandbox_user")
+    @classmethod
+    def _check_sandbox_user(cls, value: str) -> str:
+        match = re.fullmatch(r"(\d+):(\d+)", value)
+        if not match or int(match.group(1)) == 0:
+            raise ValueError("must be uid:gid of an unprivileged user, such as 1000:1000")
+        return value
+
+    @field_validator("images")
+    @classmethod
+    def _check_images(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        if not names or not all(
+            re.fullmatch(r"[a-z0-9][a-z0-9._/-]*(:[\w.-]+)?", n) for n in names
+        ):
+            raise ValueError("must be a comma-separated list of image names such as repo/name:tag")
+        return ",".join(names)
+
+    @property
+    def image_list(self) -> tuple[str, ...]:
+        return tuple(self.images.split(","))
+
+    @property
+    def snapshot_exclude_list(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.snapshot_excludes.split(",") if p.strip())
+
     @field_validator("token_key")
     @classmethod
     def _check_token_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -195,6 +268,14 @@ class Settings(BaseSettings):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*(/[A-Za-z0-9_.:-]+)+", value):
             raise ValueError("must name a dataset below a pool, such as tank/sandboxes")
         return value
+
+    @model_validator(mode="after")
+    def _default_image_is_allowed(self) -> Settings:
+        if self.default_image not in self.images.split(","):
+            raise ValueError(
+                f"SANDBOX_MCP_DEFAULT_IMAGE={self.default_image!r} is not in SANDBOX_MCP_IMAGES"
+            )
+        return self
 
     @model_validator(mode="after")
     def _zfs_needs_a_parent(self) -> Settings:

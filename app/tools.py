@@ -14,7 +14,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.calls import ToolOutput, ToolRunner
+from app.calls import ToolRunner
+from app.output import ToolOutput
 from jail.context import CallContext
 from pool.leases import SlotPool
 

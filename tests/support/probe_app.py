@@ -16,8 +16,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.calls import ToolOutput, ToolRunner
+from app.calls import ToolRunner
 from app.main import build_app, preflight
+from app.output import ToolOutput
 from app.settings import load_settings
 from jail import CallContext, Jail
 

@@ -1,0 +1,196 @@
+"""The experiment tools of the single-user Sandbox MCP, same names, over the manager.
+
+Thin by design: each declares its parameters and output model and hands the
+work to ``ExperimentManager`` through the ``ToolRunner``. No tool exposes a
+Docker flag, a mount or a privilege, and no tool name starts with ``docker_``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from app.calls import ToolRunner
+from app.experiments.manager import CreateRequest, ExperimentManager
+from app.experiments.views import (
+    CreatedExperiment,
+    DestroyReport,
+    ExperimentList,
+    ExperimentView,
+    JobView,
+    RuntimeView,
+)
+from app.runtime.backend import Limits
+from jail import CallContext
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
+JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
+Command = Annotated[str, Field(min_length=1, max_length=100_000, description="Run by /bin/sh -c.")]
+EnvRequests = Annotated[
+    list[Annotated[str, Field(max_length=32_768)]],
+    Field(
+        max_length=100,
+        description=(
+            "Environment for the command: NAME=value sets a literal; credential-shaped names "
+            "(*_TOKEN, *_SECRET, *PASSWORD*, AWS_*, ...) are refused."
+        ),
+    ),
+]
+
+
+def register_experiment_tools(
+    server: MCPServer, runner: ToolRunner, manager: ExperimentManager
+) -> None:
+    """Add the experiment tools to ``server``. Called once, by the composition root."""
+
+    @server.tool(
+        description=(
+            "Create an experiment: a fresh, isolated container (no network by default) with a "
+            "workspace at /workspace holding your project, from `files` (path -> text), from "
+            "another experiment (`from_experiment`), or empty. `setup_commands` run in order "
+            "and stop at the first failure. Returns the experiment id and the isolation applied."
+        )
+    )
+    async def create_experiment(
+        name: Annotated[str, Field(max_length=200)] = "",
+        goal: Annotated[str, Field(max_length=4000, description="What you want to find out.")] = "",
+        image: Annotated[
+            str | None, Field(description="One of check_sandbox_runtime's images.")
+        ] = None,
+        files: Annotated[
+            dict[str, str] | None,
+            Field(description="Workspace-relative path -> file content (text)."),
+        ] = None,
+        project_path: Annotated[
+            str | None, Field(description="Local mode only: a host folder to snapshot-copy.")
+        ] = None,
+        from_experiment: Annotated[
+            str | None, Field(description="Copy this experiment's current workspace.")
+        ] = None,
+        setup_commands: Annotated[list[Command], Field(max_length=50)] = [],  # noqa: B006
+        network: Literal["none", "egress"] = "none",
+        cpus: Annotated[float | None, Field(gt=0)] = None,
+        memory_mb: Annotated[int | None, Field(gt=0)] = None,
+        pids: Annotated[int | None, Field(gt=0)] = None,
+        env: EnvRequests = [],  # noqa: B006
+    ) -> Annotated[CallToolResult, CreatedExperiment]:
+        defaults = Limits()
+        request = CreateRequest(
+            name=name,
+            goal=goal,
+            image=image,
+            files=files,
+            project_path=project_path,
+            from_experiment=from_experiment,
+            setup_commands=tuple(setup_commands),
+            network=network,
+            limits=Limits(
+                cpus=cpus or defaults.cpus,
+                memory_mb=memory_mb or defaults.memory_mb,
+                pids=pids or defaults.pids,
+            ),
+            env=tuple(env),
+        )
+
+        async def body(call: CallContext) -> CreatedExperiment:
+            return await manager.create(call, request)
+
+        return await runner.run("create_experiment", body, takes_slot=True)
+
+    @server.tool(
+        description=(
+            "Run a shell command in an experiment's /workspace. Returns exit code, stdout and "
+            "stderr (each capped at 1 MB) and duration; a non-zero exit is a normal result. "
+            "`background=true` returns a job id at once; a synchronous call that runs past "
+            "45 s also returns its job id and keeps running to its own timeout."
+        )
+    )
+    async def execute_experiment(
+        experiment_id: ExperimentId,
+        command: Command,
+        background: bool = False,
+        timeout_s: Annotated[float | None, Field(gt=0)] = None,
+        env: EnvRequests = [],  # noqa: B006
+    ) -> Annotated[CallToolResult, JobView]:
+        async def body(call: CallContext) -> JobView:
+            return await manager.execute(
+                call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
+            )
+
+        return await runner.run("execute_experiment", body, takes_slot=True)
+
+    @server.tool(description="The status of a job (no output).", annotations=READ_ONLY)
+    async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, JobView]:
+        async def body(call: CallContext) -> JobView:
+            return await manager.job_status(call, job_id)
+
+        return await runner.run("get_job_status", body, takes_slot=False)
+
+    @server.tool(
+        description="A job's result with its output, waiting up to wait_s (at most 45) for it.",
+        annotations=READ_ONLY,
+    )
+    async def get_job_result(
+        job_id: JobId, wait_s: Annotated[float, Field(ge=0, le=45)] = 30
+    ) -> Annotated[CallToolResult, JobView]:
+        async def body(call: CallContext) -> JobView:
+            return await manager.job_result(call, job_id, wait_s)
+
+        return await runner.run("get_job_result", body, takes_slot=False)
+
+    @server.tool(description="Cancel a running job: its whole process tree is killed.")
+    async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, JobView]:
+        async def body(call: CallContext) -> JobView:
+            return await manager.cancel_job(call, job_id)
+
+        return await runner.run("cancel_job", body, takes_slot=False)
+
+    @server.tool(
+        description="One experiment: state, isolation, and the commands run in it.",
+        annotations=READ_ONLY,
+    )
+    async def get_experiment(
+        experiment_id: ExperimentId,
+    ) -> Annotated[CallToolResult, ExperimentView]:
+        async def body(call: CallContext) -> ExperimentView:
+            return await manager.get(call, experiment_id)
+
+        return await runner.run("get_experiment", body, takes_slot=False)
+
+    @server.tool(description="Your experiments, destroyed ones included.", annotations=READ_ONLY)
+    async def list_experiments() -> Annotated[CallToolResult, ExperimentList]:
+        async def body(call: CallContext) -> ExperimentList:
+            return ExperimentList(experiments=await manager.list_all(call))
+
+        return await runner.run("list_experiments", body, takes_slot=False)
+
+    @server.tool(
+        description=(
+            "Destroy an experiment: its container and files go, its record and findings stay "
+            "(comparable later). Idempotent: returns the final report."
+        )
+    )
+    async def destroy_experiment(
+        experiment_id: ExperimentId,
+    ) -> Annotated[CallToolResult, DestroyReport]:
+        async def body(call: CallContext) -> DestroyReport:
+            return await manager.destroy(call, experiment_id)
+
+        return await runner.run("destroy_experiment", body, takes_slot=False)
+
+    @server.tool(
+        description=(
+            "What the runtime offers: reachability, images, limits and network policy. "
+            "Never takes a slot."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def check_sandbox_runtime() -> Annotated[CallToolResult, RuntimeView]:
+        async def body(call: CallContext) -> RuntimeView:
+            return await manager.runtime()
+
+        return await runner.run("check_sandbox_runtime", body, takes_slot=False)

@@ -1,0 +1,1 @@
+"""The domain core: experiments, their state machine and their jobs."""

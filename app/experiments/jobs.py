@@ -1,0 +1,67 @@
+"""Running commands: which are in flight, for whom, and waiting on them (bounded)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class RunningJob:
+    job_id: str
+    sandbox_key: str
+    experiment_id: str
+    container_id: str
+    task: asyncio.Task[Any]
+
+
+class JobRegistry:
+    """In-memory index of jobs in flight (their records are in the database)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, RunningJob] = {}
+
+    def start(
+        self,
+        job_id: str,
+        sandbox_key: str,
+        experiment_id: str,
+        container_id: str,
+        work: Coroutine[Any, Any, Any],
+    ) -> RunningJob:
+        task = asyncio.create_task(work, name=f"job-{job_id}")
+        job = RunningJob(job_id, sandbox_key, experiment_id, container_id, task)
+        self._jobs[job_id] = job
+        task.add_done_callback(lambda _: self._jobs.pop(job_id, None))
+        return job
+
+    def get(self, job_id: str) -> RunningJob | None:
+        return self._jobs.get(job_id)
+
+    def is_busy(self, sandbox_key: str) -> bool:
+        """A running job keeps its sandbox alive (the idle watchdog asks this)."""
+        return any(job.sandbox_key == sandbox_key for job in self._jobs.values())
+
+    def running_in(self, experiment_id: str) -> list[RunningJob]:
+        return [job for job in self._jobs.values() if job.experiment_id == experiment_id]
+
+    def of_sandbox(self, sandbox_key: str) -> list[RunningJob]:
+        return [job for job in self._jobs.values() if job.sandbox_key == sandbox_key]
+
+    @staticmethod
+    async def wait(job: RunningJob, timeout_s: float) -> bool:
+        """Wait for a job to finish without cancelling it; True if it finished."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(job.task), timeout_s)
+        return job.task.done()
+
+    async def close(self) -> None:
+        """At shutdown: stop waiting on jobs (their containers are left to the sweep)."""
+        for job in list(self._jobs.values()):
+            job.task.cancel()
+        for job in list(self._jobs.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await job.task

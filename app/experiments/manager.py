@@ -1,0 +1,552 @@
+"""The experiment lifecycle: create, run commands (sync or background), inspect, destroy.
+
+Every operation is scoped to the caller's sandbox key, read from the per-call
+context; another key's experiment or job answers NOT_FOUND, exactly as an id
+that never existed. Every command, its exit code, output and duration, and
+every state transition, is recorded before the caller gets an answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from app.experiments import workspace
+from app.experiments.errors import (
+    ExperimentNotFound,
+    InvalidTransition,
+    ModeRefused,
+    ProjectSourceError,
+    TooManyExperiments,
+)
+from app.experiments.jobs import JobRegistry
+from app.experiments.records import Experiment, ExperimentRecords, JobRow
+from app.experiments.states import RUNNABLE, State, outcome_state
+from app.experiments.views import (
+    CreatedExperiment,
+    DestroyReport,
+    ExperimentView,
+    JobView,
+    RuntimeView,
+)
+from app.experiments.workspace import ExperimentDirs, Owner
+from app.runtime.backend import ContainerSpec, ExecResult, Limits, NetworkMode, SandboxBackend
+from jail import CallContext, resolve_env
+
+log = structlog.get_logger(__name__)
+
+# get_job_result waits at most this long: MCP clients give up after about a minute.
+MAX_RESULT_WAIT_S = 45.0
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    hosted: bool
+    default_image: str
+    max_experiments: int = 3
+    sync_wait_s: float = 45.0
+    default_timeout_s: float = 600.0
+    max_timeout_s: float = 1800.0
+    max_output_bytes: int = 1_048_576
+    owner: Owner | None = None
+    snapshot_excludes: tuple[str, ...] = ()
+    strict_env: bool = True
+    egress_allowed: bool = False
+    ceilings: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    name: str = ""
+    goal: str = ""
+    image: str | None = None
+    files: Mapping[str, str] | None = None
+    project_path: str | None = None
+    from_experiment: str | None = None
+    setup_commands: Sequence[str] = ()
+    network: NetworkMode = "none"
+    limits: Limits = field(default_factory=Limits)
+    env: Sequence[str] = ()
+
+
+def fingerprint(sandbox_key: str) -> str:
+    """A stable, non-reversible label for containers and logs."""
+    return "sbx-" + hashlib.sha256(sandbox_key.encode()).hexdigest()[:12]
+
+
+class ExperimentManager:
+    def __init__(
+        self,
+        records: ExperimentRecords,
+        backend: SandboxBackend,
+        jobs: JobRegistry,
+        options: ExperimentOptions,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._records = records
+        self._backend = backend
+        self._jobs = jobs
+        self._options = options
+        self._clock = clock
+        self._creating: dict[str, int] = {}
+
+    def is_busy(self, sandbox_key: str) -> bool:
+        return self._jobs.is_busy(sandbox_key)
+
+    # -- create ------------------------------------------------------------------
+
+    async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
+        key = call.sandbox_key
+        assert call.slot_root is not None, "create_experiment takes a slot"
+        sources = [s for s in (request.files, request.project_path, request.from_experiment) if s]
+        if len(sources) > 1:
+            raise ProjectSourceError(
+                "Give at most one project source: files, project_path or from_experiment."
+            )
+        if request.project_path and self._options.hosted:
+            raise ModeRefused(
+                "project_path reads the server's own disk and is refused on a hosted server; "
+                "send the project as files instead."
+            )
+        copy_from = None
+        if request.from_experiment:
+            source = await self._get(call, request.from_experiment)
+            if source.state is State.DESTROYED:
+                raise InvalidTransition(
+                    "That experiment was destroyed; its files are gone.", state=source.state.value
+                )
+            copy_from = ExperimentDirs.of(call.slot_root, source.experiment_id)
+        env = self._env(request.env)
+        live = len(await self._records.of_sandbox(key, include_destroyed=False))
+        if live + self._creating.get(key, 0) >= self._options.max_experiments:
+            raise TooManyExperiments(
+                f"Your sandbox already has {self._options.max_experiments} live experiments; "
+                "destroy one with destroy_experiment first.",
+                limit=self._options.max_experiments,
+            )
+        self._creating[key] = self._creating.get(key, 0) + 1
+        try:
+            return await self._create(call, request, copy_from, env)
+        finally:
+            self._creating[key] -= 1
+
+    async def _create(
+        self,
+        call: CallContext,
+        request: CreateRequest,
+        copy_from: ExperimentDirs | None,
+        env: dict[str, str],
+    ) -> CreatedExperiment:
+        assert call.slot_root is not None
+        now = self._clock()
+        experiment_id = "exp_" + uuid.uuid4().hex[:12]
+        image = request.image or self._options.default_image
+        record = Experiment(
+            experiment_id=experiment_id,
+            sandbox_key=call.sandbox_key,
+            name=(request.name or experiment_id)[:200],
+            goal=request.goal[:4000],
+            state=State.CREATING,
+            image=image,
+            container_id=None,
+            isolation={},
+            warnings=[],
+            source="empty",
+            created_at=now,
+            updated_at=now,
+            findings=None,
+        )
+        await self._records.add(record, "create_experiment called")
+        dirs = ExperimentDirs.of(call.slot_root, experiment_id)
+        try:
+            prepared = await workspace.prepare(
+                dirs,
+                files=request.files,
+                project_path=Path(request.project_path) if request.project_path else None,
+                copy_from=copy_from,
+                excludes=self._options.snapshot_excludes,
+                owner=self._options.owner,
+            )
+            container = await self._backend.create(
+                ContainerSpec(
+                    experiment_id=experiment_id,
+                    sandbox_label=fingerprint(call.sandbox_key),
+                    image=image,
+                    workspace=dirs.workspace,
+                    network=request.network,
+                    limits=request.limits,
+                    env=env,
+                )
+            )
+        except Exception as exc:
+            await self._records.transition(
+                experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
+            )
+            await workspace.remove(dirs)
+            raise
+        await self._records.transition(
+            experiment_id,
+            State.READY,
+            "container started",
+            self._clock(),
+            container_id=container.container_id,
+            isolation=asdict(container.isolation),
+            warnings=list(container.warnings),
+            source=prepared.source,
+        )
+        setup: list[JobView] = []
+        for command in request.setup_commands:
+            job = await self._run_and_record(
+                call.sandbox_key,
+                experiment_id,
+                container.container_id,
+                command,
+                "setup",
+                self._options.default_timeout_s,
+                env,
+            )
+            setup.append(job)
+            if job.status != "completed":
+                break
+        view = await self.get(call, experiment_id)
+        return CreatedExperiment(
+            **view.model_dump(exclude={"notes", "idle_expiry_s"}),
+            setup=setup,
+            files_copied=prepared.files,
+            secrets_skipped=prepared.secrets_skipped,
+        )
+
+    def _env(self, requests: Sequence[str]) -> dict[str, str]:
+        # A hosted server forwards nothing of its own environment: even the error for
+        # an unset name would tell a tenant which names the server has.
+        host_env: Mapping[str, str] = {} if self._options.hosted else os.environ
+        return resolve_env(list(requests), host_env, strict=self._options.strict_env)
+
+    # -- run -----------------------------------------------------------------------
+
+    def _timeout(self, requested: float | None, warnings: list[str]) -> float:
+        timeout = requested or self._options.default_timeout_s
+        if timeout > self._options.max_timeout_s:
+            warnings.append(
+                f"timeout_s {timeout:g} is above the ceiling; clamped to "
+                f"{self._options.max_timeout_s:g}"
+            )
+            timeout = self._options.max_timeout_s
+        return max(1.0, timeout)
+
+    async def execute(
+        self,
+        call: CallContext,
+        experiment_id: str,
+        command: str,
+        *,
+        background: bool = False,
+        timeout_s: float | None = None,
+        env: Sequence[str] = (),
+    ) -> JobView:
+        experiment = await self._get(call, experiment_id)
+        if experiment.state not in RUNNABLE or experiment.container_id is None:
+            raise InvalidTransition(
+                f"The experiment is {experiment.state.value}; commands run only in a live "
+                "experiment (create a new one).",
+                state=experiment.state.value,
+            )
+        if not command.strip():
+            raise ProjectSourceError("The command is empty.")
+        warnings: list[str] = []
+        timeout = self._timeout(timeout_s, warnings)
+        job_id, work = await self._begin(
+            call.sandbox_key, experiment, command, "command", timeout, self._env(env), background
+        )
+        running = self._jobs.start(
+            job_id, call.sandbox_key, experiment_id, experiment.container_id, work
+        )
+        wait = 0.0 if background else self._options.sync_wait_s
+        finished = await self._jobs.wait(running, wait) if wait else False
+        row = await self._records.load_job(call.sandbox_key, job_id)
+        assert row is not None
+        view = JobView.of(row)
+        view.notes.extend(warnings)
+        if not finished and not background:
+            view.notes.append(
+                f"The command is still running after {wait:g} s, so it continues in the "
+                f"background (to its own timeout of {timeout:g} s). Poll get_job_status or "
+                f"wait with get_job_result using job_id {job_id}."
+            )
+        return view
+
+    async def _begin(
+        self,
+        sandbox_key: str,
+        experiment: Experiment,
+        command: str,
+        kind: str,
+        timeout_s: float,
+        env: dict[str, str],
+        background: bool,
+    ) -> tuple[str, Any]:
+        job_id = "job_" + uuid.uuid4().hex[:12]
+        now = self._clock()
+        await self._records.add_job(
+            JobRow(
+                job_id=job_id,
+                experiment_id=experiment.experiment_id,
+                sandbox_key=sandbox_key,
+                kind=kind,
+                command=command,
+                status="running",
+                background=background,
+                timeout_s=timeout_s,
+                stdout_truncated=False,
+                stderr_truncated=False,
+                started_at=now,
+            )
+        )
+        if not self._jobs.running_in(experiment.experiment_id):
+            await self._records.transition(
+                experiment.experiment_id, State.RUNNING, f"{kind} {job_id} started", now
+            )
+        assert experiment.container_id is not None
+        work = self._finish(
+            sandbox_key,
+            experiment.experiment_id,
+            experiment.container_id,
+            job_id,
+            command,
+            timeout_s,
+            env,
+        )
+        return job_id, work
+
+    async def _finish(
+        self,
+        sandbox_key: str,
+        experiment_id: str,
+        container_id: str,
+        job_id: str,
+        command: str,
+        timeout_s: float,
+        env: dict[str, str],
+    ) -> ExecResult:
+        started = self._clock()
+        try:
+            result = await self._backend.run(
+                container_id,
+                command,
+                timeout_s=timeout_s,
+                job_id=job_id,
+                max_output_bytes=self._options.max_output_bytes,
+                env=env,
+            )
+        except Exception as exc:
+            result = ExecResult(None, "", "", False, False, self._clock() - started)
+            await self._settle(experiment_id, job_id, result, reason=f"the runtime failed: {exc}")
+            raise
+        await self._settle(experiment_id, job_id, result)
+        return result
+
+    async def _settle(
+        self, experiment_id: str, job_id: str, result: ExecResult, reason: str | None = None
+    ) -> None:
+        state = outcome_state(
+            result.exit_code, timed_out=result.timed_out, cancelled=result.cancelled
+        )
+        if reason is not None:
+            state = State.FAILED
+        status = {
+            State.COMPLETED: "completed",
+            State.FAILED: "failed",
+            State.TIMEOUT: "timeout",
+            State.CANCELLED: "cancelled",
+        }[state]
+        if result.timed_out:
+            reason = "It ran past its timeout; its whole process tree was killed."
+        elif result.cancelled:
+            reason = "Cancelled; its whole process tree was killed."
+        now = self._clock()
+        await self._records.finish_job(
+            job_id,
+            status=status,
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            finished_at=now,
+            duration_s=round(result.duration_s, 3),
+            reason=reason,
+        )
+        others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
+        if not others:
+            with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
+                await self._records.transition(experiment_id, state, f"{job_id} {status}", now)
+
+    async def _run_and_record(
+        self,
+        sandbox_key: str,
+        experiment_id: str,
+        container_id: str,
+        command: str,
+        kind: str,
+        timeout_s: float,
+        env: dict[str, str],
+    ) -> JobView:
+        experiment = await self._records.load(sandbox_key, experiment_id)
+        assert experiment is not None
+        job_id, work = await self._begin(
+            sandbox_key, experiment, command, kind, timeout_s, env, background=False
+        )
+        running = self._jobs.start(job_id, sandbox_key, experiment_id, container_id, work)
+        with contextlib.suppress(Exception):
+            await running.task
+        row = await self._records.load_job(sandbox_key, job_id)
+        assert row is not None
+        return JobView.of(row)
+
+    async def runtime(self) -> RuntimeView:
+        info = await self._backend.info()
+        return RuntimeView(
+            reachable=info.reachable,
+            version=info.version,
+            images=list(info.images),
+            missing_images=list(info.missing_images),
+            default_image=self._options.default_image,
+            network_default="none",
+            egress_allowed=self._options.egress_allowed,
+            max_experiments=self._options.max_experiments,
+            ceilings=dict(self._options.ceilings),
+        )
+
+    # -- jobs ------------------------------------------------------------------
+
+    async def _job(self, call: CallContext, job_id: str) -> JobRow:
+        row = await self._records.load_job(call.sandbox_key, job_id)
+        if row is None:
+            raise ExperimentNotFound("job", job_id)
+        return row
+
+    async def job_status(self, call: CallContext, job_id: str) -> JobView:
+        return JobView.of(await self._job(call, job_id), with_output=False)
+
+    async def job_result(self, call: CallContext, job_id: str, wait_s: float) -> JobView:
+        await self._job(call, job_id)
+        running = self._jobs.get(job_id)
+        if running is not None:
+            await self._jobs.wait(running, max(0.0, min(wait_s, MAX_RESULT_WAIT_S)))
+        view = JobView.of(await self._job(call, job_id))
+        if view.status == "running":
+            view.notes.append("Still running; call get_job_result again to keep waiting.")
+        return view
+
+    async def cancel_job(self, call: CallContext, job_id: str) -> JobView:
+        row = await self._job(call, job_id)
+        running = self._jobs.get(job_id)
+        if running is not None and row.status == "running":
+            await self._backend.cancel(running.container_id, job_id)
+            await self._jobs.wait(running, 10)
+        view = JobView.of(await self._job(call, job_id))
+        if running is None:
+            view.notes.append(f"The job had already ended ({view.status}); nothing to cancel.")
+        return view
+
+    # -- look ------------------------------------------------------------------------
+
+    async def _get(self, call: CallContext, experiment_id: str) -> Experiment:
+        experiment = await self._records.load(call.sandbox_key, experiment_id)
+        if experiment is None:
+            raise ExperimentNotFound("experiment", experiment_id)
+        return experiment
+
+    async def get(self, call: CallContext, experiment_id: str) -> ExperimentView:
+        experiment = await self._get(call, experiment_id)
+        return ExperimentView.of(experiment, await self._records.jobs_of(experiment_id))
+
+    async def list_all(self, call: CallContext) -> list[ExperimentView]:
+        return [ExperimentView.of(e) for e in await self._records.of_sandbox(call.sandbox_key)]
+
+    # -- destroy -------------------------------------------------------------------
+
+    async def destroy(self, call: CallContext, experiment_id: str) -> DestroyReport:
+        experiment = await self._get(call, experiment_id)
+        already = experiment.state is State.DESTROYED
+        if not already:
+            assert call.slot_root is not None
+            await self._teardown(
+                experiment, ExperimentDirs.of(call.slot_root, experiment_id), "destroy_experiment"
+            )
+        view = await self.get(call, experiment_id)
+        return DestroyReport(
+            **view.model_dump(exclude={"notes", "idle_expiry_s"}), already_destroyed=already
+        )
+
+    async def _teardown(
+        self, experiment: Experiment, dirs: ExperimentDirs | None, reason: str
+    ) -> None:
+        for job in self._jobs.running_in(experiment.experiment_id):
+            await self._backend.cancel(job.container_id, job.job_id)
+            await self._jobs.wait(job, 10)
+        jobs = await self._records.jobs_of(experiment.experiment_id)
+        findings = {
+            "state_before": experiment.state.value,
+            "commands": len(jobs),
+            "last_exit_code": jobs[-1].exit_code if jobs else None,
+            "failed_commands": sum(1 for j in jobs if j.status != "completed"),
+            "duration_s": round(sum(j.duration_s or 0 for j in jobs), 3),
+            "reason": reason,
+        }
+        if experiment.container_id:
+            await self._backend.remove(experiment.container_id)
+        if dirs is not None:
+            await workspace.remove(dirs)
+        fresh = await self._records.load(experiment.sandbox_key, experiment.experiment_id)
+        assert fresh is not None
+        if fresh.state is State.RUNNING:
+            # A job's settlement raced the teardown: close the RUNNING state first.
+            await self._records.transition(
+                experiment.experiment_id, State.CANCELLED, "torn down while running", self._clock()
+            )
+        await self._records.transition(
+            experiment.experiment_id, State.DESTROYED, reason, self._clock(), findings=findings
+        )
+        log.info("experiment.destroyed", experiment_id=experiment.experiment_id, reason=reason)
+
+    async def teardown_sandbox(self, sandbox_key: str, reason: str) -> int:
+        """Destroy every live experiment of a sandbox (its slot is about to be emptied)."""
+        live = await self._records.of_sandbox(sandbox_key, include_destroyed=False)
+        for experiment in live:
+            # The folders go with the slot reset itself.
+            await self._teardown(experiment, None, reason)
+        return len(live)
+
+    async def recover(self, leased_keys: set[str]) -> dict[str, int]:
+        """At start-up: lost jobs, experiments whose sandbox is gone, orphan containers."""
+        lost = await self._records.mark_lost_jobs(self._clock())
+        gone = 0
+        live_containers: set[str] = set()
+        for experiment in await self._records.live():
+            if experiment.sandbox_key not in leased_keys:
+                await self._teardown(
+                    experiment, None, "the sandbox was emptied while the server was down"
+                )
+                gone += 1
+                continue
+            if experiment.state is State.RUNNING:
+                await self._records.transition(
+                    experiment.experiment_id,
+                    State.FAILED,
+                    "the server restarted mid-command",
+                    self._clock(),
+                )
+            if experiment.container_id:
+                live_containers.add(experiment.container_id)
+        swept = await self._backend.sweep(live_containers)
+        return {"lost_jobs": lost, "experiments_gone": gone, "orphans_swept": swept}

@@ -1,0 +1,256 @@
+"""The experiment audit trail in the database: experiments, transitions and jobs.
+
+Every query is scoped to a sandbox key: another key's id is indistinguishable
+from an id that never existed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, describe_db_error
+from app.errors import DatabaseUnavailable
+from app.experiments.states import State, check_transition
+
+
+class ExperimentRow(Base):
+    __tablename__ = "experiments"
+
+    experiment_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    name: Mapped[str] = mapped_column(sa.String(200))
+    goal: Mapped[str] = mapped_column(sa.Text)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    image: Mapped[str] = mapped_column(sa.String(200))
+    container_id: Mapped[str | None] = mapped_column(sa.String(80))
+    isolation: Mapped[str] = mapped_column(sa.Text)
+    warnings: Mapped[str] = mapped_column(sa.Text)
+    source: Mapped[str] = mapped_column(sa.String(32))
+    created_at: Mapped[float] = mapped_column(sa.Float)
+    updated_at: Mapped[float] = mapped_column(sa.Float)
+    findings: Mapped[str | None] = mapped_column(sa.Text)
+
+
+class TransitionRow(Base):
+    __tablename__ = "experiment_transitions"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("experiments.experiment_id", ondelete="CASCADE"), index=True
+    )
+    from_state: Mapped[str | None] = mapped_column(sa.String(16))
+    to_state: Mapped[str] = mapped_column(sa.String(16))
+    at: Mapped[float] = mapped_column(sa.Float)
+    reason: Mapped[str] = mapped_column(sa.Text)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    job_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    experiment_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("experiments.experiment_id", ondelete="CASCADE"), index=True
+    )
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    command: Mapped[str] = mapped_column(sa.Text)
+    status: Mapped[str] = mapped_column(sa.String(16))
+    background: Mapped[bool] = mapped_column(sa.Boolean)
+    timeout_s: Mapped[float] = mapped_column(sa.Float)
+    exit_code: Mapped[int | None] = mapped_column(sa.Integer)
+    stdout: Mapped[str | None] = mapped_column(sa.Text)
+    stderr: Mapped[str | None] = mapped_column(sa.Text)
+    stdout_truncated: Mapped[bool] = mapped_column(sa.Boolean)
+    stderr_truncated: Mapped[bool] = mapped_column(sa.Boolean)
+    started_at: Mapped[float] = mapped_column(sa.Float)
+    finished_at: Mapped[float | None] = mapped_column(sa.Float)
+    duration_s: Mapped[float | None] = mapped_column(sa.Float)
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    experiment_id: str
+    sandbox_key: str
+    name: str
+    goal: str
+    state: State
+    image: str
+    container_id: str | None
+    isolation: dict[str, Any]
+    warnings: list[str]
+    source: str
+    created_at: float
+    updated_at: float
+    findings: dict[str, Any] | None
+
+
+def _experiment(row: ExperimentRow) -> Experiment:
+    return Experiment(
+        experiment_id=row.experiment_id,
+        sandbox_key=row.sandbox_key,
+        name=row.name,
+        goal=row.goal,
+        state=State(row.state),
+        image=row.image,
+        container_id=row.container_id,
+        isolation=json.loads(row.isolation),
+        warnings=json.loads(row.warnings),
+        source=row.source,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        findings=json.loads(row.findings) if row.findings else None,
+    )
+
+
+class ExperimentRecords:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncSession]:
+        try:
+            async with self._sessions.begin() as session:
+                yield session
+        except (SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+    async def add(self, experiment: Experiment, reason: str) -> None:
+        async with self._transaction() as session:
+            session.add(
+                ExperimentRow(
+                    experiment_id=experiment.experiment_id,
+                    sandbox_key=experiment.sandbox_key,
+                    name=experiment.name,
+                    goal=experiment.goal,
+                    state=experiment.state.value,
+                    image=experiment.image,
+                    container_id=experiment.container_id,
+                    isolation=json.dumps(experiment.isolation),
+                    warnings=json.dumps(experiment.warnings),
+                    source=experiment.source,
+                    created_at=experiment.created_at,
+                    updated_at=experiment.updated_at,
+                    findings=None,
+                )
+            )
+            await session.flush()
+            session.add(
+                TransitionRow(
+                    experiment_id=experiment.experiment_id,
+                    from_state=None,
+                    to_state=experiment.state.value,
+                    at=experiment.created_at,
+                    reason=reason,
+                )
+            )
+
+    async def load(self, sandbox_key: str, experiment_id: str) -> Experiment | None:
+        async with self._transaction() as session:
+            row = await session.get(ExperimentRow, experiment_id)
+            if row is None or row.sandbox_key != sandbox_key:
+                return None
+            return _experiment(row)
+
+    async def of_sandbox(
+        self, sandbox_key: str, *, include_destroyed: bool = True
+    ) -> list[Experiment]:
+        async with self._transaction() as session:
+            query = sa.select(ExperimentRow).where(ExperimentRow.sandbox_key == sandbox_key)
+            if not include_destroyed:
+                query = query.where(ExperimentRow.state != State.DESTROYED.value)
+            rows = await session.scalars(query.order_by(ExperimentRow.created_at))
+            return [_experiment(row) for row in rows]
+
+    async def live(self) -> list[Experiment]:
+        """Every experiment not yet destroyed, across all sandboxes (start-up sweep)."""
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(ExperimentRow).where(ExperimentRow.state != State.DESTROYED.value)
+            )
+            return [_experiment(row) for row in rows]
+
+    async def transition(
+        self, experiment_id: str, target: State, reason: str, at: float, **changes: Any
+    ) -> State:
+        """Move an experiment to ``target`` if the machine allows it; returns the old state.
+
+        Raises:
+            InvalidTransition: the machine forbids it (nothing is written).
+        """
+        async with self._transaction() as session:
+            row = await session.get(ExperimentRow, experiment_id, with_for_update=True)
+            assert row is not None
+            current = State(row.state)
+            check_transition(current, target)
+            row.state = target.value
+            row.updated_at = at
+            for name, value in changes.items():
+                encoded = name in ("findings", "isolation", "warnings")
+                setattr(row, name, json.dumps(value) if encoded else value)
+            session.add(
+                TransitionRow(
+                    experiment_id=experiment_id,
+                    from_state=current.value,
+                    to_state=target.value,
+                    at=at,
+                    reason=reason,
+                )
+            )
+            return current
+
+    async def transitions(self, experiment_id: str) -> list[tuple[str | None, str, str]]:
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(TransitionRow)
+                .where(TransitionRow.experiment_id == experiment_id)
+                .order_by(TransitionRow.id)
+            )
+            return [(r.from_state, r.to_state, r.reason) for r in rows]
+
+    async def add_job(self, job: JobRow) -> None:
+        async with self._transaction() as session:
+            session.add(job)
+
+    async def finish_job(self, job_id: str, **values: Any) -> None:
+        async with self._transaction() as session:
+            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(**values))
+
+    async def load_job(self, sandbox_key: str, job_id: str) -> JobRow | None:
+        async with self._transaction() as session:
+            row = await session.get(JobRow, job_id)
+            if row is None or row.sandbox_key != sandbox_key:
+                return None
+            return row
+
+    async def jobs_of(self, experiment_id: str) -> list[JobRow]:
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(JobRow)
+                .where(JobRow.experiment_id == experiment_id)
+                .order_by(JobRow.started_at)
+            )
+            return list(rows)
+
+    async def mark_lost_jobs(self, at: float) -> int:
+        """Jobs that were running when the server died can never report: say so."""
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.update(JobRow)
+                .where(JobRow.status == "running")
+                .values(
+                    status="lost",
+                    finished_at=at,
+                    reason="The server restarted while this job ran; its result is lost.",
+                )
+            )
+            return int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,104 @@
+"""What the experiment tools return: the agent-facing shapes (each becomes an outputSchema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from app.experiments.records import Experiment, JobRow
+from app.output import ToolOutput
+
+
+class JobView(ToolOutput):
+    job_id: str
+    experiment_id: str
+    command: str
+    status: str = Field(
+        description=(
+            "running, completed (exit 0), failed (non-zero exit), timeout, cancelled or lost"
+        )
+    )
+    exit_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_s: float | None = None
+    reason: str | None = Field(default=None, description="Why it ended, when not by itself.")
+
+    @classmethod
+    def of(cls, row: JobRow, *, with_output: bool = True) -> JobView:
+        return cls(
+            job_id=row.job_id,
+            experiment_id=row.experiment_id,
+            command=row.command,
+            status=row.status,
+            exit_code=row.exit_code,
+            stdout=row.stdout if with_output else None,
+            stderr=row.stderr if with_output else None,
+            stdout_truncated=row.stdout_truncated,
+            stderr_truncated=row.stderr_truncated,
+            duration_s=row.duration_s,
+            reason=row.reason,
+        )
+
+
+class ExperimentView(ToolOutput):
+    experiment_id: str
+    name: str
+    goal: str
+    state: str
+    image: str
+    source: str
+    isolation: dict[str, Any] = Field(description="The isolation actually applied.")
+    warnings: list[str] = Field(default_factory=list)
+    created_at: float
+    jobs: list[JobView] = Field(default_factory=list, description="Commands run, oldest first.")
+    findings: dict[str, Any] | None = Field(
+        default=None, description="Recorded when the experiment was destroyed."
+    )
+
+    @classmethod
+    def of(cls, experiment: Experiment, jobs: list[JobRow] | None = None) -> ExperimentView:
+        return cls(
+            experiment_id=experiment.experiment_id,
+            name=experiment.name,
+            goal=experiment.goal,
+            state=experiment.state.value,
+            image=experiment.image,
+            source=experiment.source,
+            isolation=experiment.isolation,
+            warnings=experiment.warnings,
+            created_at=experiment.created_at,
+            jobs=[JobView.of(job, with_output=False) for job in jobs or []],
+            findings=experiment.findings,
+        )
+
+
+class CreatedExperiment(ExperimentView):
+    setup: list[JobView] = Field(
+        default_factory=list, description="Setup commands in order; they stop at the first failure."
+    )
+    files_copied: int = 0
+    secrets_skipped: int = Field(default=0, description="Secret-shaped files left out of the copy.")
+
+
+class ExperimentList(ToolOutput):
+    experiments: list[ExperimentView]
+
+
+class DestroyReport(ExperimentView):
+    already_destroyed: bool = False
+
+
+class RuntimeView(ToolOutput):
+    reachable: bool
+    version: str | None
+    images: list[str]
+    missing_images: list[str]
+    default_image: str
+    network_default: str
+    egress_allowed: bool
+    max_experiments: int
+    ceilings: dict[str, float]

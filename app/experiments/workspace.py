@@ -1,0 +1,127 @@
+"""Where an experiment's files live inside its slot, and how a project gets there.
+
+    <slot root>/exp-<id>/workspace   mounted read-write at /workspace, nothing else is
+    <slot root>/exp-<id>/baseline    the files as they were before any command ran
+
+The baseline sits beside the workspace, never inside a mount, so no process in
+a container can change what its changes are measured against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.experiments.errors import ProjectSourceError
+from jail import Jail, snapshot_copy
+
+MAX_FILES = 2000
+MAX_FILES_BYTES = 50 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ExperimentDirs:
+    root: Path
+    workspace: Path
+    baseline: Path
+
+    @classmethod
+    def of(cls, slot_root: Path, experiment_id: str) -> ExperimentDirs:
+        root = slot_root / f"exp-{experiment_id}"
+        return cls(root, root / "workspace", root / "baseline")
+
+
+@dataclass(frozen=True)
+class Owner:
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class WorkspaceReport:
+    source: str
+    files: int
+    secrets_skipped: int = 0
+    build_skipped: int = 0
+
+
+async def prepare(
+    dirs: ExperimentDirs,
+    *,
+    files: Mapping[str, str] | None,
+    project_path: Path | None,
+    copy_from: ExperimentDirs | None,
+    excludes: Sequence[str],
+    owner: Owner | None,
+) -> WorkspaceReport:
+    """Create the folders, fill the workspace from one source, and capture the baseline.
+
+    Raises:
+        ProjectSourceError: too many or too large ``files``.
+        JailError: a refused path (in ``files``) or project path.
+    """
+    return await asyncio.to_thread(
+        _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner
+    )
+
+
+def _prepare(
+    dirs: ExperimentDirs,
+    files: Mapping[str, str] | None,
+    project_path: Path | None,
+    copy_from: ExperimentDirs | None,
+    excludes: tuple[str, ...],
+    owner: Owner | None,
+) -> WorkspaceReport:
+    dirs.root.mkdir(mode=0o700)
+    dirs.workspace.mkdir(mode=0o755)
+    if project_path is not None:
+        snap = snapshot_copy(project_path, dirs.workspace, extra_excludes=excludes)
+        report = WorkspaceReport(
+            "project_path", snap.files_copied, snap.secrets_skipped, snap.build_skipped
+        )
+    elif copy_from is not None:
+        # The other experiment's container may still run: snapshot_copy opens every
+        # component relative to its parent with O_NOFOLLOW, so its links cannot lead out.
+        snap = snapshot_copy(copy_from.workspace, dirs.workspace, include_build_output=True)
+        report = WorkspaceReport("from_experiment", snap.files_copied, snap.secrets_skipped, 0)
+    elif files:
+        _write_files(dirs.workspace, files)
+        report = WorkspaceReport("files", len(files))
+    else:
+        report = WorkspaceReport("empty", 0)
+    # No container has seen this workspace yet, so a plain copy is race-free here.
+    shutil.copytree(dirs.workspace, dirs.baseline, symlinks=True)
+    if owner is not None:
+        _chown_tree(dirs.workspace, owner)
+    return report
+
+
+def _write_files(workspace: Path, files: Mapping[str, str]) -> None:
+    if len(files) > MAX_FILES:
+        raise ProjectSourceError(f"At most {MAX_FILES} files can be given; split the project.")
+    total = sum(len(content.encode()) for content in files.values())
+    if total > MAX_FILES_BYTES:
+        raise ProjectSourceError(
+            f"The files add up to {total} bytes; at most {MAX_FILES_BYTES} are accepted."
+        )
+    with Jail.open(workspace) as jail:
+        for path, content in files.items():
+            jail.write_bytes(path, content.encode(), make_parents=True)
+
+
+def _chown_tree(top: Path, owner: Owner) -> None:
+    # The container runs as an unprivileged user; it must own what it works on.
+    os.chown(top, owner.uid, owner.gid)
+    for base, folders, names in os.walk(top):
+        for name in folders + names:
+            os.chown(os.path.join(base, name), owner.uid, owner.gid, follow_symlinks=False)
+
+
+async def remove(dirs: ExperimentDirs) -> None:
+    """Delete an experiment's folders (its container must be gone)."""
+    await asyncio.to_thread(shutil.rmtree, dirs.root, True)

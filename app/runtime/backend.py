@@ -1,0 +1,137 @@
+"""The SandboxBackend seam: hardened, throwaway containers for experiments.
+
+The experiment manager decides *what* runs; a backend decides *how* it is
+isolated. All container hardening lives in the implementation
+(``app/runtime/docker.py``); nothing above this seam ever sees a Docker flag,
+a mount or a privilege.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+NetworkMode = Literal["none", "egress"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits an experiment asks for (clamped to the operator's ceilings)."""
+
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids: int = 256
+    tmp_mb: int = 256
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """What to start for one experiment.
+
+    ``workspace`` is the host folder mounted read-write at ``/workspace``: it must
+    lie inside the caller's own slot (the backend checks it lies under the slot
+    base it was configured with). ``labels`` identify the owner without naming
+    the sandbox key itself (a fingerprint).
+    """
+
+    experiment_id: str
+    sandbox_label: str
+    image: str
+    workspace: Path
+    network: NetworkMode = "none"
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The isolation actually applied, reported back to the agent."""
+
+    image: str
+    user: str
+    network: NetworkMode
+    cpus: float
+    memory_mb: int
+    pids: int
+    tmp_mb: int
+    capabilities: tuple[str, ...]
+    no_new_privileges: bool
+    read_only_mounts: tuple[str, ...]
+    writable_mounts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Container:
+    container_id: str
+    isolation: Isolation
+    warnings: tuple[str, ...]  # e.g. "memory_mb 20000 was clamped to 8192"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None  # None when killed (timeout, cancel) before it exited
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_s: float
+    timed_out: bool = False
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    reachable: bool
+    version: str | None
+    images: tuple[str, ...]  # allowed images that are present
+    missing_images: tuple[str, ...]  # allowed images that are not built
+    reason: str | None = None
+
+
+class SandboxBackend(Protocol):
+    async def info(self) -> RuntimeInfo:
+        """Reachability, version and which allowed images exist. Never raises."""
+        ...
+
+    async def create(self, spec: ContainerSpec) -> Container:
+        """Create and start a hardened container for one experiment.
+
+        Raises:
+            RuntimeFailure: IMAGE_NOT_ALLOWED, IMAGE_MISSING, WORKSPACE_REFUSED,
+                CAPACITY_EXCEEDED (server-wide container cap), RUNTIME_UNAVAILABLE.
+        """
+        ...
+
+    async def run(
+        self,
+        container_id: str,
+        command: str,
+        *,
+        timeout_s: float,
+        job_id: str,
+        max_output_bytes: int = 1_048_576,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``/bin/sh -c command`` in ``/workspace`` and wait for it (bounded).
+
+        On timeout, or when ``cancel(job_id)`` is called meanwhile, the command's
+        whole process tree is killed (not only its first process). Output is
+        capped per stream while it is read; a non-zero exit is a normal result.
+
+        Raises:
+            RuntimeFailure: CONTAINER_GONE, RUNTIME_UNAVAILABLE.
+        """
+        ...
+
+    async def cancel(self, container_id: str, job_id: str) -> bool:
+        """Kill the process tree of a running ``run`` call; False if it was not running."""
+        ...
+
+    async def remove(self, container_id: str) -> None:
+        """Kill and remove a container; removing a missing one is not an error."""
+        ...
+
+    async def sweep(self, live_container_ids: set[str]) -> int:
+        """Remove every container with our label that is not in ``live_container_ids``."""
+        ...

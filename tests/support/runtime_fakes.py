@@ -1,0 +1,100 @@
+"""A fake SandboxBackend for unit tests of the experiment manager (never proof of isolation)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+
+from app.runtime.backend import (
+    Container,
+    ContainerSpec,
+    ExecResult,
+    Isolation,
+    RuntimeInfo,
+)
+
+
+@dataclass
+class FakeBackend:
+    """Understands three commands: `exit N`, `sleep S` and `echo TEXT`."""
+
+    containers: dict[str, ContainerSpec] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    cancelled: set[str] = field(default_factory=set)
+    ran: list[str] = field(default_factory=list)
+    _events: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    async def info(self) -> RuntimeInfo:
+        return RuntimeInfo(True, "fake", ("img:1",), ())
+
+    async def create(self, spec: ContainerSpec) -> Container:
+        container_id = f"c-{spec.experiment_id}"
+        self.containers[container_id] = spec
+        isolation = Isolation(
+            spec.image,
+            "1000:1000",
+            spec.network,
+            spec.limits.cpus,
+            spec.limits.memory_mb,
+            spec.limits.pids,
+            spec.limits.tmp_mb,
+            ("CHOWN",),
+            True,
+            (),
+            ("/workspace",),
+        )
+        return Container(container_id, isolation, ())
+
+    async def run(
+        self,
+        container_id: str,
+        command: str,
+        *,
+        timeout_s: float,
+        job_id: str,
+        max_output_bytes: int = 1_048_576,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        self.ran.append(command)
+        started = time.monotonic()
+        if match := re.fullmatch(r"sleep ([\d.]+)", command):
+            event = self._events.setdefault(job_id, asyncio.Event())
+            try:
+                await asyncio.wait_for(event.wait(), min(float(match.group(1)), timeout_s))
+                return ExecResult(
+                    None, "", "", False, False, time.monotonic() - started, cancelled=True
+                )
+            except TimeoutError:
+                timed_out = float(match.group(1)) > timeout_s
+                return ExecResult(
+                    None if timed_out else 0,
+                    "",
+                    "",
+                    False,
+                    False,
+                    time.monotonic() - started,
+                    timed_out=timed_out,
+                )
+        if match := re.fullmatch(r"exit (\d+)", command):
+            return ExecResult(int(match.group(1)), "", "", False, False, 0.01)
+        return ExecResult(0, command.removeprefix("echo ") + "\n", "", False, False, 0.01)
+
+    async def cancel(self, container_id: str, job_id: str) -> bool:
+        self.cancelled.add(job_id)
+        event = self._events.get(job_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    async def remove(self, container_id: str) -> None:
+        self.removed.append(container_id)
+        self.containers.pop(container_id, None)
+
+    async def sweep(self, live_container_ids: set[str]) -> int:
+        orphans = [c for c in self.containers if c not in live_container_ids]
+        for container_id in orphans:
+            await self.remove(container_id)
+        return len(orphans)

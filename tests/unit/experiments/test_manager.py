@@ -1,0 +1,242 @@
+"""The experiment lifecycle on a fake runtime and the real database (SQLite) and jail."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from runtime_fakes import FakeBackend
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import create_engine, upgrade_schema
+from app.errors import ServiceError
+from app.experiments.jobs import JobRegistry
+from app.experiments.manager import CreateRequest, ExperimentManager, ExperimentOptions
+from app.experiments.records import ExperimentRecords
+from app.experiments.states import State, check_transition
+from jail import CallContext, JailError, SandboxMemory, new_call_context
+
+
+@dataclass
+class World:
+    manager: ExperimentManager
+    backend: FakeBackend
+    records: ExperimentRecords
+    slot: Path
+    memory: SandboxMemory
+    engine: AsyncEngine
+
+    def call(self, key: str = "alice", slot: Path | None = None) -> CallContext:
+        return new_call_context(
+            self.memory, key, request_id=uuid.uuid4().hex, slot_root=slot or self.slot
+        )
+
+
+async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float = 5) -> World:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    await upgrade_schema(engine)
+    slot = tmp_path / "slot-000"
+    slot.mkdir()
+    backend = FakeBackend()
+    records = ExperimentRecords(engine)
+    options = ExperimentOptions(hosted=hosted, default_image="img:1", sync_wait_s=sync_wait_s)
+    manager = ExperimentManager(records, backend, JobRegistry(), options)
+    return World(manager, backend, records, slot, SandboxMemory(), engine)
+
+
+@pytest.fixture
+async def worlds() -> AsyncIterator[list[World]]:
+    made: list[World] = []
+    yield made
+    for world in made:
+        await world.engine.dispose()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, worlds: list[World]) -> World:
+    worlds.append(await make_world(tmp_path))
+    return worlds[-1]
+
+
+async def test_create_writes_files_captures_a_baseline_and_records_transitions(
+    world: World,
+) -> None:
+    created = await world.manager.create(
+        world.call(), CreateRequest(name="t", files={"a.py": "print(1)\n", "pkg/b.txt": "b"})
+    )
+    assert created.state == "READY"
+    workspace = world.slot / f"exp-{created.experiment_id}" / "workspace"
+    assert (workspace / "pkg" / "b.txt").read_text() == "b"
+    baseline = workspace.parent / "baseline"
+    assert (baseline / "a.py").read_text() == "print(1)\n"
+    assert await world.records.transitions(created.experiment_id) == [
+        (None, "CREATING", "create_experiment called"),
+        ("CREATING", "READY", "container started"),
+    ]
+
+
+async def test_setup_commands_run_in_order_and_stop_at_the_first_failure(world: World) -> None:
+    created = await world.manager.create(
+        world.call(), CreateRequest(setup_commands=("echo one", "exit 2", "echo never"))
+    )
+    assert [job.status for job in created.setup] == ["completed", "failed"]
+    assert created.setup[1].exit_code == 2
+    assert "echo never" not in world.backend.ran
+    assert created.state == "FAILED"
+
+
+async def test_commands_change_state_and_are_recorded(world: World) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest())
+    ok = await world.manager.execute(world.call(), exp.experiment_id, "echo hi")
+    assert (ok.status, ok.exit_code, ok.stdout) == ("completed", 0, "hi\n")
+    bad = await world.manager.execute(world.call(), exp.experiment_id, "exit 7")
+    assert (bad.status, bad.exit_code) == ("failed", 7)
+    view = await world.manager.get(world.call(), exp.experiment_id)
+    assert view.state == "FAILED"
+    assert [job.command for job in view.jobs] == ["echo hi", "exit 7"]
+    states = [t[1] for t in await world.records.transitions(exp.experiment_id)]
+    assert states == ["CREATING", "READY", "RUNNING", "COMPLETED", "RUNNING", "FAILED"]
+
+
+async def test_a_slow_synchronous_command_returns_its_job_id(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    exp = await world.manager.create(world.call(), CreateRequest())
+    job = await world.manager.execute(world.call(), exp.experiment_id, "sleep 1")
+    assert job.status == "running"
+    assert any("still running" in note for note in job.notes)
+    done = await world.manager.job_result(world.call(), job.job_id, wait_s=5)
+    assert done.status == "completed"
+
+
+async def test_background_jobs_can_be_cancelled(world: World) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest())
+    job = await world.manager.execute(world.call(), exp.experiment_id, "sleep 30", background=True)
+    assert job.status == "running"
+    assert world.manager.is_busy("alice")
+    cancelled = await world.manager.cancel_job(world.call(), job.job_id)
+    assert cancelled.status == "cancelled"
+    assert not world.manager.is_busy("alice")
+    assert (await world.manager.get(world.call(), exp.experiment_id)).state == "CANCELLED"
+
+
+async def test_timeouts_are_clamped_and_reported(world: World) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest())
+    job = await world.manager.execute(world.call(), exp.experiment_id, "echo x", timeout_s=99_999)
+    assert any("clamped to 1800" in note for note in job.notes)
+
+
+async def test_another_sandbox_sees_not_found_exactly_as_for_a_missing_id(world: World) -> None:
+    exp = await world.manager.create(world.call("alice"), CreateRequest())
+    job = await world.manager.execute(world.call("alice"), exp.experiment_id, "echo x")
+    mallory = world.call("mallory")
+    answers = []
+    for attempt in (
+        world.manager.get(mallory, exp.experiment_id),
+        world.manager.execute(mallory, exp.experiment_id, "echo pwned"),
+        world.manager.destroy(mallory, exp.experiment_id),
+        world.manager.job_result(mallory, job.job_id, 0),
+        world.manager.cancel_job(mallory, job.job_id),
+        world.manager.get(mallory, "exp_doesnotexist"),
+    ):
+        with pytest.raises(ServiceError) as caught:
+            await attempt
+        answers.append(caught.value.code)
+    assert set(answers) == {"NOT_FOUND"}
+    assert world.backend.ran == ["echo x"]
+    assert await world.manager.list_all(mallory) == []
+
+
+async def test_at_most_max_experiments_live(world: World) -> None:
+    for _ in range(3):
+        await world.manager.create(world.call(), CreateRequest())
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.create(world.call(), CreateRequest())
+    assert caught.value.code == "TOO_MANY_EXPERIMENTS"
+
+
+async def test_hosted_mode_refuses_host_paths(world: World, tmp_path: Path) -> None:
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.create(world.call(), CreateRequest(project_path=str(tmp_path)))
+    assert caught.value.code == "NOT_ALLOWED_HERE"
+
+
+async def test_local_mode_snapshot_copies_and_leaves_the_host_untouched(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, hosted=False)
+    worlds.append(world)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("x = 1\n")
+    (project / ".env").write_text("SECRET=1\n")
+    created = await world.manager.create(world.call(), CreateRequest(project_path=str(project)))
+    workspace = world.slot / f"exp-{created.experiment_id}" / "workspace"
+    assert (workspace / "main.py").exists()
+    assert not (workspace / ".env").exists()
+    assert created.secrets_skipped == 1
+
+
+async def test_files_cannot_escape_the_workspace(world: World) -> None:
+    with pytest.raises(JailError) as caught:
+        await world.manager.create(world.call(), CreateRequest(files={"../../evil": "x"}))
+    assert caught.value.code == "PATH_OUTSIDE_SANDBOX"
+    assert not (world.slot.parent / "evil").exists()
+
+
+async def test_destroy_is_idempotent_and_keeps_findings(world: World) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest())
+    await world.manager.execute(world.call(), exp.experiment_id, "exit 1")
+    first = await world.manager.destroy(world.call(), exp.experiment_id)
+    again = await world.manager.destroy(world.call(), exp.experiment_id)
+    assert first.state == again.state == "DESTROYED"
+    assert not first.already_destroyed
+    assert again.already_destroyed
+    assert first.findings is not None
+    assert first.findings["commands"] == 1
+    assert first.findings["last_exit_code"] == 1
+    assert not (world.slot / f"exp-{exp.experiment_id}").exists()
+    assert f"c-{exp.experiment_id}" in world.backend.removed
+    with pytest.raises(ServiceError):
+        await world.manager.execute(world.call(), exp.experiment_id, "echo late")
+
+
+async def test_copy_from_another_experiment(world: World) -> None:
+    first = await world.manager.create(world.call(), CreateRequest(files={"x.txt": "v1"}))
+    second = await world.manager.create(
+        world.call(), CreateRequest(from_experiment=first.experiment_id)
+    )
+    copied = world.slot / f"exp-{second.experiment_id}" / "workspace" / "x.txt"
+    assert copied.read_text() == "v1"
+    assert second.source == "from_experiment"
+
+
+async def test_teardown_and_recovery(world: World) -> None:
+    exp = await world.manager.create(world.call("alice"), CreateRequest())
+    other = await world.manager.create(world.call("bob"), CreateRequest())
+    assert await world.manager.teardown_sandbox("alice", "idle") == 1
+    assert (await world.manager.get(world.call("alice"), exp.experiment_id)).state == "DESTROYED"
+    world.backend.containers["c-orphan"] = world.backend.containers[f"c-{other.experiment_id}"]
+    report = await world.manager.recover(leased_keys={"bob"})
+    assert report["orphans_swept"] == 1
+    assert report["experiments_gone"] == 0
+    assert (await world.manager.get(world.call("bob"), other.experiment_id)).state == "READY"
+
+
+def test_the_state_machine_refuses_illegal_moves() -> None:
+    check_transition(State.CREATING, State.FAILED)
+    check_transition(State.FAILED, State.RUNNING)
+    for current, target in [
+        (State.CREATING, State.RUNNING),
+        (State.DESTROYED, State.RUNNING),
+        (State.READY, State.COMPLETED),
+        (State.RUNNING, State.RUNNING),
+    ]:
+        with pytest.raises(ServiceError) as caught:
+            check_transition(current, target)
+        assert caught.value.code == "INVALID_STATE"
