@@ -30,3 +30,11 @@ class ModeRefused(ServiceError):
 
 class ProjectSourceError(ServiceError):
     code = "INVALID_PROJECT"
+
+
+class EditNotFound(ServiceError):
+    code = "EDIT_NOT_FOUND"
+
+
+class EditNotUnique(ServiceError):
+    code = "EDIT_NOT_UNIQUE"

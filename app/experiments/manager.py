@@ -473,6 +473,17 @@ class ExperimentManager:
     async def list_all(self, call: CallContext) -> list[ExperimentView]:
         return [ExperimentView.of(e) for e in await self._records.of_sandbox(call.sandbox_key)]
 
+    async def workspace(self, call: CallContext, experiment_id: str) -> Path:
+        """The host folder of a live experiment's workspace (for the file tools)."""
+        experiment = await self._get(call, experiment_id)
+        if experiment.state is State.DESTROYED or call.slot_root is None:
+            raise InvalidTransition(
+                "That experiment was destroyed, and its files with it; its record remains "
+                "(get_experiment).",
+                state=State.DESTROYED.value,
+            )
+        return ExperimentDirs.of(call.slot_root, experiment_id).workspace
+
     # -- destroy -------------------------------------------------------------------
 
     async def destroy(self, call: CallContext, experiment_id: str) -> DestroyReport:
