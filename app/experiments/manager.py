@@ -8,6 +8,7 @@ every state transition, is recorded before the caller gets an answer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -20,7 +21,8 @@ from typing import Any
 
 import structlog
 
-from app.experiments import workspace
+from app.experiments import artifacts, workspace
+from app.experiments.artifacts import Artifact, ArtifactList
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
@@ -29,7 +31,7 @@ from app.experiments.errors import (
     TooManyExperiments,
 )
 from app.experiments.jobs import JobRegistry
-from app.experiments.records import Experiment, ExperimentRecords, JobRow
+from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, JobRow
 from app.experiments.states import RUNNABLE, State, outcome_state
 from app.experiments.views import (
     CreatedExperiment,
@@ -62,6 +64,8 @@ class ExperimentOptions:
     strict_env: bool = True
     egress_allowed: bool = False
     ceilings: Mapping[str, float] = field(default_factory=dict)
+    artifact_dir: Path = Path("/nonexistent")
+    artifact_ttl_s: float = 86_400
 
 
 @dataclass(frozen=True)
@@ -484,6 +488,79 @@ class ExperimentManager:
             )
         return ExperimentDirs.of(call.slot_root, experiment_id).workspace
 
+    # -- artifacts --------------------------------------------------------------------
+
+    def artifact_store(self, sandbox_key: str) -> Path:
+        return self._options.artifact_dir / fingerprint(sandbox_key)
+
+    async def collect_artifacts(
+        self, call: CallContext, experiment_id: str, patterns: list[str]
+    ) -> ArtifactList:
+        workspace_dir = await self.workspace(call, experiment_id)
+        collected, skipped = await asyncio.to_thread(
+            artifacts.collect, workspace_dir, patterns, self.artifact_store(call.sandbox_key)
+        )
+        now = self._clock()
+        await self._records.add_artifacts(
+            [
+                ArtifactRow(
+                    artifact_id=c.artifact_id,
+                    experiment_id=experiment_id,
+                    sandbox_key=call.sandbox_key,
+                    path=c.path,
+                    size=c.size,
+                    sha256=c.sha256,
+                    stored_as=c.stored_as,
+                    created_at=now,
+                    expires_at=None,
+                )
+                for c in collected
+            ]
+        )
+        return await self.list_artifacts(call, experiment_id, skipped=skipped)
+
+    async def list_artifacts(
+        self, call: CallContext, experiment_id: str, skipped: list[str] | None = None
+    ) -> ArtifactList:
+        await self._get(call, experiment_id)
+        rows = await self._records.artifacts_of(call.sandbox_key, experiment_id)
+        return ArtifactList(
+            experiment_id=experiment_id,
+            artifacts=[
+                Artifact(
+                    artifact_id=row.artifact_id,
+                    path=row.path,
+                    size=row.size,
+                    sha256=row.sha256,
+                    uri=f"sandbox://experiments/{experiment_id}/artifacts/{row.artifact_id}",
+                )
+                for row in rows
+            ],
+            skipped=skipped or [],
+        )
+
+    async def read_artifact(
+        self, call: CallContext, experiment_id: str, artifact_id: str
+    ) -> tuple[ArtifactRow, bytes]:
+        rows = await self._records.artifacts_of(call.sandbox_key, experiment_id)
+        row = next((r for r in rows if r.artifact_id == artifact_id), None)
+        if row is None:
+            raise ExperimentNotFound("artifact", artifact_id)
+        data = await asyncio.to_thread(
+            (self.artifact_store(call.sandbox_key) / row.stored_as).read_bytes
+        )
+        return row, data
+
+    async def expire_artifacts(self) -> int:
+        """Delete artifacts whose sandbox was emptied more than the TTL ago."""
+        rows = await self._records.expired_artifacts(self._clock())
+        for row in rows:
+            path = self.artifact_store(row.sandbox_key) / row.stored_as
+            await asyncio.to_thread(path.unlink, True)
+        if rows:
+            await self._records.delete_artifacts([row.artifact_id for row in rows])
+        return len(rows)
+
     # -- destroy -------------------------------------------------------------------
 
     async def destroy(self, call: CallContext, experiment_id: str) -> DestroyReport:
@@ -532,6 +609,9 @@ class ExperimentManager:
 
     async def teardown_sandbox(self, sandbox_key: str, reason: str) -> int:
         """Destroy every live experiment of a sandbox (its slot is about to be emptied)."""
+        await self._records.start_artifact_clock(
+            sandbox_key, self._clock() + self._options.artifact_ttl_s
+        )
         live = await self._records.of_sandbox(sandbox_key, include_destroyed=False)
         for experiment in live:
             # The folders go with the slot reset itself.

@@ -75,6 +75,24 @@ class JobRow(Base):
     finished_at: Mapped[float | None] = mapped_column(sa.Float)
     duration_s: Mapped[float | None] = mapped_column(sa.Float)
     reason: Mapped[str | None] = mapped_column(sa.Text)
+    test_summary: Mapped[str | None] = mapped_column(sa.Text)  # JSON, for run_tests jobs
+
+
+class ArtifactRow(Base):
+    __tablename__ = "artifacts"
+
+    artifact_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    experiment_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("experiments.experiment_id", ondelete="CASCADE"), index=True
+    )
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
+    path: Mapped[str] = mapped_column(sa.String(4096))
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    sha256: Mapped[str] = mapped_column(sa.String(64))
+    stored_as: Mapped[str] = mapped_column(sa.String(200))
+    created_at: Mapped[float] = mapped_column(sa.Float)
+    # Set when the sandbox is emptied: the artifact outlives it by ARTIFACT_TTL_S.
+    expires_at: Mapped[float | None] = mapped_column(sa.Float)
 
 
 @dataclass(frozen=True)
@@ -254,3 +272,38 @@ class ExperimentRecords:
                 )
             )
             return int(getattr(result, "rowcount", 0) or 0)
+
+    async def add_artifacts(self, rows: list[ArtifactRow]) -> None:
+        async with self._transaction() as session:
+            session.add_all(rows)
+
+    async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRow]:
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(ArtifactRow)
+                .where(
+                    ArtifactRow.sandbox_key == sandbox_key,
+                    ArtifactRow.experiment_id == experiment_id,
+                )
+                .order_by(ArtifactRow.created_at, ArtifactRow.path)
+            )
+            return list(rows)
+
+    async def start_artifact_clock(self, sandbox_key: str, expires_at: float) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(ArtifactRow)
+                .where(ArtifactRow.sandbox_key == sandbox_key, ArtifactRow.expires_at.is_(None))
+                .values(expires_at=expires_at)
+            )
+
+    async def expired_artifacts(self, now: float) -> list[ArtifactRow]:
+        async with self._transaction() as session:
+            rows = await session.scalars(sa.select(ArtifactRow).where(ArtifactRow.expires_at < now))
+            return list(rows)
+
+    async def delete_artifacts(self, artifact_ids: list[str]) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
+            )

@@ -1,0 +1,119 @@
+"""Collecting artifacts: copying chosen workspace files out to the server, with their hashes.
+
+Artifacts live in ``<state dir>/artifacts/<sandbox fingerprint>/<artifact id>``,
+outside every slot, so they outlive the sandbox (by ``ARTIFACT_TTL_S`` once it is
+emptied). They are read from the hostile workspace through the jail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from app.experiments.errors import ProjectSourceError
+from app.output import ToolOutput
+from jail import Jail, JailError
+
+MAX_PATTERNS = 20
+MAX_FILES = 100
+MAX_FILE_BYTES = 20 * 1_048_576
+MAX_TOTAL_BYTES = 100 * 1_048_576
+WALK_LIMIT = 50_000
+
+
+class Artifact(BaseModel):
+    artifact_id: str
+    path: str
+    size: int
+    sha256: str
+    uri: str
+
+
+class ArtifactList(ToolOutput):
+    experiment_id: str
+    artifacts: list[Artifact]
+    skipped: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Collected:
+    artifact_id: str
+    path: str
+    size: int
+    sha256: str
+    stored_as: str
+
+
+def pattern_to_regex(pattern: str) -> re.Pattern[str]:
+    """Glob to regex: ``*`` within a folder, ``**/`` any number of folders, ``?`` one char."""
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ProjectSourceError(f"{pattern!r} must be relative to the workspace, without '..'.")
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Collected], list[str]]:
+    """Copy the regular files matching any pattern into ``store``; returns (collected, skipped)."""
+    if not patterns or len(patterns) > MAX_PATTERNS:
+        raise ProjectSourceError(f"Give between 1 and {MAX_PATTERNS} patterns.")
+    regexes = [pattern_to_regex(p) for p in patterns]
+    store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    collected: list[Collected] = []
+    skipped: list[str] = Field(default_factory=list)
+    total = 0
+    with Jail.open(workspace) as jail:
+        try:
+            entries = [
+                info
+                for info in jail.walk(".", max_entries=WALK_LIMIT)
+                if info.kind == "file" and any(r.match(info.path) for r in regexes)
+            ]
+        except JailError as exc:
+            if exc.code != "TOO_MANY_ENTRIES":
+                raise
+            raise ProjectSourceError(
+                f"The workspace holds more than {WALK_LIMIT} entries; use narrower patterns."
+            ) from exc
+        for info in sorted(entries, key=lambda e: e.path):
+            if len(collected) >= MAX_FILES:
+                skipped.append(f"{info.path}: more than {MAX_FILES} files matched")
+                continue
+            if info.size > MAX_FILE_BYTES or total + info.size > MAX_TOTAL_BYTES:
+                skipped.append(f"{info.path}: over the size limit")
+                continue
+            try:
+                data = jail.read_bytes(info.path, max_bytes=MAX_FILE_BYTES)
+            except JailError as exc:
+                skipped.append(f"{info.path}: {exc.message}")
+                continue
+            artifact_id = "art_" + uuid.uuid4().hex[:12]
+            (store / artifact_id).write_bytes(data)
+            total += len(data)
+            collected.append(
+                Collected(
+                    artifact_id, info.path, len(data), hashlib.sha256(data).hexdigest(), artifact_id
+                )
+            )
+    return collected, skipped
