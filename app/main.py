@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import structlog
@@ -21,9 +24,17 @@ from app.auth_store import SqlAuthStore
 from app.calls import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.db import Repository, create_engine, upgrade_schema
 from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
+from app.experiment_tools import register_experiment_tools
+from app.experiments.jobs import JobRegistry
+from app.experiments.manager import ExperimentManager, ExperimentOptions
+from app.experiments.records import ExperimentRecords
+from app.experiments.workspace import Owner
+from app.file_tools import register_file_tools
 from app.health import HealthEndpoint, PoolStats
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
+from app.runtime._limits import Ceilings
+from app.runtime.docker import DockerBackend
 from app.runtime.probe import probe_docker
 from app.settings import Settings, is_loopback_host
 from app.tools import register_tools
@@ -85,6 +96,8 @@ class Services:
     runner: ToolRunner
     mcp: MCPServer
     auth: AuthParts | None
+    manager: ExperimentManager
+    jobs: JobRegistry
     store: SlotStore | None = None
 
     async def start(self) -> None:
@@ -100,6 +113,8 @@ class Services:
         await upgrade_schema(self.engine)
         self.store = await open_slot_store(self.settings)
         await self.pool.open(self.store)
+        recovered = await self.manager.recover(self.pool.holders())
+        log.info("experiments.recovered", **recovered)
         self.watchdog.start()
         log.info(
             "service.started",
@@ -111,6 +126,9 @@ class Services:
 
     async def stop(self) -> None:
         await self.watchdog.stop()
+        # Containers keep running: a restart finds them again (work is never lost to a
+        # restart); their jobs are marked lost, and orphans are swept at start-up.
+        await self.jobs.close()
         await self.mailer.close()
         if self.store is not None:
             await self.store.close()
@@ -222,7 +240,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         public_url=settings.effective_public_url,
         max_per_hour=settings.smtp_max_per_hour,
     )
-    hooks = _Hooks(memory)
+    jobs = JobRegistry()
+    manager = ExperimentManager(
+        ExperimentRecords(engine), build_backend(settings), jobs, experiment_options(settings)
+    )
+    hooks = _Hooks(memory, manager)
     pool = SlotPool(
         SqlPoolState(engine),
         size=settings.pool_size,
@@ -231,9 +253,14 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         on_reserved=mailer.sandbox_ready,
     )
     auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
-    chores = [mailer.housekeeping] + ([auth.housekeeping] if auth else [])
+    chores = [mailer.housekeeping, manager.expire_artifacts]
+    if auth is not None:
+        chores.append(auth.housekeeping)
     watchdog = IdleWatchdog(
-        pool, interval_s=min(5.0, settings.idle_timeout_s / 10), housekeeping=chores
+        pool,
+        interval_s=min(5.0, settings.idle_timeout_s / 10),
+        is_busy=manager.is_busy,
+        housekeeping=chores,
     )
     identity: Identity = LocalIdentity() if auth is None else TokenIdentity()
     runner = ToolRunner(identity, repository, memory, pool, queue_wait_s=settings.queue_wait_s)
@@ -244,6 +271,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         log_level=settings.log_level,
     )
     register_tools(mcp, runner, pool)
+    register_experiment_tools(mcp, runner, manager)
+    register_file_tools(mcp, runner, manager)
     if extra_tools is not None:
         extra_tools(mcp, runner)
     return Services(
@@ -257,6 +286,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         runner=runner,
         mcp=mcp,
         auth=auth,
+        manager=manager,
+        jobs=jobs,
     )
 
 
@@ -265,11 +296,75 @@ class _Hooks:
     """What happens to the rest of the service when the pool empties a sandbox."""
 
     memory: SandboxMemory
+    manager: ExperimentManager
 
     async def before_reset(self, sandbox_key: str) -> None:
-        # The files are about to vanish: forget what we knew about them (edits, map).
-        # Containers are stopped here too once experiments exist.
+        # Containers first (they hold the slot's folders), then what we remembered.
+        await self.manager.teardown_sandbox(sandbox_key, "the sandbox was emptied after being idle")
         self.memory.drop(sandbox_key)
+
+
+def slots_base(settings: Settings) -> Path:
+    """The folder every slot lies under: a workspace outside it is never mounted."""
+    if settings.slot_backend == "dir":
+        return settings.state_dir / "slots"
+    assert settings.zfs_parent is not None
+    try:
+        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            ["zfs", "get", "-H", "-o", "value", "mountpoint", settings.zfs_parent],  # noqa: S607
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ConfigurationError(
+            f"Cannot read the mountpoint of {settings.zfs_parent}; is ZFS running and the "
+            "dataset provisioned (sandbox-mcp provision)?"
+        ) from exc
+    return Path(done.stdout.strip())
+
+
+def build_backend(settings: Settings) -> DockerBackend:
+    return DockerBackend(
+        slots_base=slots_base(settings),
+        allowed_images=settings.image_list,
+        default_image=settings.default_image,
+        ceilings=Ceilings(
+            cpus=settings.max_cpus,
+            memory_mb=settings.max_memory_mb,
+            pids=settings.max_pids,
+            timeout_s=settings.max_command_timeout_s,
+        ),
+        max_containers=settings.max_containers,
+        user=settings.sandbox_user,
+        allow_egress=settings.allow_egress,
+    )
+
+
+def experiment_options(settings: Settings) -> ExperimentOptions:
+    uid, gid = (int(part) for part in settings.sandbox_user.split(":"))
+    return ExperimentOptions(
+        hosted=settings.auth == "oauth",
+        default_image=settings.default_image,
+        max_experiments=settings.max_experiments,
+        sync_wait_s=settings.sync_wait_s,
+        max_timeout_s=settings.max_command_timeout_s,
+        # Only root can hand files to the container's user; otherwise run the server
+        # as that user (SANDBOX_MCP_SANDBOX_USER = the server's uid:gid).
+        owner=Owner(uid, gid) if os.geteuid() == 0 else None,
+        snapshot_excludes=settings.snapshot_exclude_list,
+        strict_env=settings.strict_env_denylist,
+        egress_allowed=settings.allow_egress,
+        ceilings={
+            "cpus": settings.max_cpus,
+            "memory_mb": settings.max_memory_mb,
+            "pids": settings.max_pids,
+            "timeout_s": settings.max_command_timeout_s,
+        },
+        artifact_dir=settings.state_dir / "artifacts",
+        artifact_ttl_s=settings.artifact_ttl_s,
+    )
 
 
 def smtp_options(settings: Settings) -> SmtpOptions | None:

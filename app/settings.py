@@ -142,6 +142,12 @@ class Settings(BaseSettings):
     allow_egress: bool = Field(
         default=False, description="Whether experiments may ask for network egress."
     )
+    artifact_ttl_s: int = Field(
+        default=86_400,
+        ge=60,
+        le=30 * 86_400,
+        description="How long collected artifacts are kept after their sandbox is emptied.",
+    )
     snapshot_excludes: str = Field(
         default="",
         description="Comma-separated extra glob patterns never copied from a host project.",

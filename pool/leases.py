@@ -198,6 +198,10 @@ class SlotPool:
             return None
         return self._store.slot(index)
 
+    def holders(self) -> set[str]:
+        """Every sandbox key that holds a slot (leased or reserved)."""
+        return set(self._by_key)
+
     def position_of(self, key: str) -> int | None:
         for position, queued in enumerate(self._queue, start=1):
             if queued == key:

@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from app.errors import ServiceError
 from app.experiments import artifacts, workspace
 from app.experiments.artifacts import Artifact, ArtifactList
 from app.experiments.errors import (
@@ -639,5 +640,11 @@ class ExperimentManager:
                 )
             if experiment.container_id:
                 live_containers.add(experiment.container_id)
-        swept = await self._backend.sweep(live_containers)
+        try:
+            swept = await self._backend.sweep(live_containers)
+        except ServiceError as exc:
+            # Without Docker the service still starts (degraded, as /health says); the
+            # sweep runs at the next start with the engine up.
+            log.warning("experiments.sweep_skipped", code=exc.code, reason=exc.message)
+            swept = 0
         return {"lost_jobs": lost, "experiments_gone": gone, "orphans_swept": swept}

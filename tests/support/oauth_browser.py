@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -154,10 +155,14 @@ async def call_tool(
     )
 
 
-async def probe(
-    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
+async def tool(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    name: str,
+    arguments: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Call the probe tool; returns its structured content (error results included)."""
+    """One sessionless tools/call; returns the structured content plus ``is_error``."""
     response = await http.post(
         server.mcp_url,
         json={
@@ -165,8 +170,8 @@ async def probe(
             "id": 1,
             "method": "tools/call",
             "params": {
-                "name": "probe_sandbox",
-                "arguments": {"write": write},
+                "name": name,
+                "arguments": arguments or {},
                 "_meta": {
                     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                     "io.modelcontextprotocol/clientCapabilities": {},
@@ -174,13 +179,36 @@ async def probe(
             },
         },
         headers={
-            "authorization": f"Bearer {token}",
+            # An empty token means local mode (SANDBOX_MCP_AUTH=none): no header at all.
+            **({"authorization": f"Bearer {token}"} if token else {}),
             "accept": "application/json, text/event-stream",
             "mcp-protocol-version": "2026-07-28",
             "mcp-method": "tools/call",
-            "mcp-name": "probe_sandbox",
+            "mcp-name": name,
         },
     )
     assert response.status_code == 200, response.text
-    result = response.json()["result"]
-    return {"is_error": result.get("isError", False), **result["structuredContent"]}
+    body = read_jsonrpc(response)
+    assert "result" in body, body
+    result = body["result"]
+    structured = result.get("structuredContent") or {}
+    return {"is_error": result.get("isError", False), **structured}
+
+
+async def probe(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
+) -> dict[str, Any]:
+    """Call the test suite's slot-taking probe tool (tests/support/probe_app.py)."""
+    return await tool(http, server, token, "probe_sandbox", {"write": write})
+
+
+def read_jsonrpc(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer, whether sent as JSON or as an SSE stream (after progress)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if "result" in message or "error" in message:
+                    return dict(message)
+        raise AssertionError(f"no JSON-RPC answer in the stream: {response.text[:500]}")
+    return dict(response.json())

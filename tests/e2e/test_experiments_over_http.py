@@ -1,0 +1,291 @@
+"""Experiments through the MCP tools over HTTP, on the real Docker daemon .ci/run starts."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from oauth_browser import ManualClient, tool
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("experiments") / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="20",
+        SANDBOX_MCP_QUEUE_WAIT_S="0",
+        SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
+        SANDBOX_MCP_SYNC_WAIT_S="8",
+    )
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+async def users(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
+    client = await ManualClient.register(http, server.base_url)
+    return (await client.tokens(http))["access_token"], (await client.tokens(http))["access_token"]
+
+
+async def run(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    command: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    return await tool(
+        http,
+        server,
+        token,
+        "execute_experiment",
+        {"experiment_id": experiment, "command": command, **extra},
+    )
+
+
+async def test_no_tool_is_docker_shaped(
+    http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    response = await http.post(
+        server.mcp_url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/list",
+            "params": {
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+            },
+        },
+        headers={
+            "authorization": f"Bearer {users[0]}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/list",
+        },
+    )
+    names = {t["name"] for t in response.json()["result"]["tools"]}
+    assert {
+        "create_experiment",
+        "execute_experiment",
+        "get_job_status",
+        "get_job_result",
+        "cancel_job",
+        "get_experiment",
+        "list_experiments",
+        "destroy_experiment",
+        "check_sandbox_runtime",
+        "read_sandbox_file",
+        "write_sandbox_file",
+        "edit_sandbox_file",
+    } <= names
+    assert not [n for n in names if n.startswith("docker_")]
+    schemas = str(response.json()["result"]["tools"]).lower()
+    for word in ("privileged", "cap_add", "volumes", "docker.sock", "security_opt"):
+        assert word not in schemas
+
+
+async def test_hardened_experiment_lifecycle(
+    http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    alice, _ = users
+    created = await tool(
+        http,
+        server,
+        alice,
+        "create_experiment",
+        {
+            "name": "hello",
+            "goal": "see that it runs",
+            "files": {"hello.py": "print('hello from the sandbox')\n"},
+            "setup_commands": ["python3 --version"],
+        },
+    )
+    assert not created["is_error"], created
+    exp = created["experiment_id"]
+    assert created["state"] == "COMPLETED"  # the setup command ran
+    assert created["isolation"]["network"] == "none"
+    assert created["idle_expiry_s"] > 0
+    ran = await run(http, server, alice, exp, "python3 hello.py")
+    assert (ran["exit_code"], ran["stdout"]) == (0, "hello from the sandbox\n")
+    # The network is really off, the Docker socket is absent, and we are not root.
+    probe = await run(
+        http,
+        server,
+        alice,
+        exp,
+        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3)\"; echo net=$?; "
+        "test -e /var/run/docker.sock; echo sock=$?; id -u",
+    )
+    assert "net=1" in probe["stdout"]
+    assert "sock=1" in probe["stdout"]
+    assert probe["stdout"].strip().endswith("1000")
+    failed = await run(http, server, alice, exp, "echo oops >&2; exit 3")
+    assert (failed["is_error"], failed["status"], failed["exit_code"]) == (False, "failed", 3)
+    assert failed["stderr"] == "oops\n"
+    view = await tool(http, server, alice, "get_experiment", {"experiment_id": exp})
+    assert view["state"] == "FAILED"
+    assert [job["command"] for job in view["jobs"]][:1] == ["python3 --version"]
+    destroyed = await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
+    assert destroyed["state"] == "DESTROYED"
+    assert destroyed["findings"]["commands"] >= 4
+    again = await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
+    assert again["already_destroyed"] is True
+    late = await run(http, server, alice, exp, "true")
+    assert late["is_error"]
+    assert late["error"]["code"] == "INVALID_STATE"
+
+
+async def test_background_job_timeout_and_cancel_kill_the_whole_tree(
+    http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    alice, _ = users
+    exp = (await tool(http, server, alice, "create_experiment", {"name": "tree"}))["experiment_id"]
+    # A timeout: the shell, its background children and a grandchild all go.
+    timed = await run(
+        http, server, alice, exp, "sleep 300 & (sleep 301 &) ; sleep 302", timeout_s=2
+    )
+    assert timed["status"] == "timeout"
+    left = await run(http, server, alice, exp, "ps -eo args | grep -c '[s]leep 30' || true")
+    assert left["stdout"].strip() == "0"
+    # Cancel a background job.
+    job = await run(http, server, alice, exp, "sleep 400 & sleep 401", background=True)
+    assert job["status"] == "running"
+    status = await tool(http, server, alice, "get_job_status", {"job_id": job["job_id"]})
+    assert status["status"] == "running"
+    cancelled = await tool(http, server, alice, "cancel_job", {"job_id": job["job_id"]})
+    assert cancelled["status"] == "cancelled"
+    left = await run(http, server, alice, exp, "ps -eo args | grep -c '[s]leep 40' || true")
+    assert left["stdout"].strip() == "0"
+    # A synchronous command past SYNC_WAIT_S (8 s here) returns its job id and goes on.
+    slow = await run(http, server, alice, exp, "sleep 10; echo done")
+    assert slow["status"] == "running"
+    assert any("still running" in note for note in slow["notes"])
+    result = await tool(
+        http, server, alice, "get_job_result", {"job_id": slow["job_id"], "wait_s": 20}
+    )
+    assert (result["status"], result["stdout"]) == ("completed", "done\n")
+    await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
+
+
+async def test_another_user_cannot_see_run_or_destroy(
+    http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    alice, mallory = users
+    exp = (await tool(http, server, alice, "create_experiment", {"name": "private"}))[
+        "experiment_id"
+    ]
+    job = await run(http, server, alice, exp, "echo mine")
+    answers = [
+        await tool(http, server, mallory, "get_experiment", {"experiment_id": exp}),
+        await run(http, server, mallory, exp, "echo pwned"),
+        await tool(http, server, mallory, "destroy_experiment", {"experiment_id": exp}),
+        await tool(http, server, mallory, "get_job_result", {"job_id": job["job_id"], "wait_s": 0}),
+        await tool(http, server, mallory, "read_sandbox_file", {"experiment_id": exp, "path": "x"}),
+        await tool(http, server, mallory, "get_experiment", {"experiment_id": "exp_000000000000"}),
+    ]
+    assert [a["error"]["code"] for a in answers] == ["NOT_FOUND"] * 6
+    assert (await tool(http, server, mallory, "list_experiments"))["experiments"] == []
+    still = await tool(http, server, alice, "get_experiment", {"experiment_id": exp})
+    assert still["state"] == "COMPLETED"
+    await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
+
+
+async def test_limits_are_clamped_and_reported(
+    http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    alice, _ = users
+    created = await tool(
+        http, server, alice, "create_experiment", {"memory_mb": 999_999, "cpus": 64, "pids": 10**6}
+    )
+    assert not created["is_error"], created
+    warnings = " ".join(created["warnings"])
+    assert "memory_mb" in warnings
+    assert "cpus" in warnings
+    assert "pids" in warnings
+    assert created["isolation"]["memory_mb"] == 8192
+    egress = await tool(http, server, alice, "create_experiment", {"network": "egress"})
+    assert egress["is_error"]
+    await tool(
+        http, server, alice, "destroy_experiment", {"experiment_id": created["experiment_id"]}
+    )
+
+
+async def test_orphans_are_swept_at_start_up(tmp_path: Path) -> None:
+    client = docker.from_env()
+    orphan = client.containers.run(
+        "sandbox-mcp/base:bookworm",
+        "sleep 600",
+        detach=True,
+        network_mode="none",
+        labels={"io.sandbox-mcp.managed": "1", "io.sandbox-mcp.experiment": "exp_orphan"},
+    )
+    try:
+        server = start_server(tmp_path / "state", SANDBOX_MCP_POOL_SIZE="2")
+        stop_server(server)
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(orphan.id)
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            orphan.remove(force=True)
+        client.close()
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+            digest.update(str(path.stat().st_mtime_ns).encode())
+    return digest.hexdigest()
+
+
+async def test_local_mode_leaves_the_host_project_untouched(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "app.py").write_text("print(1)\n")
+    (project / ".env").write_text("TOKEN=secret\n")
+    before = tree_digest(project)
+    server = start_server(tmp_path / "state", SANDBOX_MCP_POOL_SIZE="2")
+    try:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            created = await tool(
+                http, server, "", "create_experiment", {"project_path": str(project)}
+            )
+            assert not created["is_error"], created
+            exp = created["experiment_id"]
+            assert created["secrets_skipped"] == 1
+            rewritten = await run(
+                http,
+                server,
+                "",
+                exp,
+                "ls -a; for f in $(find . -type f); do echo rewritten > $f; done; "
+                "rm -rf src; touch new",
+            )
+            assert ".env" not in rewritten["stdout"]
+    finally:
+        stop_server(server)
+    assert tree_digest(project) == before
+    assert os.listdir(project / "src") == ["app.py"]
