@@ -38,3 +38,8 @@ class EditNotFound(ServiceError):
 
 class EditNotUnique(ServiceError):
     code = "EDIT_NOT_UNIQUE"
+
+
+class TestsNotDetected(ServiceError):
+    __test__ = False
+    code = "TESTS_NOT_DETECTED"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import time
 import uuid
@@ -22,18 +23,20 @@ from typing import Any
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import artifacts, workspace
+from app.experiments import artifacts, project, testing, workspace
 from app.experiments.artifacts import Artifact, ArtifactList
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
     ModeRefused,
     ProjectSourceError,
+    TestsNotDetected,
     TooManyExperiments,
 )
 from app.experiments.jobs import JobRegistry
 from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, JobRow
 from app.experiments.states import RUNNABLE, State, outcome_state
+from app.experiments.testing import TestPlan
 from app.experiments.views import (
     CreatedExperiment,
     DestroyReport,
@@ -46,6 +49,9 @@ from app.runtime.backend import ContainerSpec, ExecResult, Limits, NetworkMode, 
 from jail import CallContext, resolve_env
 
 log = structlog.get_logger(__name__)
+
+# run_tests: the workspace to read the report from, and the plan detection chose.
+TestContext = tuple[Path, TestPlan | None]
 
 # get_job_result waits at most this long: MCP clients give up after about a minute.
 MAX_RESULT_WAIT_S = 45.0
@@ -258,6 +264,55 @@ class ExperimentManager:
         timeout_s: float | None = None,
         env: Sequence[str] = (),
     ) -> JobView:
+        return await self._execute(
+            call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
+        )
+
+    async def run_tests(
+        self,
+        call: CallContext,
+        experiment_id: str,
+        command: str | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> JobView:
+        """Detect the runner (unless ``command`` says), run it, and parse its results."""
+        workspace_dir = await self.workspace(call, experiment_id)
+        plan: TestPlan | None = None
+        if not command:
+            facts = await asyncio.to_thread(project.facts, workspace_dir)
+            plan = testing.detect(facts)
+            if plan is None:
+                reasons = testing.explain(facts)
+                raise TestsNotDetected(
+                    "Could not tell how to run this project's tests"
+                    + (f" ({'; '.join(reasons)})" if reasons else "")
+                    + "; pass `command` (for example `python3 -m pytest`).",
+                )
+        view = await self._execute(
+            call,
+            experiment_id,
+            command or (plan.command if plan else ""),
+            kind="tests",
+            timeout_s=timeout_s,
+            tests=(workspace_dir, plan),
+        )
+        if plan is not None:
+            view.notes[:0] = plan.notes
+        return view
+
+    async def _execute(
+        self,
+        call: CallContext,
+        experiment_id: str,
+        command: str,
+        *,
+        kind: str = "command",
+        background: bool = False,
+        timeout_s: float | None = None,
+        env: Sequence[str] = (),
+        tests: TestContext | None = None,
+    ) -> JobView:
         experiment = await self._get(call, experiment_id)
         if experiment.state not in RUNNABLE or experiment.container_id is None:
             raise InvalidTransition(
@@ -267,10 +322,11 @@ class ExperimentManager:
             )
         if not command.strip():
             raise ProjectSourceError("The command is empty.")
+        call.project_map.invalidate()  # a command may change any file
         warnings: list[str] = []
         timeout = self._timeout(timeout_s, warnings)
         job_id, work = await self._begin(
-            call.sandbox_key, experiment, command, "command", timeout, self._env(env), background
+            call.sandbox_key, experiment, command, kind, timeout, self._env(env), background, tests
         )
         running = self._jobs.start(
             job_id, call.sandbox_key, experiment_id, experiment.container_id, work
@@ -298,6 +354,7 @@ class ExperimentManager:
         timeout_s: float,
         env: dict[str, str],
         background: bool,
+        tests: TestContext | None = None,
     ) -> tuple[str, Any]:
         job_id = "job_" + uuid.uuid4().hex[:12]
         now = self._clock()
@@ -329,6 +386,7 @@ class ExperimentManager:
             command,
             timeout_s,
             env,
+            tests,
         )
         return job_id, work
 
@@ -341,6 +399,7 @@ class ExperimentManager:
         command: str,
         timeout_s: float,
         env: dict[str, str],
+        tests: TestContext | None = None,
     ) -> ExecResult:
         started = self._clock()
         try:
@@ -356,11 +415,29 @@ class ExperimentManager:
             result = ExecResult(None, "", "", False, False, self._clock() - started)
             await self._settle(experiment_id, job_id, result, reason=f"the runtime failed: {exc}")
             raise
-        await self._settle(experiment_id, job_id, result)
+        summary = await self._summarize(tests, result) if tests is not None else None
+        await self._settle(experiment_id, job_id, result, test_summary=summary)
         return result
 
+    @staticmethod
+    async def _summarize(tests: TestContext, result: ExecResult) -> dict[str, Any]:
+        workspace_dir, plan = tests
+        if plan is None:
+            summary = testing.parse_any(result.stdout, result.stderr, result.exit_code)
+        else:
+            report = await asyncio.to_thread(project.read_report, workspace_dir, plan.report_path)
+            summary = testing.parse(
+                plan.runner, result.stdout, result.stderr, report, result.exit_code
+            )
+        return asdict(summary)
+
     async def _settle(
-        self, experiment_id: str, job_id: str, result: ExecResult, reason: str | None = None
+        self,
+        experiment_id: str,
+        job_id: str,
+        result: ExecResult,
+        reason: str | None = None,
+        test_summary: dict[str, Any] | None = None,
     ) -> None:
         state = outcome_state(
             result.exit_code, timed_out=result.timed_out, cancelled=result.cancelled
@@ -389,6 +466,7 @@ class ExperimentManager:
             finished_at=now,
             duration_s=round(result.duration_s, 3),
             reason=reason,
+            test_summary=json.dumps(test_summary) if test_summary is not None else None,
         )
         others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
         if not others:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import Field
@@ -26,6 +27,13 @@ class JobView(ToolOutput):
     stderr_truncated: bool = False
     duration_s: float | None = None
     reason: str | None = Field(default=None, description="Why it ended, when not by itself.")
+    tests: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "For run_tests: passed, failed, skipped, errors, total, failing_tests. When "
+            "`detected` is false the results could not be read: trust the exit code."
+        ),
+    )
 
     @classmethod
     def of(cls, row: JobRow, *, with_output: bool = True) -> JobView:
@@ -41,6 +49,7 @@ class JobView(ToolOutput):
             stderr_truncated=row.stderr_truncated,
             duration_s=row.duration_s,
             reason=row.reason,
+            tests=json.loads(row.test_summary) if row.test_summary else None,
         )
 
 
