@@ -24,6 +24,7 @@ from app.auth_store import SqlAuthStore
 from app.calls import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.db import Repository, create_engine, upgrade_schema
 from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
+from app.evidence_tools import ResourceReader, register_evidence_tools, register_resources
 from app.experiment_tools import register_experiment_tools
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager, ExperimentOptions
@@ -273,6 +274,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     register_tools(mcp, runner, pool)
     register_experiment_tools(mcp, runner, manager)
     register_file_tools(mcp, runner, manager)
+    register_evidence_tools(mcp, runner, manager)
+    register_resources(mcp, ResourceReader(identity, memory, pool), manager)
     if extra_tools is not None:
         extra_tools(mcp, runner)
     return Services(

@@ -23,8 +23,9 @@ from typing import Any
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import artifacts, project, testing, workspace
+from app.experiments import artifacts, changes, project, testing, workspace
 from app.experiments.artifacts import Artifact, ArtifactList
+from app.experiments.compare import Comparison, ExperimentEvidence, recommend
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
@@ -38,6 +39,7 @@ from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, 
 from app.experiments.states import RUNNABLE, State, outcome_state
 from app.experiments.testing import TestPlan
 from app.experiments.views import (
+    ChangesView,
     CreatedExperiment,
     DestroyReport,
     ExperimentView,
@@ -52,6 +54,9 @@ log = structlog.get_logger(__name__)
 
 # run_tests: the workspace to read the report from, and the plan detection chose.
 TestContext = tuple[Path, TestPlan | None]
+
+# Test reports and dependency folders are not the agent's changes.
+EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
 
 # get_job_result waits at most this long: MCP clients give up after about a minute.
 MAX_RESULT_WAIT_S = 45.0
@@ -567,6 +572,74 @@ class ExperimentManager:
             )
         return ExperimentDirs.of(call.slot_root, experiment_id).workspace
 
+    # -- changes and comparison ---------------------------------------------------------
+
+    async def inspect_changes(
+        self, call: CallContext, experiment_id: str, include_diff: bool
+    ) -> ChangesView:
+        workspace_dir = await self.workspace(call, experiment_id)
+        report = await asyncio.to_thread(
+            changes.inspect,
+            workspace_dir,
+            workspace_dir.parent / "baseline",
+            include_diff=include_diff,
+            excluded_dirs=EXCLUDED_FROM_CHANGES,
+        )
+        return ChangesView(experiment_id=experiment_id, **report.model_dump())
+
+    async def _evidence(
+        self, experiment: Experiment, dirs: ExperimentDirs | None
+    ) -> ExperimentEvidence:
+        if experiment.findings and "evidence" in experiment.findings:
+            recorded = ExperimentEvidence(**experiment.findings["evidence"])
+            return recorded.model_copy(update={"state": experiment.state.value})
+        jobs = await self._records.jobs_of(experiment.experiment_id)
+        tested = [j for j in jobs if j.test_summary]
+        summary = json.loads(tested[-1].test_summary or "{}") if tested else {}
+        evidence = ExperimentEvidence(
+            experiment_id=experiment.experiment_id,
+            name=experiment.name,
+            state=experiment.state.value,
+            exit_codes=[j.exit_code for j in jobs],
+            last_exit_code=jobs[-1].exit_code if jobs else None,
+            duration_s=round(sum(j.duration_s or 0 for j in jobs), 3),
+            artifacts=len(
+                await self._records.artifacts_of(experiment.sandbox_key, experiment.experiment_id)
+            ),
+        )
+        if summary.get("detected"):
+            evidence.tests_passed = summary["passed"]
+            evidence.tests_failed = summary["failed"] + summary["errors"]
+            evidence.tests_skipped = summary["skipped"]
+            evidence.tests_total = summary["total"]
+            evidence.failing_tests = summary["failing_tests"][:50]
+        if dirs is not None and dirs.workspace.exists():
+            report = await asyncio.to_thread(
+                changes.inspect,
+                dirs.workspace,
+                dirs.baseline,
+                include_diff=False,
+                excluded_dirs=EXCLUDED_FROM_CHANGES,
+            )
+            evidence.files_changed = report.files_changed
+            evidence.lines_changed = report.insertions + report.deletions
+        return evidence
+
+    async def compare(self, call: CallContext, experiment_ids: list[str]) -> Comparison:
+        if not 2 <= len(set(experiment_ids)) <= 10:
+            raise ProjectSourceError("Compare between 2 and 10 different experiments.")
+        evidence = []
+        for experiment_id in dict.fromkeys(experiment_ids):
+            experiment = await self._get(call, experiment_id)
+            dirs = (
+                ExperimentDirs.of(call.slot_root, experiment_id)
+                if call.slot_root is not None and experiment.state is not State.DESTROYED
+                else None
+            )
+            evidence.append(await self._evidence(experiment, dirs))
+        recommended, reason = recommend(evidence)
+        return Comparison(experiments=evidence, recommended=recommended, reason=reason)
+
     # -- artifacts --------------------------------------------------------------------
 
     def artifact_store(self, sandbox_key: str) -> Path:
@@ -662,6 +735,8 @@ class ExperimentManager:
             await self._backend.cancel(job.container_id, job.job_id)
             await self._jobs.wait(job, 10)
         jobs = await self._records.jobs_of(experiment.experiment_id)
+        # Recorded before teardown, so destroyed experiments stay comparable.
+        evidence = await self._evidence(experiment, dirs)
         findings = {
             "state_before": experiment.state.value,
             "commands": len(jobs),
@@ -669,6 +744,7 @@ class ExperimentManager:
             "failed_commands": sum(1 for j in jobs if j.status != "completed"),
             "duration_s": round(sum(j.duration_s or 0 for j in jobs), 3),
             "reason": reason,
+            "evidence": evidence.model_dump(),
         }
         if experiment.container_id:
             await self._backend.remove(experiment.container_id)

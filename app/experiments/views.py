@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from app.experiments.changes import FileChange
 from app.experiments.records import Experiment, JobRow
 from app.output import ToolOutput
 
@@ -111,3 +112,17 @@ class RuntimeView(ToolOutput):
     egress_allowed: bool
     max_experiments: int
     ceilings: dict[str, float]
+
+
+class ChangesView(ToolOutput):
+    """inspect_changes: what changed against the baseline taken before any command ran."""
+
+    experiment_id: str
+    created: list[FileChange]
+    modified: list[FileChange]
+    deleted: list[FileChange]
+    insertions: int
+    deletions: int
+    files_changed: int
+    diff: str | None = None
+    diff_truncated: bool = False

@@ -1,0 +1,214 @@
+"""The tools that turn a container into evidence: tests, changes, artifacts, comparison, map.
+
+Also the ``sandbox://`` resources, each scoped to the caller's sandbox key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from app.calls import Identity, ToolRunner
+from app.errors import ServiceError
+from app.experiments import project
+from app.experiments.artifacts import ArtifactList
+from app.experiments.compare import Comparison
+from app.experiments.manager import ExperimentManager
+from app.experiments.views import ChangesView, JobView
+from jail import CallContext, SandboxMemory, bind_call, new_call_context
+from pool.leases import SlotPool
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
+T = TypeVar("T")
+
+
+def register_evidence_tools(
+    server: MCPServer, runner: ToolRunner, manager: ExperimentManager
+) -> None:
+    """Add run_tests, inspect_changes, collect_artifacts, compare_experiments, map_project."""
+
+    @server.tool(
+        description=(
+            "Run the project's tests and parse the results: passed, failed, skipped, total and "
+            "the failing tests' names. The runner is detected (pytest, unittest, node --test, "
+            "jest, vitest, mocha, cargo, go, make) unless `command` is given. If `tests.detected` "
+            "is false, trust the exit code."
+        )
+    )
+    async def run_tests(
+        experiment_id: ExperimentId,
+        command: Annotated[str | None, Field(max_length=10_000)] = None,
+        timeout_s: Annotated[float | None, Field(gt=0)] = None,
+    ) -> Annotated[CallToolResult, JobView]:
+        async def body(call: CallContext) -> JobView:
+            return await manager.run_tests(call, experiment_id, command, timeout_s=timeout_s)
+
+        return await runner.run("run_tests", body, takes_slot=True)
+
+    @server.tool(
+        description=(
+            "What changed in the workspace since the experiment was created (before any "
+            "command ran): created, modified and deleted files, symlink and mode changes, "
+            "insertions and deletions, and optionally the unified diff (capped). Build output "
+            "and dependency folders are left out."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def inspect_changes(
+        experiment_id: ExperimentId, include_diff: bool = False
+    ) -> Annotated[CallToolResult, ChangesView]:
+        async def body(call: CallContext) -> ChangesView:
+            return await manager.inspect_changes(call, experiment_id, include_diff)
+
+        return await runner.run("inspect_changes", body, takes_slot=False)
+
+    @server.tool(
+        description=(
+            "Copy workspace files out as artifacts (kept after the sandbox is emptied, for a "
+            "day by default), with sizes and SHA-256. Patterns are workspace-relative globs; "
+            "`**/name` searches every folder. Read them back as resources (`uri`)."
+        )
+    )
+    async def collect_artifacts(
+        experiment_id: ExperimentId,
+        patterns: Annotated[
+            list[Annotated[str, Field(max_length=500)]], Field(min_length=1, max_length=20)
+        ],
+    ) -> Annotated[CallToolResult, ArtifactList]:
+        async def body(call: CallContext) -> ArtifactList:
+            return await manager.collect_artifacts(call, experiment_id, patterns)
+
+        return await runner.run("collect_artifacts", body, takes_slot=False)
+
+    @server.tool(
+        description=(
+            "Compare experiments (destroyed ones too): test results, failing tests, exit codes, "
+            "change size, duration, artifacts; and a recommendation with its reason when the "
+            "evidence supports one (fewest failures, then a clean exit, then the smallest "
+            "change, then the fastest)."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def compare_experiments(
+        experiment_ids: Annotated[list[ExperimentId], Field(min_length=2, max_length=10)],
+    ) -> Annotated[CallToolResult, Comparison]:
+        async def body(call: CallContext) -> Comparison:
+            return await manager.compare(call, experiment_ids)
+
+        return await runner.run("compare_experiments", body, takes_slot=False)
+
+    @server.tool(
+        description=(
+            "Map the project: languages, manifests, the test runner run_tests would use, and "
+            "entry points. Cached until a file is written or a command runs."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def map_project(
+        experiment_id: ExperimentId,
+    ) -> Annotated[CallToolResult, project.ProjectMap]:
+        async def body(call: CallContext) -> project.ProjectMap:
+            cached = call.project_map.value
+            if cached is not None and cached.get("experiment_id") == experiment_id:
+                return project.ProjectMap.model_validate(cached["map"])
+            workspace = await manager.workspace(call, experiment_id)
+            mapped = await asyncio.to_thread(project.project_map, workspace)
+            call.project_map.value = {"experiment_id": experiment_id, "map": mapped.model_dump()}
+            return mapped
+
+        return await runner.run("map_project", body, takes_slot=False)
+
+
+class ResourceReader:
+    """Resolves the caller for a resource read, exactly as the tool wrapper does for tools."""
+
+    def __init__(self, identity: Identity, memory: SandboxMemory, pool: SlotPool) -> None:
+        self._identity = identity
+        self._memory = memory
+        self._pool = pool
+
+    async def read(self, work: Callable[[CallContext], Awaitable[T]]) -> T:
+        key = self._identity.sandbox_key()
+        if key is None:
+            raise ResourceNotFoundError("Sign in to read sandbox resources.")
+        held = self._pool.lease_of(key)
+        ctx = new_call_context(
+            self._memory, key, request_id="resource", slot_root=held.root if held else None
+        )
+        try:
+            with bind_call(ctx):
+                return await work(ctx)
+        except ServiceError as exc:
+            # Another key's experiment reads exactly like one that never existed.
+            raise ResourceNotFoundError(exc.message) from None
+
+
+def register_resources(
+    server: MCPServer, reader: ResourceReader, manager: ExperimentManager
+) -> None:
+    """The sandbox:// resources; every one is scoped to the caller's sandbox key."""
+
+    @server.resource("sandbox://experiments", mime_type="application/json")
+    async def experiments() -> str:
+        async def work(call: CallContext) -> str:
+            found = await manager.list_all(call)
+            return json.dumps([e.model_dump(mode="json") for e in found], indent=2)
+
+        return await reader.read(work)
+
+    @server.resource("sandbox://experiments/{experiment_id}", mime_type="application/json")
+    async def experiment(experiment_id: str) -> str:
+        async def work(call: CallContext) -> str:
+            return (await manager.get(call, experiment_id)).model_dump_json(indent=2)
+
+        return await reader.read(work)
+
+    @server.resource("sandbox://experiments/{experiment_id}/logs", mime_type="text/plain")
+    async def logs(experiment_id: str) -> str:
+        async def work(call: CallContext) -> str:
+            view = await manager.get(call, experiment_id)
+            parts = []
+            for job in view.jobs:
+                result = await manager.job_result(call, job.job_id, 0)
+                parts.append(
+                    f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
+                    f"[{result.status}, exit {result.exit_code}]\n"
+                )
+            return "\n".join(parts)
+
+        return await reader.read(work)
+
+    @server.resource("sandbox://experiments/{experiment_id}/diff", mime_type="text/x-diff")
+    async def diff(experiment_id: str) -> str:
+        async def work(call: CallContext) -> str:
+            return (await manager.inspect_changes(call, experiment_id, True)).diff or ""
+
+        return await reader.read(work)
+
+    @server.resource(
+        "sandbox://experiments/{experiment_id}/artifacts", mime_type="application/json"
+    )
+    async def artifacts(experiment_id: str) -> str:
+        async def work(call: CallContext) -> str:
+            return (await manager.list_artifacts(call, experiment_id)).model_dump_json(indent=2)
+
+        return await reader.read(work)
+
+    @server.resource(
+        "sandbox://experiments/{experiment_id}/artifacts/{artifact_id}",
+        mime_type="application/octet-stream",
+    )
+    async def artifact(experiment_id: str, artifact_id: str) -> bytes:
+        async def work(call: CallContext) -> bytes:
+            _, data = await manager.read_artifact(call, experiment_id, artifact_id)
+            return data
+
+        return await reader.read(work)

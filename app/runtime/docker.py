@@ -1,0 +1,610 @@
+"""DockerBackend: the SandboxBackend on the Docker Engine API, and all container hardening.
+
+Every container gets: no privileges; every capability dropped but CHOWN,
+DAC_OVERRIDE, FOWNER, FSETID, SETUID, SETGID and KILL (which only a root
+process could use, and none runs); ``no-new-privileges``; pids, memory (no
+swap) and CPU caps; tini as PID 1 (``init``); no network unless egress is both
+asked for and allowed; a read-only root filesystem with capped tmpfs at
+``/tmp`` and the user's home (so nothing an experiment writes outside its
+workspace lands on the host's disk, and tmpfs pages count against its memory
+cap); and exactly one host mount, its own workspace folder, at ``/workspace``.
+The keep-alive is ``sleep infinity``; commands run through ``docker exec`` (see
+:mod:`app.runtime._jobs` for how a command's process tree is tracked and killed).
+
+Blocking SDK calls go through :class:`~app.runtime._threads.Offload`; Docker
+and ``requests`` errors become :mod:`app.runtime.errors` at this boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import anyio
+import docker
+import docker.errors
+import structlog
+from docker.types import LogConfig, Mount, Ulimit
+from requests.exceptions import RequestException
+
+if TYPE_CHECKING:
+    from docker.types import CancellableStream
+
+from app.errors import ConfigurationError, InvalidArgument
+from app.runtime._jobs import (
+    JOB_ID,
+    Announcement,
+    CappedBuffer,
+    Job,
+    JobTable,
+    job_argv,
+    killer_argv,
+)
+from app.runtime._limits import Ceilings, clamp_limits, clamp_timeout
+from app.runtime._threads import Offload
+from app.runtime._workspace import DOCKER_SOCKETS, check_workspace, refuse_docker_socket
+from app.runtime.backend import (
+    Container,
+    ContainerSpec,
+    ExecResult,
+    Isolation,
+    NetworkMode,
+    RuntimeInfo,
+)
+from app.runtime.errors import (
+    CapacityExceeded,
+    ContainerGone,
+    EgressDisabled,
+    ImageMissing,
+    ImageNotAllowed,
+    RuntimeFailure,
+    RuntimeUnavailable,
+)
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"
+CAPABILITIES: Final = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL")
+WORKSPACE: Final = "/workspace"
+TMP: Final = "/tmp"  # noqa: S108 - the container's own /tmp, a private tmpfs
+
+# Generic only in the type stubs.
+_KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
+_KILL_ATTEMPTS = 4
+_Stream: TypeAlias = "CancellableStream[tuple[bytes | None, bytes | None]]"
+_USER = re.compile(r"([0-9]+):([0-9]+)")
+_LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
+_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+def _default_client() -> docker.DockerClient:
+    return docker.DockerClient(base_url=DEFAULT_DOCKER_URL, timeout=60)
+
+
+class DockerBackend:
+    """Hardened, throwaway experiment containers on a local Docker engine.
+
+    Args:
+        slots_base: The folder holding every slot; a workspace must lie below it.
+        allowed_images: The images experiments may use (never pulled).
+        default_image: Used when a spec names no image; must be allowed.
+        ceilings: The most one experiment may get; requests above are clamped.
+        max_containers: Live containers with our label, server-wide.
+        user: ``uid:gid`` every container process runs as (never root).
+        home: The user's home in the images (a tmpfs, as the root is read-only).
+        allow_egress: Whether ``network="egress"`` is honoured (else refused).
+        egress_network: The Docker network egress containers join.
+        label_prefix: Prefix of our labels (``<prefix>.managed=1`` etc.).
+        client_factory: Builds the Docker client (called once, in a thread).
+        max_calls: Concurrent blocking SDK calls.
+        max_streams: Concurrent command output streams.
+        kill_grace_s: After a kill, how long output may take to end before the
+            stream is closed on our side.
+    """
+
+    def __init__(
+        self,
+        *,
+        slots_base: Path,
+        allowed_images: tuple[str, ...],
+        default_image: str | None = None,
+        ceilings: Ceilings | None = None,
+        max_containers: int = 300,
+        user: str = "1000:1000",
+        home: str = "/home/sandbox",
+        allow_egress: bool = False,
+        egress_network: str = "bridge",
+        label_prefix: str = "io.sandbox-mcp",
+        client_factory: Callable[[], docker.DockerClient] | None = None,
+        max_calls: int = 16,
+        max_streams: int = 512,
+        kill_grace_s: float = 15.0,
+    ) -> None:
+        if not allowed_images:
+            raise ConfigurationError("At least one image must be allowed.")
+        if default_image is not None and default_image not in allowed_images:
+            raise ConfigurationError("The default image must be one of the allowed images.")
+        match = _USER.fullmatch(user)
+        if match is None or int(match.group(1)) == 0:
+            raise ConfigurationError("The sandbox user must be uid:gid of a non-root user.")
+        if not _LABEL_PREFIX.fullmatch(label_prefix):
+            raise ConfigurationError("The label prefix must look like io.sandbox-mcp.")
+        if max_containers < 1:
+            raise ConfigurationError("max_containers must be at least 1.")
+        if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
+            raise ConfigurationError("home must be an absolute path other than / and /tmp.")
+        self._slots_base = slots_base
+        self._allowed = allowed_images
+        self._default_image = default_image or allowed_images[0]
+        self._ceilings = ceilings or Ceilings()
+        self._max_containers = max_containers
+        self._user = user
+        self._uid, self._gid = int(match.group(1)), int(match.group(2))
+        self._home = home.rstrip("/")
+        self._allow_egress = allow_egress
+        self._egress_network = egress_network
+        self._prefix = label_prefix
+        self._managed = f"{label_prefix}.managed"
+        self._client_factory = client_factory or _default_client
+        self._offload = Offload(calls=max_calls, streams=max_streams)
+        self._kill_grace_s = kill_grace_s
+        self._client: docker.DockerClient | None = None
+        self._client_lock = anyio.Lock()
+        self._capacity_lock = anyio.Lock()
+        self._creating = 0
+        self._host_cpus: float | None = None
+        self._jobs = JobTable()
+
+    # -- seam ------------------------------------------------------------------------
+
+    async def info(self) -> RuntimeInfo:
+        try:
+            api = await self._api()
+            with _translated():
+                version = await self._offload.call(api.version)
+                images = await self._offload.call(api.images)
+        except RuntimeFailure as exc:
+            reason = str(exc.details.get("reason") or exc.message)
+            return RuntimeInfo(False, None, (), self._allowed, reason=reason)
+        except Exception:  # the health check must answer whatever happened
+            log.exception("runtime.info_failed")
+            return RuntimeInfo(False, None, (), self._allowed, reason="unexpected error")
+        tags = {tag for image in images for tag in (image.get("RepoTags") or ())}
+        present = tuple(i for i in self._allowed if _tagged(i) in tags)
+        missing = tuple(i for i in self._allowed if _tagged(i) not in tags)
+        return RuntimeInfo(True, str(version.get("Version")), present, missing)
+
+    async def create(self, spec: ContainerSpec) -> Container:
+        started = time.monotonic()
+        image = spec.image or self._default_image
+        if image not in self._allowed:
+            raise ImageNotAllowed(image, self._allowed)
+        network_mode = self._network_mode(spec.network)
+        workspace = await self._offload.call(check_workspace, spec.workspace, self._slots_base)
+        api = await self._api()
+        limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._cpus(api))
+        memory = limits.memory_mb * 1024 * 1024
+        tmpfs_opts = "rw,exec,nosuid,nodev"
+        host_config = api.create_host_config(
+            mounts=[Mount(target=WORKSPACE, source=str(workspace), type="bind")],
+            network_mode=network_mode,
+            privileged=False,
+            cap_drop=["ALL"],
+            cap_add=list(CAPABILITIES),
+            security_opt=["no-new-privileges:true"],
+            pids_limit=limits.pids,
+            mem_limit=memory,
+            memswap_limit=memory,
+            nano_cpus=round(limits.cpus * 1e9),
+            read_only=True,
+            tmpfs={
+                TMP: f"{tmpfs_opts},size={limits.tmp_mb}m,mode=1777",
+                self._home: (
+                    f"{tmpfs_opts},size={limits.tmp_mb}m,uid={self._uid},gid={self._gid},mode=0700"
+                ),
+            },
+            init=True,
+            # Core dumps would land in the workspace and eat its quota.
+            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            # Under host memory pressure, a sandbox dies before the server does.
+            oom_score_adj=500,
+            log_config=LogConfig(type=LogConfig.types.NONE),
+        )
+        # Defence in depth: whatever the code above became, never the engine's socket.
+        await self._offload.call(_refuse_docker_socket, host_config)
+        labels = {
+            self._managed: "1",
+            f"{self._prefix}.experiment": spec.experiment_id,
+            f"{self._prefix}.sandbox": spec.sandbox_label,
+        }
+        name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
+        async with self._capacity(api):
+            with _translated():
+                try:
+                    created = await self._offload.call(
+                        api.create_container,
+                        image,
+                        entrypoint=["sleep", "infinity"],
+                        user=self._user,
+                        environment={**spec.env, "HOME": self._home},
+                        working_dir=WORKSPACE,
+                        hostname="sandbox",
+                        labels=labels,
+                        name=name,
+                        host_config=host_config,
+                    )
+                except docker.errors.ImageNotFound as exc:
+                    raise ImageMissing(image) from exc
+        container_id: str = created["Id"]
+        try:
+            with _translated(container_id):
+                await self._offload.call(api.start, container_id)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._remove_quietly(container_id)
+            raise
+        isolation = Isolation(
+            image=image,
+            user=self._user,
+            network=spec.network,
+            cpus=limits.cpus,
+            memory_mb=limits.memory_mb,
+            pids=limits.pids,
+            tmp_mb=limits.tmp_mb,
+            capabilities=CAPABILITIES,
+            no_new_privileges=True,
+            read_only_mounts=("/",),
+            writable_mounts=(WORKSPACE, TMP, self._home),
+        )
+        log.info(
+            "runtime.create",
+            container_id=container_id[:12],
+            experiment_id=spec.experiment_id,
+            image=image,
+            network=spec.network,
+            warnings=len(warnings),
+            ms=round((time.monotonic() - started) * 1000),
+        )
+        return Container(container_id, isolation, warnings)
+
+    async def run(
+        self,
+        container_id: str,
+        command: str,
+        *,
+        timeout_s: float,
+        job_id: str,
+        max_output_bytes: int = 1_048_576,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        if not JOB_ID.fullmatch(job_id):
+            raise InvalidArgument(
+                "job_id must be 1-128 letters, digits, '_', '.', ':' or '-'.", field="job_id"
+            )
+        if max_output_bytes < 0:
+            raise InvalidArgument(
+                "max_output_bytes must not be negative.", field="max_output_bytes"
+            )
+        timeout, warning = clamp_timeout(timeout_s, self._ceilings.timeout_s)
+        job = self._jobs.add(container_id, job_id)
+        if job is None:
+            raise InvalidArgument(f"A job {job_id!r} is already running in this container.")
+        started = time.monotonic()
+        stdout, stderr = CappedBuffer(max_output_bytes), CappedBuffer(max_output_bytes)
+        stream: _Stream | None = None
+        try:
+            api = await self._api()
+            with _translated(container_id):
+                exec_id: str = (
+                    await self._offload.call(
+                        api.exec_create,
+                        container_id,
+                        job_argv(command),
+                        stdout=True,
+                        stderr=True,
+                        user=self._user,
+                        workdir=WORKSPACE,
+                        environment=env or None,
+                    )
+                )["Id"]
+                stream = await self._offload.call(_start_stream, api, exec_id)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._guard, api, job, stream, timeout)
+                try:
+                    with _translated(container_id):
+                        await self._drain(stream, job, stdout, stderr)
+                finally:
+                    job.finished.set()
+                    job.announced.set()
+                    job.stop.set()
+            _close(stream)
+            with _translated(container_id):
+                exit_code = await self._offload.call(_exit_code, api, exec_id)
+        except BaseException:
+            if stream is not None:
+                _close(stream)
+            if job.pids is not None and not job.eof and not job.was_running:
+                # Cancelled from outside, or the stream broke: never leave the
+                # command running unobserved.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                    await self._kill_quietly(job)
+            raise
+        finally:
+            job.settled.set()
+            self._jobs.discard(job)
+        duration = time.monotonic() - started
+        killed = job.reason is not None and job.was_running
+        result = ExecResult(
+            exit_code=None if killed else exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            duration_s=round(duration, 3),
+            timed_out=killed and job.reason == "timeout",
+            cancelled=killed and job.reason == "cancel",
+            warnings=(warning,) if warning else (),
+        )
+        log.info(
+            "runtime.run",
+            container_id=container_id[:12],
+            job_id=job_id,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            cancelled=result.cancelled,
+            ms=round(duration * 1000),
+        )
+        return result
+
+    async def cancel(self, container_id: str, job_id: str) -> bool:
+        job = self._jobs.get(container_id, job_id)
+        if job is None or job.finished.is_set():
+            return False
+        if job.reason is None:
+            job.reason = "cancel"
+        job.stop.set()
+        with anyio.move_on_after(self._kill_grace_s + 60):
+            await job.settled.wait()
+        return True
+
+    async def remove(self, container_id: str) -> None:
+        api = await self._api()
+        try:
+            await self._offload.call(api.remove_container, container_id, v=True, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if not (exc.status_code == 409 and "in progress" in str(exc)):
+                raise _translate(exc, container_id) from exc
+        except Exception as exc:
+            raise _translate(exc, container_id) from exc
+        log.info("runtime.remove", container_id=container_id[:12])
+
+    async def sweep(self, live_container_ids: set[str]) -> int:
+        api = await self._api()
+        with _translated():
+            found = await self._offload.call(
+                api.containers, all=True, quiet=True, filters={"label": f"{self._managed}=1"}
+            )
+        orphans = [
+            c["Id"]
+            for c in found
+            if not any(c["Id"].startswith(live) for live in live_container_ids if len(live) >= 12)
+        ]
+        for container_id in orphans:
+            await self.remove(container_id)
+        log.info("runtime.sweep", found=len(found), removed=len(orphans))
+        return len(orphans)
+
+    async def aclose(self) -> None:
+        """Close the Docker client (at shutdown); containers are left to the next sweep."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await self._offload.call(client.close)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    async def _api(self) -> docker.APIClient:
+        if self._client is None:
+            async with self._client_lock:
+                if self._client is None:
+                    with _translated():
+                        self._client = await self._offload.call(self._client_factory)
+        return self._client.api
+
+    async def _cpus(self, api: docker.APIClient) -> float | None:
+        if self._host_cpus is None:
+            with _translated():
+                info = await self._offload.call(api.info)
+            ncpu = info.get("NCPU")
+            self._host_cpus = float(ncpu) if isinstance(ncpu, int) and ncpu > 0 else None
+        return self._host_cpus
+
+    def _network_mode(self, network: NetworkMode) -> str:
+        if network == "none":
+            return "none"
+        if network == "egress" and self._allow_egress:
+            return self._egress_network
+        if network == "egress":
+            raise EgressDisabled()
+        raise InvalidArgument("network must be 'none' or 'egress'.", field="network")
+
+    @asynccontextmanager
+    async def _capacity(self, api: docker.APIClient) -> AsyncIterator[None]:
+        # Counted at the engine (server-wide), plus creations in flight here; the
+        # lock makes the count exact within this process.
+        async with self._capacity_lock:
+            with _translated():
+                live = await self._offload.call(
+                    api.containers, all=True, quiet=True, filters={"label": f"{self._managed}=1"}
+                )
+            if len(live) + self._creating >= self._max_containers:
+                raise CapacityExceeded(self._max_containers)
+            self._creating += 1
+        try:
+            yield
+        finally:
+            self._creating -= 1
+
+    async def _drain(
+        self, stream: _Stream, job: Job, stdout: CappedBuffer, stderr: CappedBuffer
+    ) -> None:
+        announcement = Announcement()
+        async for out, err in self._offload.iterate(stream):
+            if out:
+                stdout.add(announcement.feed(out))
+                if announcement.done and not job.announced.is_set():
+                    job.pids = announcement.pids
+                    job.announced.set()
+            if err:
+                stderr.add(err)
+        stdout.add(announcement.flush())
+        job.eof = True
+
+    async def _guard(
+        self, api: docker.APIClient, job: Job, stream: _Stream, limit_s: float
+    ) -> None:
+        """Kill the job on timeout or cancel; unblock the reader if output never ends."""
+        with anyio.move_on_after(limit_s):
+            await job.stop.wait()
+        if job.finished.is_set():
+            return
+        if job.reason is None:
+            job.reason = "timeout"
+        job.was_running = await self._kill_quietly(job, api)
+        with anyio.move_on_after(self._kill_grace_s):
+            await job.finished.wait()
+            return
+        log.warning("runtime.stream_stuck", container_id=job.container_id[:12], job_id=job.job_id)
+        with contextlib.suppress(OSError):
+            stream.close()  # only the socket: the reader thread still holds the response
+
+    async def _kill_quietly(self, job: Job, api: docker.APIClient | None = None) -> bool:
+        """Kill the job's process tree; True if it was still running. Never raises."""
+        with anyio.move_on_after(30):
+            await job.announced.wait()
+        if job.pids is None:
+            return False
+        try:
+            api = api or await self._api()
+            for attempt in range(_KILL_ATTEMPTS):
+                with _translated(job.container_id):
+                    code = await self._offload.call(
+                        _exec_quietly,
+                        api,
+                        job.container_id,
+                        killer_argv(*job.pids),
+                        self._user,
+                    )
+                if code in (_KILLED, _NOT_RUNNING):
+                    return code == _KILLED
+                log.info("runtime.kill_retry", job_id=job.job_id, attempt=attempt, code=code)
+                await anyio.sleep(0.2 * (attempt + 1))
+            # The killer could not run or finish: the job holds every pid the
+            # container may have (a fork bomb). Restarting the container kills
+            # every process in it; the workspace stays, /tmp and home start empty.
+            log.warning(
+                "runtime.container_restarted",
+                container_id=job.container_id[:12],
+                job_id=job.job_id,
+                reason="the job's process tree could not be killed from inside",
+            )
+            with _translated(job.container_id):
+                await self._offload.call(api.restart, job.container_id, timeout=0)
+        except ContainerGone:
+            pass  # its processes went with it
+        except RuntimeFailure:
+            log.warning(
+                "runtime.kill_failed",
+                container_id=job.container_id[:12],
+                job_id=job.job_id,
+                exc_info=True,
+            )
+        return True
+
+    async def _remove_quietly(self, container_id: str) -> None:
+        try:
+            await self.remove(container_id)
+        except RuntimeFailure:
+            log.warning("runtime.remove_failed", container_id=container_id[:12], exc_info=True)
+
+
+def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
+    return api.exec_start(exec_id, stream=True, demux=True)
+
+
+def _close(stream: _Stream) -> None:
+    """Shut the stream's socket (a blocked read returns) and release its response.
+
+    ``CancellableStream.close`` only shuts the socket while the response is
+    open, and never closes the response, whose socket is then left to the
+    garbage collector (a ResourceWarning).
+    """
+    with contextlib.suppress(OSError):
+        stream.close()
+    response = getattr(stream, "_response", None)
+    if response is not None:
+        with contextlib.suppress(OSError):
+            response.close()
+
+
+def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
+    """The exit code of an exec whose output has ended.
+
+    The engine records the code before it closes the output, so the first look
+    normally has it; a few more looks cover an engine that does it the other way.
+    """
+    for _ in range(20):
+        inspected = api.exec_inspect(exec_id)
+        code = inspected.get("ExitCode")
+        if code is not None or not inspected.get("Running"):
+            return None if code is None else int(code)
+        time.sleep(0.05)
+    return None
+
+
+def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:
+    """Run a short command of ours to completion; its exit code."""
+    # Attached (and the output dropped): only an attached exec_start waits for the end.
+    exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user)["Id"]
+    api.exec_start(exec_id)
+    return api.exec_inspect(exec_id).get("ExitCode")
+
+
+def _refuse_docker_socket(host_config: Mapping[str, Any]) -> None:
+    sources = [str(mount.get("Source")) for mount in host_config.get("Mounts") or ()]
+    sources += [str(bind).split(":")[0] for bind in host_config.get("Binds") or ()]
+    refuse_docker_socket(sources, DOCKER_SOCKETS)
+
+
+def _tagged(image: str) -> str:
+    name = image.rsplit("/", 1)[-1]
+    return image if ":" in name else f"{image}:latest"
+
+
+def _translate(exc: BaseException, container_id: str | None) -> RuntimeFailure:
+    """The RuntimeFailure that stands for a Docker SDK or transport error."""
+    if isinstance(exc, docker.errors.NotFound) and not isinstance(exc, docker.errors.ImageNotFound):
+        if container_id is not None:
+            return ContainerGone(container_id)
+        return RuntimeUnavailable("the Docker engine lost a resource it was using")
+    if isinstance(exc, docker.errors.APIError):
+        if container_id is not None and exc.status_code == 409:
+            return ContainerGone(container_id)  # "container ... is not running"
+        return RuntimeUnavailable(f"the Docker engine refused the request (HTTP {exc.status_code})")
+    return RuntimeUnavailable("the Docker engine cannot be reached")
+
+
+@contextlib.contextmanager
+def _translated(container_id: str | None = None) -> Iterator[None]:
+    """Docker SDK and transport errors -> RuntimeFailure (the cause is kept)."""
+    try:
+        yield
+    except (docker.errors.DockerException, RequestException, OSError) as exc:
+        raise _translate(exc, container_id) from exc

@@ -1,0 +1,114 @@
+"""Errors of the container runtime, with stable codes.
+
+    ServiceError (app.errors)
+     └── RuntimeFailure            catch this for any runtime failure
+          ├── ImageNotAllowed      IMAGE_NOT_ALLOWED
+          ├── ImageMissing         IMAGE_MISSING
+          ├── WorkspaceRefused     WORKSPACE_REFUSED
+          ├── CapacityExceeded     CAPACITY_EXCEEDED
+          ├── EgressDisabled       EGRESS_DISABLED
+          ├── ContainerGone        CONTAINER_GONE
+          └── RuntimeUnavailable   RUNTIME_UNAVAILABLE
+
+Docker SDK and ``requests`` errors are translated inside the backend with
+``raise ... from exc``, so the original stays in ``__cause__`` for the logs.
+Messages say what to do next and never hold a host path: agents read them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from app.errors import ServiceError
+
+RuntimeFailureCode = Literal[
+    "IMAGE_NOT_ALLOWED",
+    "IMAGE_MISSING",
+    "WORKSPACE_REFUSED",
+    "CAPACITY_EXCEEDED",
+    "EGRESS_DISABLED",
+    "CONTAINER_GONE",
+    "RUNTIME_UNAVAILABLE",
+]
+
+
+class RuntimeFailure(ServiceError):
+    """Base of every error raised by a :class:`~app.runtime.backend.SandboxBackend`."""
+
+    code: str = "RUNTIME_FAILURE"
+
+
+class ImageNotAllowed(RuntimeFailure):
+    code = "IMAGE_NOT_ALLOWED"
+
+    def __init__(self, image: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(
+            f"The image {image!r} is not allowed on this server; use one of: {', '.join(allowed)}.",
+            image=image,
+            allowed=list(allowed),
+        )
+
+
+class ImageMissing(RuntimeFailure):
+    code = "IMAGE_MISSING"
+
+    def __init__(self, image: str) -> None:
+        super().__init__(
+            f"The image {image!r} is allowed but not built on this server; pick another "
+            "image, or ask the operator to run deploy/build-base-image.",
+            image=image,
+        )
+
+
+class WorkspaceRefused(RuntimeFailure):
+    code = "WORKSPACE_REFUSED"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"The experiment's workspace folder was refused ({reason}); it must be a real "
+            "folder (no symbolic links) inside the sandbox's own slot.",
+            reason=reason,
+        )
+
+
+class CapacityExceeded(RuntimeFailure):
+    code = "CAPACITY_EXCEEDED"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"The server already runs its maximum of {limit} experiment containers; destroy "
+            "an experiment you no longer need, or try again in a few minutes.",
+            limit=limit,
+        )
+
+
+class EgressDisabled(RuntimeFailure):
+    code = "EGRESS_DISABLED"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Network egress is disabled on this server; create the experiment with "
+            "network 'none' (the default) and bring dependencies in through its files."
+        )
+
+
+class ContainerGone(RuntimeFailure):
+    code = "CONTAINER_GONE"
+
+    def __init__(self, container_id: str) -> None:
+        super().__init__(
+            "The experiment's container no longer exists or has stopped; destroy the "
+            "experiment and create it again.",
+            container_id=container_id[:12],
+        )
+
+
+class RuntimeUnavailable(RuntimeFailure):
+    code = "RUNTIME_UNAVAILABLE"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"The container runtime is unavailable ({reason}); try again shortly, and if it "
+            "persists ask the operator to check the Docker engine.",
+            reason=reason,
+        )
