@@ -81,7 +81,7 @@ def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Col
     regexes = [pattern_to_regex(p) for p in patterns]
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     collected: list[Collected] = []
-    skipped: list[str] = Field(default_factory=list)
+    skipped: list[str] = []
     total = 0
     with Jail.open(workspace) as jail:
         try:

@@ -1,0 +1,185 @@
+"""Artifacts, resources, the project map and search over HTTP; an idle sandbox's teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from oauth_browser import ManualClient, read_jsonrpc, tool
+
+pytestmark = pytest.mark.e2e
+
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+async def read_resource(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, uri: str
+) -> dict[str, Any]:
+    response = await http.post(
+        server.mcp_url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "resources/read",
+            "params": {"uri": uri, "_meta": META},
+        },
+        headers={
+            "authorization": f"Bearer {token}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "resources/read",
+            "mcp-name": uri,
+        },
+    )
+    return read_jsonrpc(response)
+
+
+async def test_artifacts_resources_map_and_search(tmp_path: Path) -> None:
+    server = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="3",
+        SANDBOX_MCP_QUEUE_WAIT_S="0",
+    )
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+            client = await ManualClient.register(http, server.base_url)
+            alice = (await client.tokens(http))["access_token"]
+            mallory = (await client.tokens(http))["access_token"]
+            exp = (
+                await tool(
+                    http,
+                    server,
+                    alice,
+                    "create_experiment",
+                    {
+                        "files": {
+                            "main.py": "def greet():\n    return 'hi'\n",
+                            "tests/test_main.py": (
+                                "from main import greet\n\ndef test_greet():\n"
+                                "    assert greet() == 'hi'\n"
+                            ),
+                            "pyproject.toml": "[tool.pytest.ini_options]\n",
+                        }
+                    },
+                )
+            )["experiment_id"]
+            mapped = await tool(http, server, alice, "map_project", {"experiment_id": exp})
+            assert mapped["languages"] == {"Python": 2}
+            assert mapped["test_runner"] == "pytest"
+            assert "main.py" in mapped["entry_points"]
+            assert "pyproject.toml" in mapped["manifests"]
+
+            found = await tool(
+                http,
+                server,
+                alice,
+                "search_sandbox",
+                {"experiment_id": exp, "pattern": r"\bgreet\("},
+            )
+            assert {(m["path"], m["line"]) for m in found["matches"]} == {
+                ("main.py", 1),
+                ("tests/test_main.py", 4),
+            }
+
+            await tool(
+                http,
+                server,
+                alice,
+                "execute_experiment",
+                {
+                    "experiment_id": exp,
+                    "command": (
+                        "mkdir -p out/deep && head -c 3000 /dev/urandom > out/deep/report.bin"
+                        " && echo ok > out/summary.txt"
+                    ),
+                },
+            )
+            collected = await tool(
+                http,
+                server,
+                alice,
+                "collect_artifacts",
+                {"experiment_id": exp, "patterns": ["**/report.bin", "out/*.txt"]},
+            )
+            paths = {a["path"]: a for a in collected["artifacts"]}
+            assert set(paths) == {"out/deep/report.bin", "out/summary.txt"}
+            summary = paths["out/summary.txt"]
+            assert summary["size"] == 3
+            assert summary["sha256"] == hashlib.sha256(b"ok\n").hexdigest()
+
+            content = await read_resource(http, server, alice, paths["out/deep/report.bin"]["uri"])
+            blob = content["result"]["contents"][0]
+            data = base64.b64decode(blob["blob"])
+            assert hashlib.sha256(data).hexdigest() == paths["out/deep/report.bin"]["sha256"]
+
+            listing = await read_resource(http, server, alice, "sandbox://experiments")
+            assert exp in listing["result"]["contents"][0]["text"]
+            logs = await read_resource(http, server, alice, f"sandbox://experiments/{exp}/logs")
+            assert "$ mkdir -p out/deep" in logs["result"]["contents"][0]["text"]
+
+            # Every resource is scoped to the caller: Mallory sees nothing of Alice's.
+            for uri in (
+                f"sandbox://experiments/{exp}",
+                f"sandbox://experiments/{exp}/artifacts",
+                paths["out/summary.txt"]["uri"],
+            ):
+                denied = await read_resource(http, server, mallory, uri)
+                assert "error" in denied, denied
+            theirs = await read_resource(http, server, mallory, "sandbox://experiments")
+            assert exp not in theirs["result"]["contents"][0]["text"]
+    finally:
+        stop_server(server)
+
+
+async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
+    tmp_path: Path,
+) -> None:
+    server = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_IDLE_TIMEOUT_S="10",
+    )
+    engine = docker.from_env()
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+            client = await ManualClient.register(http, server.base_url)
+            busy, idle = (
+                (await client.tokens(http))["access_token"],
+                (await client.tokens(http))["access_token"],
+            )
+            busy_exp = (await tool(http, server, busy, "create_experiment", {}))["experiment_id"]
+            idle_exp = (await tool(http, server, idle, "create_experiment", {}))["experiment_id"]
+            job = await tool(
+                http,
+                server,
+                busy,
+                "execute_experiment",
+                {"experiment_id": busy_exp, "command": "sleep 25", "background": True},
+            )
+            assert job["status"] == "running"
+            await asyncio.sleep(20)  # past the 10 s idle timeout, with the job still running
+            gone = await tool(http, server, idle, "get_experiment", {"experiment_id": idle_exp})
+            assert gone["state"] == "DESTROYED"
+            assert "idle" in gone["findings"]["reason"]
+            assert not engine.containers.list(
+                filters={"label": f"io.sandbox-mcp.experiment={idle_exp}"}
+            )
+            alive = await tool(http, server, busy, "get_experiment", {"experiment_id": busy_exp})
+            assert alive["state"] == "RUNNING", "a running job keeps its sandbox alive"
+            fresh = await tool(http, server, idle, "create_experiment", {})
+            assert any("emptied" in note for note in fresh["notes"])
+    finally:
+        engine.close()
+        stop_server(server)

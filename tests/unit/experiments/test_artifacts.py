@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from app.errors import ServiceError
+from app.experiments.artifacts import collect, pattern_to_regex
+
+
+def test_globs() -> None:
+    assert pattern_to_regex("**/report.xml").match("a/b/report.xml")
+    assert pattern_to_regex("**/report.xml").match("report.xml")
+    assert pattern_to_regex("out/*.txt").match("out/a.txt")
+    assert not pattern_to_regex("out/*.txt").match("out/deep/a.txt")
+    assert pattern_to_regex("out/**").match("out/deep/a.txt")
+    for bad in ("/etc/passwd", "../x", "a/../../b"):
+        with pytest.raises(ServiceError):
+            pattern_to_regex(bad)
+
+
+def test_collect_copies_hashes_and_never_follows_links_out(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "out").mkdir(parents=True)
+    (ws / "out" / "a.txt").write_text("alpha")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    os.symlink(secret, ws / "out" / "leak.txt")
+    store = tmp_path / "store"
+    collected, _ = collect(ws, ["out/*.txt"], store)
+    assert [c.path for c in collected] == ["out/a.txt"]
+    only = collected[0]
+    assert only.sha256 == hashlib.sha256(b"alpha").hexdigest()
+    assert (store / only.stored_as).read_text() == "alpha"
+    assert all("host secret" not in p.read_text() for p in store.iterdir())
+
+
+def test_collect_is_bounded(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(105):
+        (ws / f"f{i:03d}.log").write_text("x")
+    collected, skipped = collect(ws, ["*.log"], tmp_path / "store")
+    assert len(collected) == 100
+    assert len(skipped) == 5
+    with pytest.raises(ServiceError):
+        collect(ws, [], tmp_path / "store")
