@@ -10,12 +10,12 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.calls import Identity, ToolRunner
+from app.calls import Identity, Progress, ToolRunner
 from app.errors import ServiceError
 from app.experiments import project
 from app.experiments.artifacts import ArtifactList
@@ -47,11 +47,12 @@ def register_evidence_tools(
         experiment_id: ExperimentId,
         command: Annotated[str | None, Field(max_length=10_000)] = None,
         timeout_s: Annotated[float | None, Field(gt=0)] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, JobView]:
         async def body(call: CallContext) -> JobView:
             return await manager.run_tests(call, experiment_id, command, timeout_s=timeout_s)
 
-        return await runner.run("run_tests", body, takes_slot=True)
+        return await runner.run("run_tests", body, takes_slot=True, progress=_progress(ctx))
 
     @server.tool(
         description=(
@@ -212,3 +213,8 @@ def register_resources(
             return data
 
         return await reader.read(work)
+
+
+def _progress(ctx: Context | None) -> Progress | None:
+    # Queue position updates reach the client only if it asked for progress.
+    return ctx.report_progress if ctx is not None else None

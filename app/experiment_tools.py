@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.calls import ToolRunner
+from app.calls import Progress, ToolRunner
 from app.experiments.manager import CreateRequest, ExperimentManager
 from app.experiments.views import (
     CreatedExperiment,
@@ -77,6 +77,7 @@ def register_experiment_tools(
         memory_mb: Annotated[int | None, Field(gt=0)] = None,
         pids: Annotated[int | None, Field(gt=0)] = None,
         env: EnvRequests = [],  # noqa: B006
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, CreatedExperiment]:
         defaults = Limits()
         request = CreateRequest(
@@ -99,7 +100,7 @@ def register_experiment_tools(
         async def body(call: CallContext) -> CreatedExperiment:
             return await manager.create(call, request)
 
-        return await runner.run("create_experiment", body, takes_slot=True)
+        return await runner.run("create_experiment", body, takes_slot=True, progress=_progress(ctx))
 
     @server.tool(
         description=(
@@ -115,13 +116,16 @@ def register_experiment_tools(
         background: bool = False,
         timeout_s: Annotated[float | None, Field(gt=0)] = None,
         env: EnvRequests = [],  # noqa: B006
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, JobView]:
         async def body(call: CallContext) -> JobView:
             return await manager.execute(
                 call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
             )
 
-        return await runner.run("execute_experiment", body, takes_slot=True)
+        return await runner.run(
+            "execute_experiment", body, takes_slot=True, progress=_progress(ctx)
+        )
 
     @server.tool(description="The status of a job (no output).", annotations=READ_ONLY)
     async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, JobView]:
@@ -194,3 +198,8 @@ def register_experiment_tools(
             return await manager.runtime()
 
         return await runner.run("check_sandbox_runtime", body, takes_slot=False)
+
+
+def _progress(ctx: Context | None) -> Progress | None:
+    # Queue position updates reach the client only if it asked for progress.
+    return ctx.report_progress if ctx is not None else None

@@ -13,6 +13,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import docker
 import structlog
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
@@ -34,8 +35,7 @@ from app.file_tools import register_file_tools
 from app.health import HealthEndpoint, PoolStats
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
-from app.runtime._limits import Ceilings
-from app.runtime.docker import DockerBackend
+from app.runtime.docker import Ceilings, DockerBackend
 from app.runtime.probe import probe_docker
 from app.settings import Settings, is_loopback_host
 from app.tools import register_tools
@@ -99,6 +99,7 @@ class Services:
     auth: AuthParts | None
     manager: ExperimentManager
     jobs: JobRegistry
+    backend: DockerBackend
     store: SlotStore | None = None
 
     async def start(self) -> None:
@@ -130,6 +131,7 @@ class Services:
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
+        await self.backend.aclose()
         await self.mailer.close()
         if self.store is not None:
             await self.store.close()
@@ -242,8 +244,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         max_per_hour=settings.smtp_max_per_hour,
     )
     jobs = JobRegistry()
+    backend = build_backend(settings)
     manager = ExperimentManager(
-        ExperimentRecords(engine), build_backend(settings), jobs, experiment_options(settings)
+        ExperimentRecords(engine), backend, jobs, experiment_options(settings)
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
@@ -291,6 +294,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         auth=auth,
         manager=manager,
         jobs=jobs,
+        backend=backend,
     )
 
 
@@ -342,6 +346,8 @@ def build_backend(settings: Settings) -> DockerBackend:
         max_containers=settings.max_containers,
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
+        # DOCKER_HOST and friends are honoured, as by `docker` itself and `check`.
+        client_factory=lambda: docker.from_env(timeout=60),
     )
 
 

@@ -67,6 +67,8 @@ from app.runtime.errors import (
     RuntimeUnavailable,
 )
 
+__all__ = ["CAPABILITIES", "DEFAULT_DOCKER_URL", "WORKSPACE", "Ceilings", "DockerBackend"]
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"

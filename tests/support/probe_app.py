@@ -12,7 +12,7 @@ import os
 from typing import Annotated
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -30,7 +30,9 @@ class ProbeResult(ToolOutput):
 
 def register_probe(server: MCPServer, runner: ToolRunner) -> None:
     @server.tool(description="Test probe: takes a slot, writes a file there, lists the files.")
-    async def probe_sandbox(write: str = "") -> Annotated[CallToolResult, ProbeResult]:
+    async def probe_sandbox(
+        write: str = "", ctx: Context | None = None
+    ) -> Annotated[CallToolResult, ProbeResult]:
         async def body(call: CallContext) -> ProbeResult:
             assert call.slot_root is not None
             with Jail.open(call.slot_root) as jail:
@@ -39,7 +41,8 @@ def register_probe(server: MCPServer, runner: ToolRunner) -> None:
                 names = sorted(info.path for info in jail.list_dir("."))
             return ProbeResult(slot_root=call.slot_root.name, files=names)
 
-        return await runner.run("probe_sandbox", body, takes_slot=True)
+        progress = ctx.report_progress if ctx is not None else None
+        return await runner.run("probe_sandbox", body, takes_slot=True, progress=progress)
 
 
 def main() -> None:

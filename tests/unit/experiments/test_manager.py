@@ -42,7 +42,12 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
     slot.mkdir()
     backend = FakeBackend()
     records = ExperimentRecords(engine)
-    options = ExperimentOptions(hosted=hosted, default_image="img:1", sync_wait_s=sync_wait_s)
+    options = ExperimentOptions(
+        hosted=hosted,
+        default_image="img:1",
+        sync_wait_s=sync_wait_s,
+        artifact_dir=tmp_path / "artifacts",
+    )
     manager = ExperimentManager(records, backend, JobRegistry(), options)
     return World(manager, backend, records, slot, SandboxMemory(), engine)
 
@@ -240,3 +245,29 @@ def test_the_state_machine_refuses_illegal_moves() -> None:
         with pytest.raises(ServiceError) as caught:
             check_transition(current, target)
         assert caught.value.code == "INVALID_STATE"
+
+
+async def test_artifacts_outlive_the_sandbox_by_the_ttl_only(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path)
+    worlds.append(world)
+    now = [1_000_000.0]
+    world.manager._clock = lambda: now[0]  # type: ignore[method-assign]
+    exp = await world.manager.create(world.call(), CreateRequest(files={"out.txt": "result"}))
+    listed = await world.manager.collect_artifacts(world.call(), exp.experiment_id, ["*.txt"])
+    assert [a.path for a in listed.artifacts] == ["out.txt"]
+    stored = world.manager.artifact_store("alice")
+    assert len(list(stored.iterdir())) == 1
+    assert await world.manager.expire_artifacts() == 0  # no clock until the sandbox is emptied
+    await world.manager.teardown_sandbox("alice", "idle")
+    now[0] += 86_399
+    assert await world.manager.expire_artifacts() == 0
+    _row, data = await world.manager.read_artifact(
+        world.call(), exp.experiment_id, listed.artifacts[0].artifact_id
+    )
+    assert data == b"result"
+    now[0] += 2
+    assert await world.manager.expire_artifacts() == 1
+    assert list(stored.iterdir()) == []
+    assert (await world.manager.list_artifacts(world.call(), exp.experiment_id)).artifacts == []

@@ -1,0 +1,537 @@
+"""DockerBackend against the real Docker engine that .ci/run starts.
+
+Docker being unreachable, or the sandbox images missing, is a failure here,
+never a skip. Every container is labelled with a prefix unique to this run and
+removed by the fixtures (and, as a safety net, by the session fixture).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+import app.runtime.docker as runtime_docker
+from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
+from app.runtime.docker import CAPABILITIES, DockerBackend
+from app.runtime.errors import (
+    CapacityExceeded,
+    ContainerGone,
+    EgressDisabled,
+    ImageMissing,
+    ImageNotAllowed,
+    WorkspaceRefused,
+)
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "sandbox-mcp/python:3"
+MISSING = "sandbox-mcp/never-built:0"
+RUN = uuid.uuid4().hex[:10]
+PREFIX = f"io.sandbox-mcp-test-{RUN}"
+UID, GID = 1000, 1000
+KEEPALIVE = ["/sbin/docker-init -- sleep infinity", "sleep infinity"]
+# Marks the processes a test starts, so `ps` output can be searched for them.
+TAG = 4242
+
+
+def _client() -> docker.DockerClient:
+    return docker.from_env(timeout=120)
+
+
+def _ours(client: docker.DockerClient, prefix: str = PREFIX) -> list[str]:
+    found = client.api.containers(all=True, quiet=True, filters={"label": f"{prefix}.managed=1"})
+    return [c["Id"] for c in found]
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[docker.DockerClient]:
+    try:
+        client = _client()
+        client.ping()
+    except Exception as exc:
+        pytest.fail(
+            "Docker must be running for the integration tests (.ci/run starts it; or "
+            f"`source .ci/lib/services.sh; start_dockerd`): {exc}"
+        )
+    try:
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{IMAGE} is missing: run deploy/build-base-image first")
+    try:
+        yield client
+    finally:
+        for container_id in _ours(client):
+            client.api.remove_container(container_id, force=True)
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("slots")
+
+
+def new_workspace(slots: Path) -> Path:
+    workspace = slots / f"slot-{uuid.uuid4().hex[:8]}" / "workspace"
+    workspace.mkdir(parents=True)
+    os.chown(workspace, UID, GID)
+    return workspace
+
+
+@pytest.fixture
+async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
+    backend = DockerBackend(
+        slots_base=slots,
+        allowed_images=(IMAGE, "sandbox-mcp/base:bookworm", MISSING),
+        label_prefix=PREFIX,
+        client_factory=_client,
+        max_containers=100,
+        kill_grace_s=20,
+    )
+    yield backend
+    await backend.aclose()
+
+
+@dataclass
+class Sandbox:
+    backend: DockerBackend
+    container: Container
+    workspace: Path
+
+    @property
+    def id(self) -> str:
+        return self.container.container_id
+
+    async def run(self, command: str, timeout_s: float = 60, **kwargs: Any) -> ExecResult:
+        job_id = kwargs.pop("job_id", f"job-{uuid.uuid4().hex[:8]}")
+        return await self.backend.run(
+            self.id, command, timeout_s=timeout_s, job_id=job_id, **kwargs
+        )
+
+    async def processes(self) -> list[str]:
+        """Command lines of every process in the container but this `ps` itself."""
+        result = await self.run("ps -eo args=")
+        assert result.exit_code == 0, result
+        return [line for line in result.stdout.splitlines() if "ps -eo args=" not in line]
+
+
+async def start(
+    backend: DockerBackend, slots: Path, limits: Limits | None = None, **kwargs: Any
+) -> Sandbox:
+    workspace = new_workspace(slots)
+    spec = ContainerSpec(
+        experiment_id=kwargs.pop("experiment_id", f"exp-{uuid.uuid4().hex[:8]}"),
+        sandbox_label=kwargs.pop("sandbox_label", "fp-test"),
+        image=kwargs.pop("image", IMAGE),
+        workspace=workspace,
+        limits=limits or Limits(),
+        **kwargs,
+    )
+    return Sandbox(backend, await backend.create(spec), workspace)
+
+
+@pytest.fixture
+async def sandbox(backend: DockerBackend, slots: Path) -> AsyncIterator[Sandbox]:
+    box = await start(backend, slots, Limits(cpus=1, memory_mb=512, pids=128, tmp_mb=64))
+    try:
+        yield box
+    finally:
+        await backend.remove(box.id)
+
+
+def leftovers(processes: list[str]) -> list[str]:
+    return [p for p in processes if f"{TAG}" in p]
+
+
+# -- hardening ---------------------------------------------------------------------------
+
+
+async def test_the_container_carries_every_hardening_flag(
+    sandbox: Sandbox, engine: docker.DockerClient
+) -> None:
+    attrs = engine.api.inspect_container(sandbox.id)
+    host = attrs["HostConfig"]
+    assert host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"]
+    assert sorted(host["CapAdd"]) == sorted(CAPABILITIES)
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["PidsLimit"] == 128
+    assert host["Memory"] == 512 * 1024 * 1024
+    assert host["MemorySwap"] == host["Memory"], "no swap"
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["Init"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert set(host["Tmpfs"]) == {"/tmp", "/home/sandbox"}
+    assert host["Tmpfs"]["/tmp"].startswith("rw,exec,nosuid,nodev,size=64m")
+    assert not host.get("Binds")
+    assert not host.get("Devices")
+    [mount] = attrs["Mounts"]
+    assert mount["Type"] == "bind"
+    assert mount["Destination"] == "/workspace"
+    assert mount["Source"] == str(sandbox.workspace.resolve())
+    assert mount["RW"] is True
+    config = attrs["Config"]
+    assert config["User"] == "1000:1000"
+    assert config["Labels"][f"{PREFIX}.managed"] == "1"
+    assert config["Labels"][f"{PREFIX}.sandbox"] == "fp-test"
+    assert config["Labels"][f"{PREFIX}.experiment"].startswith("exp-")
+
+    inside = await sandbox.run("grep -E '^(NoNewPrivs|CapEff|CapPrm):' /proc/self/status")
+    assert inside.stdout.split() == [
+        "CapPrm:",
+        "0000000000000000",
+        "CapEff:",
+        "0000000000000000",
+        "NoNewPrivs:",
+        "1",
+    ]
+
+
+async def test_the_network_is_really_off(sandbox: Sandbox) -> None:
+    connect = await sandbox.run(
+        "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 2)'"
+    )
+    assert connect.exit_code != 0
+    assert "OSError" in connect.stderr or "unreachable" in connect.stderr
+    interfaces = await sandbox.run("ls /sys/class/net")
+    assert interfaces.stdout.split() == ["lo"]
+
+
+async def test_the_docker_socket_is_absent(sandbox: Sandbox) -> None:
+    result = await sandbox.run(
+        "test ! -e /var/run/docker.sock && test ! -e /run/docker.sock && "
+        "! grep -q docker.sock /proc/mounts"
+    )
+    assert result.exit_code == 0, result
+
+
+async def test_commands_run_as_uid_1000_in_the_workspace(sandbox: Sandbox) -> None:
+    result = await sandbox.run("id -u; id -g; pwd; echo $HOME")
+    assert result.stdout.split() == ["1000", "1000", "/workspace", "/home/sandbox"]
+
+
+async def test_workspace_writes_land_in_the_host_folder_and_nothing_else_is_writable(
+    sandbox: Sandbox,
+) -> None:
+    result = await sandbox.run("echo from-container > /workspace/hello.txt")
+    assert result.exit_code == 0, result
+    written = sandbox.workspace / "hello.txt"
+    assert written.read_text() == "from-container\n"
+    assert written.stat().st_uid == UID
+
+    root = await sandbox.run("touch /usr/x || touch /x || touch /var/tmp/x")
+    assert root.exit_code != 0
+    assert "Read-only file system" in root.stderr
+    scratch = await sandbox.run("cp /bin/true /tmp/t && /tmp/t && echo ok > ~/.note && cat ~/.note")
+    assert scratch.stdout == "ok\n", "/tmp is exec (builds need it) and home is writable"
+
+
+async def test_the_memory_cap_bites(backend: DockerBackend, slots: Path) -> None:
+    box = await start(backend, slots, Limits(memory_mb=128))
+    try:
+        hog = await box.run(
+            "python3 -c 'b = bytearray(512 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096])'"
+        )
+        assert hog.exit_code == 137 or "MemoryError" in hog.stderr, hog
+        assert (await box.run("echo alive")).stdout == "alive\n"
+    finally:
+        await backend.remove(box.id)
+
+
+async def test_the_pids_cap_bites(backend: DockerBackend, slots: Path) -> None:
+    box = await start(backend, slots, Limits(pids=48))
+    try:
+        forks = await box.run(
+            "python3 -c '\n"
+            "import os, time\n"
+            "n = 0\n"
+            "try:\n"
+            "    for _ in range(500):\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(60); os._exit(0)\n"
+            "        n += 1\n"
+            "except OSError as e:\n"
+            '    print("failed after", n)\n'
+            "'"
+        )
+        assert forks.exit_code == 0, forks
+        words = forks.stdout.split()
+        assert words[:2] == ["failed", "after"], forks
+        assert int(words[2]) < 48
+        assert await box.processes() == KEEPALIVE, "the forked children ended with the command"
+    finally:
+        await backend.remove(box.id)
+
+
+# -- the process tree --------------------------------------------------------------------
+
+# Children, grandchildren, a setsid'd grandchild (own session and group), a
+# double fork, nohup, and a process that ignores SIGTERM and SIGHUP.
+TREE = (
+    f"sleep {TAG}1 & "
+    f"sh -c 'sleep {TAG}2 & sleep {TAG}3' & "
+    f"(setsid sh -c 'sleep {TAG}4 &') ; "
+    f"( (sleep {TAG}5 &) & ) ; "
+    f"nohup sh -c 'sleep {TAG}6' >/dev/null 2>&1 & "
+    f"sh -c \"trap '' TERM HUP; sleep {TAG}7\" & "
+    f"echo started; sleep {TAG}0"
+)
+
+
+async def wait_for_tree(box: Sandbox) -> None:
+    """Until all eight sleeps of TREE run."""
+    for _ in range(300):
+        sleeps = {p for p in await box.processes() if p.startswith(f"sleep {TAG}")}
+        if len(sleeps) == 8:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the tree never started: {await box.processes()}")
+
+
+async def test_a_timeout_kills_the_command_and_all_its_descendants(sandbox: Sandbox) -> None:
+    running = asyncio.create_task(sandbox.run(TREE, timeout_s=10))
+    await wait_for_tree(sandbox)
+    result = await asyncio.wait_for(running, 60)
+    assert result.timed_out
+    assert not result.cancelled
+    assert result.exit_code is None
+    assert result.stdout == "started\n"
+    assert 9.5 < result.duration_s < 60
+    assert leftovers(await sandbox.processes()) == []
+
+
+async def test_cancel_kills_a_running_command_and_all_its_descendants(sandbox: Sandbox) -> None:
+    running = asyncio.create_task(sandbox.run(TREE, timeout_s=300, job_id="to-cancel"))
+    await wait_for_tree(sandbox)
+    assert await sandbox.backend.cancel(sandbox.id, "to-cancel") is True
+    result = await asyncio.wait_for(running, 60)
+    assert result.cancelled
+    assert not result.timed_out
+    assert result.exit_code is None
+    assert result.stdout == "started\n"
+    assert leftovers(await sandbox.processes()) == []
+    assert await sandbox.backend.cancel(sandbox.id, "to-cancel") is False
+
+
+async def test_cancelling_the_caller_also_kills_the_tree(sandbox: Sandbox) -> None:
+    running = asyncio.create_task(sandbox.run(TREE, timeout_s=300))
+    await wait_for_tree(sandbox)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert leftovers(await sandbox.processes()) == []
+
+
+async def test_nothing_a_command_started_outlives_it(sandbox: Sandbox) -> None:
+    result = await sandbox.run(TREE.replace(f"sleep {TAG}0", "true"))
+    assert result.exit_code == 0
+    assert not result.timed_out
+    assert result.stdout == "started\n"
+    assert leftovers(await sandbox.processes()) == []
+
+
+async def test_kill_0_in_a_script_does_not_orphan_the_rest(sandbox: Sandbox) -> None:
+    result = await sandbox.run(f"(setsid sleep {TAG}8 &); sleep {TAG}9 & kill -KILL 0")
+    assert result.exit_code == 137
+    assert leftovers(await sandbox.processes()) == []
+
+
+async def test_a_fork_bomb_is_bounded_and_killed(backend: DockerBackend, slots: Path) -> None:
+    box = await start(backend, slots, Limits(pids=48))
+    try:
+        bomb = await box.run(
+            "python3 -c 'import os, time\n"
+            "while True:\n"
+            "    try: os.fork()\n"
+            "    except OSError: time.sleep(0.001)'",
+            timeout_s=3,
+        )
+        assert bomb.timed_out, bomb
+        assert await box.processes() == KEEPALIVE
+    finally:
+        await backend.remove(box.id)
+
+
+async def test_when_the_killer_cannot_run_the_container_is_restarted(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, engine: docker.DockerClient
+) -> None:
+    monkeypatch.setattr(runtime_docker, "killer_argv", lambda *_: ["/bin/false"])
+    started_before = engine.api.inspect_container(sandbox.id)["State"]["StartedAt"]
+    result = await sandbox.run(f"sleep {TAG}0", timeout_s=2)
+    assert result.timed_out
+    state = engine.api.inspect_container(sandbox.id)["State"]
+    assert state["Running"] is True
+    assert state["StartedAt"] != started_before
+    assert leftovers(await sandbox.processes()) == []
+
+
+# -- results -----------------------------------------------------------------------------
+
+
+async def test_a_non_zero_exit_is_a_normal_result(sandbox: Sandbox) -> None:
+    result = await sandbox.run("echo out; echo err >&2; exit 7")
+    assert result.exit_code == 7
+    assert (result.stdout, result.stderr) == ("out\n", "err\n")
+    assert not result.timed_out
+    assert not result.cancelled
+
+
+async def test_output_is_capped_per_stream_while_read(sandbox: Sandbox) -> None:
+    result = await sandbox.run(
+        'python3 -c \'import sys; sys.stdout.write("x" * 3_000_000); sys.stderr.write("é" * 10)\'',
+        max_output_bytes=1_000_000,
+    )
+    assert result.exit_code == 0
+    assert len(result.stdout) == 1_000_000
+    assert result.stdout_truncated
+    assert result.stderr == "é" * 10
+    assert not result.stderr_truncated
+
+
+async def test_env_reaches_the_command_and_the_timeout_is_clamped(sandbox: Sandbox) -> None:
+    result = await sandbox.run("echo $GREETING", env={"GREETING": "hi"}, timeout_s=10**6)
+    assert result.stdout == "hi\n"
+    assert result.warnings == ("timeout_s 1e+06 is above the ceiling; clamped to 1800",)
+
+
+async def test_a_removed_container_is_gone(backend: DockerBackend, slots: Path) -> None:
+    box = await start(backend, slots)
+    await backend.remove(box.id)
+    await backend.remove(box.id)  # idempotent
+    with pytest.raises(ContainerGone):
+        await box.run("true")
+
+
+# -- refusals and clamps -----------------------------------------------------------------
+
+
+async def test_a_workspace_outside_the_slots_base_is_refused(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with pytest.raises(WorkspaceRefused) as caught:
+        await backend.create(ContainerSpec("exp-x", "fp", IMAGE, outside))
+    assert str(tmp_path) not in caught.value.message
+
+
+async def test_a_symlinked_workspace_is_refused(backend: DockerBackend, slots: Path) -> None:
+    target = new_workspace(slots)
+    link = target.parent / "link"
+    link.symlink_to(target)
+    with pytest.raises(WorkspaceRefused, match="symbolic link"):
+        await backend.create(ContainerSpec("exp-x", "fp", IMAGE, link))
+    parent_link = slots / f"slot-link-{RUN}"
+    parent_link.symlink_to(target.parent)
+    with pytest.raises(WorkspaceRefused, match="symbolic link"):
+        await backend.create(ContainerSpec("exp-x", "fp", IMAGE, parent_link / "workspace"))
+
+
+async def test_images_egress_and_capacity_are_checked(
+    backend: DockerBackend, slots: Path, engine: docker.DockerClient
+) -> None:
+    workspace = new_workspace(slots)
+    with pytest.raises(ImageNotAllowed):
+        await backend.create(ContainerSpec("e", "fp", "alpine:3", workspace))
+    with pytest.raises(ImageMissing):
+        await backend.create(ContainerSpec("e", "fp", MISSING, workspace))
+    with pytest.raises(EgressDisabled):
+        await backend.create(ContainerSpec("e", "fp", IMAGE, workspace, network="egress"))
+
+    prefix = f"io.sandbox-mcp-cap-{RUN}"
+    small = DockerBackend(
+        slots_base=slots,
+        allowed_images=(IMAGE,),
+        label_prefix=prefix,
+        client_factory=_client,
+        max_containers=1,
+    )
+    first = await small.create(ContainerSpec("e1", "fp", IMAGE, workspace))
+    try:
+        with pytest.raises(CapacityExceeded):
+            await small.create(ContainerSpec("e2", "fp", IMAGE, new_workspace(slots)))
+    finally:
+        await small.remove(first.container_id)
+        await small.aclose()
+    assert _ours(engine, prefix) == []
+
+
+async def test_limits_above_the_ceilings_are_clamped_with_warnings(
+    backend: DockerBackend, slots: Path, engine: docker.DockerClient
+) -> None:
+    box = await start(backend, slots, Limits(cpus=64, memory_mb=20000, pids=100_000, tmp_mb=1))
+    try:
+        ncpu = engine.info()["NCPU"]
+        cpus = (
+            f"cpus 64 is above the {ncpu} CPUs of this host; clamped to {ncpu}"
+            if ncpu < 4
+            else "cpus 64 is above the ceiling; clamped to 4"
+        )
+        assert box.container.warnings == (
+            cpus,
+            "memory_mb 20000 is above the ceiling; clamped to 8192",
+            "pids 100000 is above the ceiling; clamped to 2048",
+            "tmp_mb 1 is below the minimum; raised to 16",
+        )
+        host = engine.api.inspect_container(box.id)["HostConfig"]
+        assert host["Memory"] == 8192 * 1024 * 1024
+        assert host["PidsLimit"] == 2048
+        assert host["NanoCpus"] == round(box.container.isolation.cpus * 1e9)
+        assert "size=16m" in host["Tmpfs"]["/tmp"]
+    finally:
+        await backend.remove(box.id)
+
+
+# -- many at once, orphans, info ---------------------------------------------------------
+
+
+async def test_orphans_are_swept(
+    backend: DockerBackend, slots: Path, engine: docker.DockerClient
+) -> None:
+    live = await start(backend, slots)
+    orphan = await start(backend, slots)
+    stranger = engine.api.create_container(
+        IMAGE, entrypoint=["true"], labels={"io.sandbox-mcp-someone-else.managed": "1"}
+    )["Id"]
+    try:
+        assert await backend.sweep({live.id}) == 1
+        assert _ours(engine) == [live.id]
+        engine.api.inspect_container(stranger)  # other labels are not ours to sweep
+    finally:
+        engine.api.remove_container(stranger, force=True)
+        await backend.remove(live.id)
+        await backend.remove(orphan.id)
+
+
+async def test_twenty_sandboxes_run_commands_at_once(backend: DockerBackend, slots: Path) -> None:
+    boxes = await asyncio.gather(*(start(backend, slots) for _ in range(20)))
+    try:
+        results = await asyncio.gather(
+            *(
+                box.run(f"echo {i} > /workspace/n && python3 -c 'print(sum(range({i})))'")
+                for i, box in enumerate(boxes)
+            )
+        )
+        for i, (box, result) in enumerate(zip(boxes, results, strict=True)):
+            assert result.exit_code == 0, result
+            assert result.stdout == f"{sum(range(i))}\n"
+            assert (box.workspace / "n").read_text() == f"{i}\n"
+    finally:
+        await asyncio.gather(*(backend.remove(box.id) for box in boxes))
+
+
+async def test_info_reports_the_engine_and_the_images(backend: DockerBackend) -> None:
+    info = await backend.info()
+    assert info.reachable
+    assert info.version
+    assert IMAGE in info.images
+    assert info.missing_images == (MISSING,)

@@ -1,0 +1,343 @@
+"""DockerBackend without a daemon: spec validation, the host config it asks for, errors.
+
+A fake low-level client records what the backend sends; the real daemon is
+exercised in tests/integration/runtime/test_docker_backend.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+import requests
+from docker.types import HostConfig
+
+import app.runtime.docker as runtime_docker
+from app.errors import ConfigurationError, InvalidArgument
+from app.runtime._limits import Ceilings
+from app.runtime.backend import ContainerSpec, Limits
+from app.runtime.docker import CAPABILITIES, DockerBackend
+from app.runtime.errors import (
+    CapacityExceeded,
+    ContainerGone,
+    EgressDisabled,
+    ImageMissing,
+    ImageNotAllowed,
+    RuntimeUnavailable,
+    WorkspaceRefused,
+)
+
+IMAGES = ("sandbox-mcp/python:3", "sandbox-mcp/base:bookworm")
+
+
+def http_error(status: int, message: str = "boom") -> docker.errors.APIError:
+    response = requests.Response()
+    response.status_code = status
+    return docker.errors.APIError(message, response=response, explanation=message)
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.created: dict[str, Any] = {}
+        self.live: list[dict[str, str]] = []
+        self.removed: list[str] = []
+        self.fail: dict[str, BaseException] = {}
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail[name]
+
+    def create_host_config(self, **kwargs: Any) -> HostConfig:
+        return HostConfig(version="1.41", **kwargs)
+
+    def info(self) -> dict[str, Any]:
+        self._call("info")
+        return {"NCPU": 2}
+
+    def version(self) -> dict[str, Any]:
+        self._call("version")
+        return {"Version": "20.10.24"}
+
+    def images(self) -> list[dict[str, Any]]:
+        self._call("images")
+        return [{"RepoTags": ["sandbox-mcp/python:3"]}, {"RepoTags": None}]
+
+    def containers(self, **kwargs: Any) -> list[dict[str, str]]:
+        self._call("containers")
+        assert kwargs["filters"] == {"label": "io.sandbox-mcp-unit.managed=1"}
+        return self.live
+
+    def create_container(self, image: str, **kwargs: Any) -> dict[str, str]:
+        self._call("create_container")
+        self.created = {"image": image, **kwargs}
+        return {"Id": "c" * 64}
+
+    def start(self, container_id: str) -> None:
+        self._call("start")
+
+    def remove_container(self, container_id: str, **kwargs: Any) -> None:
+        self._call("remove_container")
+        self.removed.append(container_id)
+
+    def exec_create(self, container_id: str, cmd: list[str], **kwargs: Any) -> dict[str, str]:
+        self._call("exec_create")
+        return {"Id": "e" * 64}
+
+
+class FakeClient:
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def slots(tmp_path: Path) -> Path:
+    (tmp_path / "slots" / "slot-000" / "ws").mkdir(parents=True)
+    return tmp_path / "slots"
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+def make_backend(slots: Path, api: FakeApi, **overrides: Any) -> DockerBackend:
+    options: dict[str, Any] = {
+        "slots_base": slots,
+        "allowed_images": IMAGES,
+        "label_prefix": "io.sandbox-mcp-unit",
+        "client_factory": lambda: FakeClient(api),
+        "max_containers": 5,
+    }
+    options.update(overrides)
+    return DockerBackend(**options)
+
+
+def spec(slots: Path, **overrides: Any) -> ContainerSpec:
+    values: dict[str, Any] = {
+        "experiment_id": "exp-1",
+        "sandbox_label": "fp-abc",
+        "image": IMAGES[0],
+        "workspace": slots / "slot-000" / "ws",
+    }
+    values.update(overrides)
+    return ContainerSpec(**values)
+
+
+async def test_create_asks_for_every_hardening_flag(slots: Path, api: FakeApi) -> None:
+    container = await make_backend(slots, api).create(spec(slots))
+    created = api.created
+    host = created["host_config"]
+    assert host.get("Privileged", False) is False  # the SDK omits the default
+    assert host["CapDrop"] == ["ALL"]
+    assert sorted(host["CapAdd"]) == sorted(CAPABILITIES)
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["Init"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["Tmpfs"]["/tmp"] == "rw,exec,nosuid,nodev,size=256m,mode=1777"
+    assert "uid=1000,gid=1000" in host["Tmpfs"]["/home/sandbox"]
+    assert "Binds" not in host
+    [mount] = host["Mounts"]
+    assert mount["Type"] == "bind"
+    assert mount["Target"] == "/workspace"
+    assert mount["Source"] == str((slots / "slot-000" / "ws").resolve())
+    assert mount["ReadOnly"] is False
+    assert created["user"] == "1000:1000"
+    assert created["entrypoint"] == ["sleep", "infinity"]
+    assert created["labels"] == {
+        "io.sandbox-mcp-unit.managed": "1",
+        "io.sandbox-mcp-unit.experiment": "exp-1",
+        "io.sandbox-mcp-unit.sandbox": "fp-abc",
+    }
+    assert container.warnings == ()
+    assert container.isolation.network == "none"
+    assert container.isolation.writable_mounts == ("/workspace", "/tmp", "/home/sandbox")
+
+
+async def test_limits_are_clamped_and_the_clamps_reported(slots: Path, api: FakeApi) -> None:
+    backend = make_backend(slots, api, ceilings=Ceilings(memory_mb=4096))
+    asked = Limits(cpus=8, memory_mb=20000, pids=1, tmp_mb=64)
+    container = await backend.create(spec(slots, limits=asked))
+    assert container.warnings == (
+        "cpus 8 is above the 2 CPUs of this host; clamped to 2",
+        "memory_mb 20000 is above the ceiling; clamped to 4096",
+        "pids 1 is below the minimum; raised to 32",
+    )
+    host = api.created["host_config"]
+    assert host["NanoCpus"] == 2_000_000_000
+    assert host["Memory"] == 4096 * 1024 * 1024
+    assert host["PidsLimit"] == 32
+    assert (container.isolation.cpus, container.isolation.memory_mb) == (2, 4096)
+
+
+async def test_an_image_outside_the_allow_list_is_refused_before_the_engine(
+    slots: Path, api: FakeApi
+) -> None:
+    with pytest.raises(ImageNotAllowed) as caught:
+        await make_backend(slots, api).create(spec(slots, image="alpine:latest"))
+    assert caught.value.code == "IMAGE_NOT_ALLOWED"
+    assert api.calls == []
+
+
+async def test_no_image_means_the_default_image(slots: Path, api: FakeApi) -> None:
+    backend = make_backend(slots, api, default_image=IMAGES[1])
+    container = await backend.create(spec(slots, image=""))
+    assert api.created["image"] == IMAGES[1]
+    assert container.isolation.image == IMAGES[1]
+
+
+async def test_an_allowed_image_that_is_not_built_is_image_missing(
+    slots: Path, api: FakeApi
+) -> None:
+    api.fail["create_container"] = docker.errors.ImageNotFound("No such image")
+    with pytest.raises(ImageMissing) as caught:
+        await make_backend(slots, api).create(spec(slots))
+    assert "deploy/build-base-image" in caught.value.message
+
+
+async def test_egress_is_refused_unless_the_operator_allows_it(slots: Path, api: FakeApi) -> None:
+    with pytest.raises(EgressDisabled):
+        await make_backend(slots, api).create(spec(slots, network="egress"))
+    assert api.calls == []
+    await make_backend(slots, api, allow_egress=True).create(spec(slots, network="egress"))
+    assert api.created["host_config"]["NetworkMode"] == "bridge"
+
+
+async def test_an_unknown_network_is_an_invalid_argument(slots: Path, api: FakeApi) -> None:
+    with pytest.raises(InvalidArgument):
+        await make_backend(slots, api).create(spec(slots, network="host"))
+
+
+async def test_a_workspace_outside_the_slots_is_refused_before_the_engine(
+    slots: Path, api: FakeApi, tmp_path: Path
+) -> None:
+    with pytest.raises(WorkspaceRefused) as caught:
+        await make_backend(slots, api).create(spec(slots, workspace=tmp_path))
+    assert str(tmp_path) not in caught.value.message
+    assert "create_container" not in api.calls
+
+
+async def test_the_server_wide_container_cap_is_enforced(slots: Path, api: FakeApi) -> None:
+    api.live = [{"Id": str(i)} for i in range(5)]
+    with pytest.raises(CapacityExceeded) as caught:
+        await make_backend(slots, api).create(spec(slots))
+    assert caught.value.details == {"limit": 5}
+    assert "create_container" not in api.calls
+
+
+async def test_a_container_that_fails_to_start_is_removed(slots: Path, api: FakeApi) -> None:
+    api.fail["start"] = http_error(500, "failed to mount /srv/secret/path")
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await make_backend(slots, api).create(spec(slots))
+    assert api.removed == ["c" * 64]
+    assert "/srv" not in caught.value.message, "engine text may hold host paths"
+    assert "HTTP 500" in caught.value.message
+
+
+async def test_info_reports_present_and_missing_images(slots: Path, api: FakeApi) -> None:
+    info = await make_backend(slots, api).info()
+    assert info.reachable
+    assert info.version == "20.10.24"
+    assert info.images == ("sandbox-mcp/python:3",)
+    assert info.missing_images == ("sandbox-mcp/base:bookworm",)
+
+
+async def test_info_never_raises(slots: Path) -> None:
+    def unreachable() -> Any:
+        raise docker.errors.DockerException("Error while fetching server API version")
+
+    info = await make_backend(slots, FakeApi(), client_factory=unreachable).info()
+    assert not info.reachable
+    assert info.reason == "the Docker engine cannot be reached"
+    assert info.missing_images == IMAGES
+
+    def broken() -> Any:
+        raise ZeroDivisionError
+
+    info = await make_backend(slots, FakeApi(), client_factory=broken).info()
+    assert not info.reachable
+
+
+async def test_remove_is_idempotent(slots: Path, api: FakeApi) -> None:
+    backend = make_backend(slots, api)
+    api.fail["remove_container"] = docker.errors.NotFound("No such container")
+    await backend.remove("x")
+    api.fail["remove_container"] = http_error(409, "removal of container x is already in progress")
+    await backend.remove("x")
+    api.fail["remove_container"] = requests.ConnectionError("refused")
+    with pytest.raises(RuntimeUnavailable):
+        await backend.remove("x")
+
+
+async def test_sweep_removes_labelled_containers_that_are_not_live(
+    slots: Path, api: FakeApi
+) -> None:
+    live, orphan = "a" * 64, "b" * 64
+    api.live = [{"Id": live}, {"Id": orphan}]
+    removed = await make_backend(slots, api).sweep({live[:12]})
+    assert removed == 1
+    assert api.removed == [orphan]
+
+
+async def test_run_refuses_an_odd_job_id_before_the_engine(slots: Path, api: FakeApi) -> None:
+    with pytest.raises(InvalidArgument):
+        await make_backend(slots, api).run("c", "true", timeout_s=5, job_id="a b")
+    assert api.calls == []
+
+
+async def test_run_in_a_missing_container_is_container_gone(slots: Path, api: FakeApi) -> None:
+    api.fail["exec_create"] = docker.errors.NotFound("No such container: c")
+    with pytest.raises(ContainerGone) as caught:
+        await make_backend(slots, api).run("c" * 64, "true", timeout_s=5, job_id="j1")
+    assert caught.value.code == "CONTAINER_GONE"
+    backend = make_backend(slots, api)
+    api.fail["exec_create"] = http_error(409, "Container c is not running")
+    with pytest.raises(ContainerGone):
+        await backend.run("c" * 64, "true", timeout_s=5, job_id="j1")
+    assert not await backend.cancel("c" * 64, "j1"), "a failed run leaves no job behind"
+
+
+async def test_cancel_of_an_unknown_job_is_false(slots: Path, api: FakeApi) -> None:
+    assert not await make_backend(slots, api).cancel("c", "nope")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"allowed_images": ()},
+        {"default_image": "other:1"},
+        {"user": "0:0"},
+        {"user": "sandbox"},
+        {"label_prefix": "Bad Prefix"},
+        {"max_containers": 0},
+        {"home": "/"},
+    ],
+)
+def test_bad_configuration_is_refused_at_construction(
+    slots: Path, api: FakeApi, overrides: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigurationError):
+        make_backend(slots, api, **overrides)
+
+
+@pytest.mark.parametrize(
+    "host_config",
+    [
+        {"Binds": ["/var/run/docker.sock:/var/run/docker.sock:rw"]},
+        {"Mounts": [{"Type": "bind", "Source": "/run", "Target": "/x"}]},
+        {"Mounts": [{"Type": "bind", "Source": "/", "Target": "/host"}]},
+    ],
+)
+def test_a_host_config_exposing_the_docker_socket_is_refused(host_config: dict[str, Any]) -> None:
+    with pytest.raises(WorkspaceRefused):
+        runtime_docker._refuse_docker_socket(host_config)
