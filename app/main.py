@@ -257,7 +257,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         on_reserved=mailer.sandbox_ready,
     )
     auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
-    chores = [mailer.housekeeping, manager.expire_artifacts]
+    chores = [mailer.housekeeping, manager.shelf.expire]
     if auth is not None:
         chores.append(auth.housekeeping)
     watchdog = IdleWatchdog(

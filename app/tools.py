@@ -7,7 +7,6 @@ Each tool is a thin function: it declares its parameters and its output model
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
@@ -15,6 +14,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from app.calls import ToolRunner
+from app.experiments.shelf import fingerprint
 from app.output import ToolOutput
 from jail.context import CallContext
 from pool.leases import SlotPool
@@ -32,11 +32,6 @@ class SandboxStatus(ToolOutput):
     )
     pool_free: int = Field(description="Slots free right now, server-wide.")
     pool_queued: int = Field(description="Callers waiting for a slot right now, server-wide.")
-
-
-def fingerprint(sandbox_key: str) -> str:
-    """A stable, non-reversible label for logs and for showing a user which sandbox is theirs."""
-    return "sbx-" + hashlib.sha256(sandbox_key.encode()).hexdigest()[:12]
 
 
 def register_tools(server: MCPServer, runner: ToolRunner, pool: SlotPool) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import time
@@ -23,9 +22,9 @@ from typing import Any
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import artifacts, changes, project, testing, workspace
-from app.experiments.artifacts import Artifact, ArtifactList
-from app.experiments.compare import Comparison, ExperimentEvidence, recommend
+from app.experiments import evidence, project, testing, workspace
+from app.experiments.artifacts import ArtifactList
+from app.experiments.compare import Comparison, recommend
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
@@ -36,6 +35,7 @@ from app.experiments.errors import (
 )
 from app.experiments.jobs import JobRegistry
 from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, JobRow
+from app.experiments.shelf import ArtifactShelf, fingerprint
 from app.experiments.states import RUNNABLE, State, outcome_state
 from app.experiments.testing import TestPlan
 from app.experiments.views import (
@@ -54,9 +54,6 @@ log = structlog.get_logger(__name__)
 
 # run_tests: the workspace to read the report from, and the plan detection chose.
 TestContext = tuple[Path, TestPlan | None]
-
-# Test reports and dependency folders are not the agent's changes.
-EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
 
 # get_job_result waits at most this long: MCP clients give up after about a minute.
 MAX_RESULT_WAIT_S = 45.0
@@ -94,11 +91,6 @@ class CreateRequest:
     env: Sequence[str] = ()
 
 
-def fingerprint(sandbox_key: str) -> str:
-    """A stable, non-reversible label for containers and logs."""
-    return "sbx-" + hashlib.sha256(sandbox_key.encode()).hexdigest()[:12]
-
-
 class ExperimentManager:
     def __init__(
         self,
@@ -114,6 +106,7 @@ class ExperimentManager:
         self._options = options
         self._clock = clock
         self._creating: dict[str, int] = {}
+        self.shelf = ArtifactShelf(records, options.artifact_dir, options.artifact_ttl_s, clock)
 
     def is_busy(self, sandbox_key: str) -> bool:
         return self._jobs.is_busy(sandbox_key)
@@ -572,63 +565,22 @@ class ExperimentManager:
             )
         return ExperimentDirs.of(call.slot_root, experiment_id).workspace
 
-    # -- changes and comparison ---------------------------------------------------------
+    # -- changes, comparison, artifacts ----------------------------------------------
 
     async def inspect_changes(
         self, call: CallContext, experiment_id: str, include_diff: bool
     ) -> ChangesView:
         workspace_dir = await self.workspace(call, experiment_id)
-        report = await asyncio.to_thread(
-            changes.inspect,
-            workspace_dir,
-            workspace_dir.parent / "baseline",
-            include_diff=include_diff,
-            excluded_dirs=EXCLUDED_FROM_CHANGES,
+        dirs = ExperimentDirs(
+            workspace_dir.parent, workspace_dir, workspace_dir.parent / "baseline"
         )
+        report = await evidence.inspect(dirs, include_diff=include_diff)
         return ChangesView(experiment_id=experiment_id, **report.model_dump())
-
-    async def _evidence(
-        self, experiment: Experiment, dirs: ExperimentDirs | None
-    ) -> ExperimentEvidence:
-        if experiment.findings and "evidence" in experiment.findings:
-            recorded = ExperimentEvidence(**experiment.findings["evidence"])
-            return recorded.model_copy(update={"state": experiment.state.value})
-        jobs = await self._records.jobs_of(experiment.experiment_id)
-        tested = [j for j in jobs if j.test_summary]
-        summary = json.loads(tested[-1].test_summary or "{}") if tested else {}
-        evidence = ExperimentEvidence(
-            experiment_id=experiment.experiment_id,
-            name=experiment.name,
-            state=experiment.state.value,
-            exit_codes=[j.exit_code for j in jobs],
-            last_exit_code=jobs[-1].exit_code if jobs else None,
-            duration_s=round(sum(j.duration_s or 0 for j in jobs), 3),
-            artifacts=len(
-                await self._records.artifacts_of(experiment.sandbox_key, experiment.experiment_id)
-            ),
-        )
-        if summary.get("detected"):
-            evidence.tests_passed = summary["passed"]
-            evidence.tests_failed = summary["failed"] + summary["errors"]
-            evidence.tests_skipped = summary["skipped"]
-            evidence.tests_total = summary["total"]
-            evidence.failing_tests = summary["failing_tests"][:50]
-        if dirs is not None and dirs.workspace.exists():
-            report = await asyncio.to_thread(
-                changes.inspect,
-                dirs.workspace,
-                dirs.baseline,
-                include_diff=False,
-                excluded_dirs=EXCLUDED_FROM_CHANGES,
-            )
-            evidence.files_changed = report.files_changed
-            evidence.lines_changed = report.insertions + report.deletions
-        return evidence
 
     async def compare(self, call: CallContext, experiment_ids: list[str]) -> Comparison:
         if not 2 <= len(set(experiment_ids)) <= 10:
             raise ProjectSourceError("Compare between 2 and 10 different experiments.")
-        evidence = []
+        found = []
         for experiment_id in dict.fromkeys(experiment_ids):
             experiment = await self._get(call, experiment_id)
             dirs = (
@@ -636,82 +588,25 @@ class ExperimentManager:
                 if call.slot_root is not None and experiment.state is not State.DESTROYED
                 else None
             )
-            evidence.append(await self._evidence(experiment, dirs))
-        recommended, reason = recommend(evidence)
-        return Comparison(experiments=evidence, recommended=recommended, reason=reason)
-
-    # -- artifacts --------------------------------------------------------------------
-
-    def artifact_store(self, sandbox_key: str) -> Path:
-        return self._options.artifact_dir / fingerprint(sandbox_key)
+            found.append(await evidence.gather(self._records, experiment, dirs))
+        recommended, reason = recommend(found)
+        return Comparison(experiments=found, recommended=recommended, reason=reason)
 
     async def collect_artifacts(
         self, call: CallContext, experiment_id: str, patterns: list[str]
     ) -> ArtifactList:
         workspace_dir = await self.workspace(call, experiment_id)
-        collected, skipped = await asyncio.to_thread(
-            artifacts.collect, workspace_dir, patterns, self.artifact_store(call.sandbox_key)
-        )
-        now = self._clock()
-        await self._records.add_artifacts(
-            [
-                ArtifactRow(
-                    artifact_id=c.artifact_id,
-                    experiment_id=experiment_id,
-                    sandbox_key=call.sandbox_key,
-                    path=c.path,
-                    size=c.size,
-                    sha256=c.sha256,
-                    stored_as=c.stored_as,
-                    created_at=now,
-                    expires_at=None,
-                )
-                for c in collected
-            ]
-        )
-        return await self.list_artifacts(call, experiment_id, skipped=skipped)
+        return await self.shelf.collect(call.sandbox_key, experiment_id, workspace_dir, patterns)
 
-    async def list_artifacts(
-        self, call: CallContext, experiment_id: str, skipped: list[str] | None = None
-    ) -> ArtifactList:
+    async def list_artifacts(self, call: CallContext, experiment_id: str) -> ArtifactList:
         await self._get(call, experiment_id)
-        rows = await self._records.artifacts_of(call.sandbox_key, experiment_id)
-        return ArtifactList(
-            experiment_id=experiment_id,
-            artifacts=[
-                Artifact(
-                    artifact_id=row.artifact_id,
-                    path=row.path,
-                    size=row.size,
-                    sha256=row.sha256,
-                    uri=f"sandbox://experiments/{experiment_id}/artifacts/{row.artifact_id}",
-                )
-                for row in rows
-            ],
-            skipped=skipped or [],
-        )
+        return await self.shelf.listing(call.sandbox_key, experiment_id)
 
     async def read_artifact(
         self, call: CallContext, experiment_id: str, artifact_id: str
     ) -> tuple[ArtifactRow, bytes]:
-        rows = await self._records.artifacts_of(call.sandbox_key, experiment_id)
-        row = next((r for r in rows if r.artifact_id == artifact_id), None)
-        if row is None:
-            raise ExperimentNotFound("artifact", artifact_id)
-        data = await asyncio.to_thread(
-            (self.artifact_store(call.sandbox_key) / row.stored_as).read_bytes
-        )
-        return row, data
-
-    async def expire_artifacts(self) -> int:
-        """Delete artifacts whose sandbox was emptied more than the TTL ago."""
-        rows = await self._records.expired_artifacts(self._clock())
-        for row in rows:
-            path = self.artifact_store(row.sandbox_key) / row.stored_as
-            await asyncio.to_thread(path.unlink, True)
-        if rows:
-            await self._records.delete_artifacts([row.artifact_id for row in rows])
-        return len(rows)
+        await self._get(call, experiment_id)
+        return await self.shelf.read(call.sandbox_key, experiment_id, artifact_id)
 
     # -- destroy -------------------------------------------------------------------
 
@@ -736,7 +631,7 @@ class ExperimentManager:
             await self._jobs.wait(job, 10)
         jobs = await self._records.jobs_of(experiment.experiment_id)
         # Recorded before teardown, so destroyed experiments stay comparable.
-        evidence = await self._evidence(experiment, dirs)
+        found = await evidence.gather(self._records, experiment, dirs)
         findings = {
             "state_before": experiment.state.value,
             "commands": len(jobs),
@@ -744,7 +639,7 @@ class ExperimentManager:
             "failed_commands": sum(1 for j in jobs if j.status != "completed"),
             "duration_s": round(sum(j.duration_s or 0 for j in jobs), 3),
             "reason": reason,
-            "evidence": evidence.model_dump(),
+            "evidence": found.model_dump(),
         }
         if experiment.container_id:
             await self._backend.remove(experiment.container_id)
@@ -764,9 +659,7 @@ class ExperimentManager:
 
     async def teardown_sandbox(self, sandbox_key: str, reason: str) -> int:
         """Destroy every live experiment of a sandbox (its slot is about to be emptied)."""
-        await self._records.start_artifact_clock(
-            sandbox_key, self._clock() + self._options.artifact_ttl_s
-        )
+        await self.shelf.start_clock(sandbox_key)
         live = await self._records.of_sandbox(sandbox_key, include_destroyed=False)
         for experiment in live:
             # The folders go with the slot reset itself.

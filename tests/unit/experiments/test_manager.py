@@ -253,21 +253,22 @@ async def test_artifacts_outlive_the_sandbox_by_the_ttl_only(
     world = await make_world(tmp_path)
     worlds.append(world)
     now = [1_000_000.0]
+    world.manager.shelf._clock = lambda: now[0]  # type: ignore[method-assign]
     world.manager._clock = lambda: now[0]  # type: ignore[method-assign]
     exp = await world.manager.create(world.call(), CreateRequest(files={"out.txt": "result"}))
     listed = await world.manager.collect_artifacts(world.call(), exp.experiment_id, ["*.txt"])
     assert [a.path for a in listed.artifacts] == ["out.txt"]
-    stored = world.manager.artifact_store("alice")
+    stored = world.manager.shelf.folder("alice")
     assert len(list(stored.iterdir())) == 1
-    assert await world.manager.expire_artifacts() == 0  # no clock until the sandbox is emptied
+    assert await world.manager.shelf.expire() == 0  # no clock until the sandbox is emptied
     await world.manager.teardown_sandbox("alice", "idle")
     now[0] += 86_399
-    assert await world.manager.expire_artifacts() == 0
+    assert await world.manager.shelf.expire() == 0
     _row, data = await world.manager.read_artifact(
         world.call(), exp.experiment_id, listed.artifacts[0].artifact_id
     )
     assert data == b"result"
     now[0] += 2
-    assert await world.manager.expire_artifacts() == 1
+    assert await world.manager.shelf.expire() == 1
     assert list(stored.iterdir()) == []
     assert (await world.manager.list_artifacts(world.call(), exp.experiment_id)).artifacts == []

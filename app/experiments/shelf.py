@@ -1,0 +1,107 @@
+"""The artifact shelf: collected files, outside every slot, kept a while after their sandbox.
+
+Each sandbox has its own folder, ``<artifact dir>/<sandbox fingerprint>``; the
+clock of an artifact starts when its sandbox is emptied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from app.experiments import artifacts
+from app.experiments.artifacts import Artifact, ArtifactList
+from app.experiments.errors import ExperimentNotFound
+from app.experiments.records import ArtifactRow, ExperimentRecords
+
+
+def fingerprint(sandbox_key: str) -> str:
+    """A stable, non-reversible label for containers, folders and logs."""
+    return "sbx-" + hashlib.sha256(sandbox_key.encode()).hexdigest()[:12]
+
+
+class ArtifactShelf:
+    def __init__(
+        self,
+        records: ExperimentRecords,
+        directory: Path,
+        ttl_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._records = records
+        self._directory = directory
+        self._ttl_s = ttl_s
+        self._clock = clock
+
+    def folder(self, sandbox_key: str) -> Path:
+        return self._directory / fingerprint(sandbox_key)
+
+    async def collect(
+        self, sandbox_key: str, experiment_id: str, workspace: Path, patterns: list[str]
+    ) -> ArtifactList:
+        collected, skipped = await asyncio.to_thread(
+            artifacts.collect, workspace, patterns, self.folder(sandbox_key)
+        )
+        now = self._clock()
+        await self._records.add_artifacts(
+            [
+                ArtifactRow(
+                    artifact_id=c.artifact_id,
+                    experiment_id=experiment_id,
+                    sandbox_key=sandbox_key,
+                    path=c.path,
+                    size=c.size,
+                    sha256=c.sha256,
+                    stored_as=c.stored_as,
+                    created_at=now,
+                    expires_at=None,
+                )
+                for c in collected
+            ]
+        )
+        return await self.listing(sandbox_key, experiment_id, skipped)
+
+    async def listing(
+        self, sandbox_key: str, experiment_id: str, skipped: list[str] | None = None
+    ) -> ArtifactList:
+        rows = await self._records.artifacts_of(sandbox_key, experiment_id)
+        return ArtifactList(
+            experiment_id=experiment_id,
+            artifacts=[
+                Artifact(
+                    artifact_id=row.artifact_id,
+                    path=row.path,
+                    size=row.size,
+                    sha256=row.sha256,
+                    uri=f"sandbox://experiments/{experiment_id}/artifacts/{row.artifact_id}",
+                )
+                for row in rows
+            ],
+            skipped=skipped or [],
+        )
+
+    async def read(
+        self, sandbox_key: str, experiment_id: str, artifact_id: str
+    ) -> tuple[ArtifactRow, bytes]:
+        rows = await self._records.artifacts_of(sandbox_key, experiment_id)
+        row = next((r for r in rows if r.artifact_id == artifact_id), None)
+        if row is None:
+            raise ExperimentNotFound("artifact", artifact_id)
+        data = await asyncio.to_thread((self.folder(sandbox_key) / row.stored_as).read_bytes)
+        return row, data
+
+    async def start_clock(self, sandbox_key: str) -> None:
+        """The sandbox is being emptied: its artifacts now live ``ttl_s`` more."""
+        await self._records.start_artifact_clock(sandbox_key, self._clock() + self._ttl_s)
+
+    async def expire(self) -> int:
+        """Delete artifacts whose sandbox was emptied more than the TTL ago."""
+        rows = await self._records.expired_artifacts(self._clock())
+        for row in rows:
+            await asyncio.to_thread((self.folder(row.sandbox_key) / row.stored_as).unlink, True)
+        if rows:
+            await self._records.delete_artifacts([row.artifact_id for row in rows])
+        return len(rows)
