@@ -19,6 +19,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 
 from app.auth_store import SqlAuthStore
@@ -33,6 +34,7 @@ from app.experiments.records import ExperimentRecords
 from app.experiments.workspace import Owner
 from app.file_tools import register_file_tools
 from app.health import HealthEndpoint, PoolStats
+from app.hsts import StrictTransportSecurity
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
 from app.runtime.docker import Ceilings, DockerBackend
@@ -447,7 +449,13 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
             auth.config, auth.registrar, auth.flow, auth.tokens, ask_email=services.mailer.enabled
         )
         routes.append(Mount("/", app=BearerGate(mcp_app, auth.tokens, auth.config)))
-    return Starlette(routes=routes, lifespan=lifespan)
+    # Behind the TLS proxy every answer tells browsers to stay on https.
+    middleware = (
+        [Middleware(StrictTransportSecurity)]
+        if settings.effective_public_url.startswith("https://")
+        else []
+    )
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 async def run_stdio(settings: Settings) -> None:
