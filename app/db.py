@@ -8,6 +8,8 @@ Never stored here: token values, e-mail addresses, environment variable values.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,12 @@ from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.errors import DatabaseUnavailable
@@ -95,6 +102,18 @@ def describe_db_error(exc: BaseException) -> str:
     return str(original).splitlines()[0][:200] if str(original) else type(original).__name__
 
 
+@asynccontextmanager
+async def transaction(
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    """One committed transaction; driver and connection errors become DatabaseUnavailable."""
+    try:
+        async with sessions.begin() as session:
+            yield session
+    except (SQLAlchemyError, OSError) as exc:
+        raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+
 class Repository:
     """All reads and writes of the service's records."""
 
@@ -126,11 +145,8 @@ class Repository:
             duration_ms=round((time.time() - started) * 1000, 3),
             outcome=outcome,
         )
-        try:
-            async with self._sessions.begin() as session:
-                session.add(row)
-        except (SQLAlchemyError, OSError) as exc:
-            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+        async with transaction(self._sessions) as session:
+            session.add(row)
 
     async def tool_calls(self, sandbox_key: str) -> list[ToolCall]:
         """The audit rows of one sandbox key, oldest first."""

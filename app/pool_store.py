@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import cast
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, describe_db_error
-from app.errors import DatabaseUnavailable
+from app.db import Base, transaction
 from pool.state import (
     NoteKind,
     NoteRecord,
@@ -60,17 +58,12 @@ class SqlPoolState:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     async def load(self) -> PoolSnapshot:
-        try:
-            async with self._sessions() as session:
-                slots = (await session.scalars(sa.select(PoolSlotRow))).all()
-                queue = (
-                    await session.scalars(sa.select(PoolQueueRow).order_by(PoolQueueRow.seq))
-                ).all()
-                notes = (
-                    await session.scalars(sa.select(PoolNoteRow).order_by(PoolNoteRow.id))
-                ).all()
-        except (SQLAlchemyError, OSError) as exc:
-            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+        async with transaction(self._sessions) as session:
+            slots = (await session.scalars(sa.select(PoolSlotRow))).all()
+            queue = (
+                await session.scalars(sa.select(PoolQueueRow).order_by(PoolQueueRow.seq))
+            ).all()
+            notes = (await session.scalars(sa.select(PoolNoteRow).order_by(PoolNoteRow.id))).all()
         return PoolSnapshot(
             slots=[
                 SlotRecord(
@@ -88,11 +81,8 @@ class SqlPoolState:
         )
 
     async def apply(self, changes: PoolChanges) -> None:
-        try:
-            async with self._sessions.begin() as session:
-                await self._apply(session, changes)
-        except (SQLAlchemyError, OSError) as exc:
-            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+        async with transaction(self._sessions) as session:
+            await self._apply(session, changes)
 
     async def _apply(self, session: AsyncSession, changes: PoolChanges) -> None:
         touched = [r.index for r in changes.put_slots] + changes.free_slots
@@ -140,25 +130,22 @@ class SqlPoolState:
     async def record_activity(
         self, last_activity: dict[int, float], seen: dict[str, float]
     ) -> None:
-        try:
-            async with self._sessions.begin() as session:
-                # Core executemany: one statement, many parameter sets, and a row
-                # released meanwhile simply matches nothing.
-                if last_activity:
-                    slots = cast(sa.Table, PoolSlotRow.__table__)
-                    await session.execute(
-                        sa.update(slots)
-                        .where(slots.c.slot_index == sa.bindparam("index"))
-                        .values(last_activity=sa.bindparam("at")),
-                        [{"index": i, "at": at} for i, at in last_activity.items()],
-                    )
-                if seen:
-                    queue = cast(sa.Table, PoolQueueRow.__table__)
-                    await session.execute(
-                        sa.update(queue)
-                        .where(queue.c.sandbox_key == sa.bindparam("key"))
-                        .values(last_seen=sa.bindparam("at")),
-                        [{"key": k, "at": at} for k, at in seen.items()],
-                    )
-        except (SQLAlchemyError, OSError) as exc:
-            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+        async with transaction(self._sessions) as session:
+            # Core executemany: one statement, many parameter sets, and a row
+            # released meanwhile simply matches nothing.
+            if last_activity:
+                slots = cast(sa.Table, PoolSlotRow.__table__)
+                await session.execute(
+                    sa.update(slots)
+                    .where(slots.c.slot_index == sa.bindparam("index"))
+                    .values(last_activity=sa.bindparam("at")),
+                    [{"index": i, "at": at} for i, at in last_activity.items()],
+                )
+            if seen:
+                queue = cast(sa.Table, PoolQueueRow.__table__)
+                await session.execute(
+                    sa.update(queue)
+                    .where(queue.c.sandbox_key == sa.bindparam("key"))
+                    .values(last_seen=sa.bindparam("at")),
+                    [{"key": k, "at": at} for k, at in seen.items()],
+                )

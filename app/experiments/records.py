@@ -7,18 +7,15 @@ from an id that never existed.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, describe_db_error
-from app.errors import DatabaseUnavailable
+from app.db import Base, transaction
 from app.experiments.states import State, check_transition
 
 
@@ -134,13 +131,8 @@ class ExperimentRecords:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncSession]:
-        try:
-            async with self._sessions.begin() as session:
-                yield session
-        except (SQLAlchemyError, OSError) as exc:
-            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+    def _transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return transaction(self._sessions)
 
     async def add(self, experiment: Experiment, reason: str) -> None:
         async with self._transaction() as session:

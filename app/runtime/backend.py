@@ -45,6 +45,21 @@ class ContainerSpec:
 
 
 @dataclass(frozen=True)
+class GitSource:
+    """A git project to clone into a new workspace.
+
+    ``url`` is an ``https://`` URL and ``ref`` a branch, a tag or a commit
+    (``None``: the default branch). ``local_path`` is set only by a server in
+    local mode, to a git repository (bare or not) on the server's own disk: it
+    is then cloned from there, without network, and ``url`` is not used.
+    """
+
+    url: str
+    ref: str | None = None
+    local_path: Path | None = None
+
+
+@dataclass(frozen=True)
 class Isolation:
     """The isolation actually applied, reported back to the agent."""
 
@@ -134,5 +149,40 @@ class SandboxBackend(Protocol):
         ...
 
     async def sweep(self, live_container_ids: set[str]) -> int:
-        """Remove every container with our label that is not in ``live_container_ids``."""
+        """Remove every container with our label that is not in ``live_container_ids``.
+
+        Helpers of clones still running in this process are spared.
+        """
+        ...
+
+    async def clone(
+        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+    ) -> ExecResult:
+        """Clone ``source`` into the (empty) ``workspace`` folder.
+
+        The clone runs in a short-lived, hardened helper container: the only
+        container that ever gets network for it (and only for an ``https``
+        URL on a server that allows git egress).
+
+        The working tree lands in ``workspace`` with its ``.git`` (owned by the
+        sandbox user); the helper is removed whatever happens. A clone that
+        fails (no such ref, not a repository, unreachable) is a normal result
+        with a non-zero exit code, and may leave files in ``workspace`` for the
+        caller to clean; on timeout (or cancellation) the clone is killed.
+
+        Args:
+            source: Where from; checked before any container starts.
+            workspace: An empty folder inside the caller's own slot (checked as
+                for ``create``), writable by the sandbox user.
+            timeout_s: Wall clock for the whole clone (clamped as for ``run``).
+
+        Returns:
+            The clone's exit code, capped output, duration and ``timed_out``.
+
+        Raises:
+            RuntimeFailure: GIT_SOURCE_REFUSED (a URL, ref or local path that may
+                not be cloned), GIT_EGRESS_DISABLED (a remote URL on a server
+                that allows no git egress), WORKSPACE_REFUSED (also when not
+                empty), IMAGE_MISSING, CAPACITY_EXCEEDED, RUNTIME_UNAVAILABLE.
+        """
         ...

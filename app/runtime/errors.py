@@ -7,6 +7,8 @@
           ├── WorkspaceRefused     WORKSPACE_REFUSED
           ├── CapacityExceeded     CAPACITY_EXCEEDED
           ├── EgressDisabled       EGRESS_DISABLED
+          ├── GitSourceRefused     GIT_SOURCE_REFUSED
+          ├── GitEgressDisabled    GIT_EGRESS_DISABLED
           ├── ContainerGone        CONTAINER_GONE
           └── RuntimeUnavailable   RUNTIME_UNAVAILABLE
 
@@ -27,6 +29,8 @@ RuntimeFailureCode = Literal[
     "WORKSPACE_REFUSED",
     "CAPACITY_EXCEEDED",
     "EGRESS_DISABLED",
+    "GIT_SOURCE_REFUSED",
+    "GIT_EGRESS_DISABLED",
     "CONTAINER_GONE",
     "RUNTIME_UNAVAILABLE",
 ]
@@ -89,6 +93,37 @@ class EgressDisabled(RuntimeFailure):
         super().__init__(
             "Network egress is disabled on this server; create the experiment with "
             "network 'none' (the default) and bring dependencies in through its files."
+        )
+
+
+GitSourceField = Literal["url", "ref", "local_path"]
+
+_GIT_HINTS: dict[str, str] = {
+    "url": "give an https:// URL without credentials, such as https://host/owner/repo.git",
+    "ref": "give a branch, a tag or a commit, such as main, v1.2.0 or a commit hash",
+    "local_path": "give a git repository folder on this server, outside the sandboxes' storage",
+}
+
+
+class GitSourceRefused(RuntimeFailure):
+    code = "GIT_SOURCE_REFUSED"
+
+    def __init__(self, field: GitSourceField, reason: str) -> None:
+        # Never echoes the URL or the path: either may hold a secret or a host path.
+        super().__init__(
+            f"The git {field.replace('_', ' ')} was refused ({reason}); {_GIT_HINTS[field]}.",
+            field=field,
+            reason=reason,
+        )
+
+
+class GitEgressDisabled(RuntimeFailure):
+    code = "GIT_EGRESS_DISABLED"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Cloning from the network is disabled on this server; send the project's files "
+            "instead, or ask the operator to allow git egress."
         )
 
 

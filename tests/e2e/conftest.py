@@ -1,10 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    """An HTTP client with a timeout long enough for a queued or synchronous tool call."""
+    async with httpx2.AsyncClient(timeout=120) as client:
+        yield client
 
 
 @pytest.fixture

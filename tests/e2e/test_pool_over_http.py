@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,12 +22,6 @@ ENV = {
     "SANDBOX_MCP_QUEUE_WAIT_S": "0",
     "SANDBOX_MCP_SIGNINS_PER_MINUTE": "100",
 }
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=30) as client:
-        yield client
 
 
 async def test_leases_queue_watchdog_and_a_kill_9_restart(
