@@ -85,13 +85,16 @@ class SqlPoolState:
             await self._apply(session, changes)
 
     async def _apply(self, session: AsyncSession, changes: PoolChanges) -> None:
+        # Core statements, one per kind of change: taking a slot must stay cheap.
         touched = [r.index for r in changes.put_slots] + changes.free_slots
-        if touched:
-            await session.execute(sa.delete(PoolSlotRow).where(PoolSlotRow.slot_index.in_(touched)))
         keys = [r.sandbox_key for r in changes.put_slots if r.sandbox_key is not None]
-        if keys:
-            # The unique key column: a key moving between slots must leave its old row first.
-            await session.execute(sa.delete(PoolSlotRow).where(PoolSlotRow.sandbox_key.in_(keys)))
+        if touched:
+            # The key column is unique: a key moving between slots leaves its old row.
+            await session.execute(
+                sa.delete(PoolSlotRow).where(
+                    sa.or_(PoolSlotRow.slot_index.in_(touched), PoolSlotRow.sandbox_key.in_(keys))
+                )
+            )
         dropped = changes.drop_queue + [q.sandbox_key for q in changes.put_queue]
         if dropped:
             await session.execute(
@@ -101,31 +104,42 @@ class SqlPoolState:
             await session.execute(
                 sa.delete(PoolNoteRow).where(PoolNoteRow.sandbox_key.in_(changes.drop_notes))
             )
-        await session.flush()
-        session.add_all(
-            PoolSlotRow(
-                slot_index=r.index,
-                state=r.state,
-                sandbox_key=r.sandbox_key,
-                since=r.since,
-                last_activity=r.last_activity,
-                reserved_until=r.reserved_until,
+        if changes.put_slots:
+            await session.execute(
+                sa.insert(PoolSlotRow),
+                [
+                    {
+                        "slot_index": r.index,
+                        "state": r.state,
+                        "sandbox_key": r.sandbox_key,
+                        "since": r.since,
+                        "last_activity": r.last_activity,
+                        "reserved_until": r.reserved_until,
+                    }
+                    for r in changes.put_slots
+                ],
             )
-            for r in changes.put_slots
-        )
-        session.add_all(
-            PoolQueueRow(
-                sandbox_key=q.sandbox_key,
-                seq=q.seq,
-                enqueued_at=q.enqueued_at,
-                last_seen=q.last_seen,
+        if changes.put_queue:
+            await session.execute(
+                sa.insert(PoolQueueRow),
+                [
+                    {
+                        "sandbox_key": q.sandbox_key,
+                        "seq": q.seq,
+                        "enqueued_at": q.enqueued_at,
+                        "last_seen": q.last_seen,
+                    }
+                    for q in changes.put_queue
+                ],
             )
-            for q in changes.put_queue
-        )
-        session.add_all(
-            PoolNoteRow(sandbox_key=n.sandbox_key, kind=n.kind, created_at=n.created_at)
-            for n in changes.add_notes
-        )
+        if changes.add_notes:
+            await session.execute(
+                sa.insert(PoolNoteRow),
+                [
+                    {"sandbox_key": n.sandbox_key, "kind": n.kind, "created_at": n.created_at}
+                    for n in changes.add_notes
+                ],
+            )
 
     async def record_activity(
         self, last_activity: dict[int, float], seen: dict[str, float]
