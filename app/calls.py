@@ -155,6 +155,7 @@ class ToolRunner:
             )
             return error_result(failure, request_id)
         outcome = "ok"
+        lease: Lease | None = None
         try:
             lease = await self._take_slot(key, progress) if takes_slot else None
             # A call that takes no slot still sees the one the caller holds, if any.
@@ -180,6 +181,10 @@ class ToolRunner:
                 {},
             )
             outcome = failure.code
+            if lease is not None and lease.notes:
+                # One-time notes are gone from the pool once handed out: keep them visible.
+                idle = int(self._pool.idle_timeout_s)
+                failure.details["notes"] = [note_text(kind, idle) for kind in lease.notes]
             return error_result(failure, request_id)
         finally:
             log.info(

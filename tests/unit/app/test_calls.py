@@ -1,0 +1,140 @@
+"""The tool wrapper: identity, per-call context, error mapping, notes, audit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pool_fakes import FakeSlotStore, MemoryPoolState
+
+from app.calls import LocalIdentity, ToolRunner
+from app.db import Repository, create_engine, upgrade_schema
+from app.errors import InvalidArgument
+from app.output import ToolOutput
+from jail import CallContext, JailError, SandboxMemory, current_call
+from pool.errors import PoolError
+from pool.leases import SlotPool
+
+
+@dataclass
+class Nobody:
+    def sandbox_key(self) -> str | None:
+        return None
+
+
+@pytest.fixture
+async def parts(tmp_path: Path) -> AsyncIterator[tuple[Repository, SlotPool]]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    await upgrade_schema(engine)
+    pool = SlotPool(MemoryPoolState(), size=1, idle_timeout_s=600)
+    await pool.open(FakeSlotStore(tmp_path))
+    yield Repository(engine), pool
+    await engine.dispose()
+
+
+def runner(parts: tuple[Repository, SlotPool], key: str = "k1") -> ToolRunner:
+    repository, pool = parts
+    return ToolRunner(LocalIdentity(key), repository, SandboxMemory(), pool, queue_wait_s=0)
+
+
+async def test_success_carries_the_sandbox_lifetime_and_binds_the_context(
+    parts: tuple[Repository, SlotPool],
+) -> None:
+    seen: list[CallContext] = []
+
+    async def body(call: CallContext) -> ToolOutput:
+        seen.append(current_call())
+        return ToolOutput()
+
+    result = await runner(parts).run("t", body, takes_slot=True)
+    assert not result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["idle_expiry_s"] == 600
+    assert seen[0].sandbox_key == "k1"
+    assert seen[0].slot_root is not None
+    with pytest.raises(JailError):
+        current_call()  # the context ends with the call
+    rows = await parts[0].tool_calls("k1")
+    assert [(r.tool, r.outcome) for r in rows] == [("t", "ok")]
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "message_part"),
+    [
+        (InvalidArgument("Bad thing; do X.", field="x"), "INVALID_ARGUMENT", "do X"),
+        (JailError("SYMLINK_ESCAPE", "A link leads outside."), "SYMLINK_ESCAPE", "outside"),
+        (
+            PoolError("ZFS_COMMAND_FAILED", "zfs said /tank/secret/path"),
+            "SANDBOX_UNAVAILABLE",
+            "retry in a minute",
+        ),
+        (RuntimeError("boom /etc/shadow"), "INTERNAL_ERROR", "report request id"),
+    ],
+)
+async def test_errors_become_stable_codes_without_tracebacks_or_host_paths(
+    parts: tuple[Repository, SlotPool], error: Exception, code: str, message_part: str
+) -> None:
+    async def body(call: CallContext) -> ToolOutput:
+        raise error
+
+    result = await runner(parts).run("t", body, takes_slot=False)
+    assert result.is_error
+    assert result.structured_content is not None
+    failure = result.structured_content["error"]
+    assert failure["code"] == code
+    assert message_part in failure["message"]
+    text = result.content[0].text  # type: ignore[union-attr]
+    for leak in ("Traceback", "/tank/secret", "/etc/shadow", 'File "'):
+        assert leak not in text
+    assert result.structured_content["request_id"]
+    assert [r.outcome for r in await parts[0].tool_calls("k1")] == [code]
+
+
+async def test_queued_callers_get_position_and_wait(parts: tuple[Repository, SlotPool]) -> None:
+    async def body(call: CallContext) -> ToolOutput:
+        return ToolOutput()
+
+    await runner(parts, "holder").run("t", body, takes_slot=True)
+    result = await runner(parts, "waiter").run("t", body, takes_slot=True)
+    assert result.is_error
+    assert result.structured_content is not None
+    error = result.structured_content["error"]
+    assert (error["code"], error["position"]) == ("SANDBOX_QUEUED", 1)
+    assert error["estimated_wait_s"] > 0
+
+
+async def test_no_identity_fails_closed(parts: tuple[Repository, SlotPool]) -> None:
+    repository, pool = parts
+    called = []
+
+    async def body(call: CallContext) -> ToolOutput:
+        called.append(call)
+        return ToolOutput()
+
+    result = await ToolRunner(Nobody(), repository, SandboxMemory(), pool, queue_wait_s=0).run(
+        "t", body, takes_slot=True
+    )
+    assert result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["error"]["code"] == "UNAUTHENTICATED"
+    assert called == []
+    assert pool.stats().busy == 0
+
+
+async def test_a_one_time_note_survives_a_failing_call(parts: tuple[Repository, SlotPool]) -> None:
+    _, pool = parts
+
+    async def ok(call: CallContext) -> ToolOutput:
+        return ToolOutput()
+
+    async def fails(call: CallContext) -> ToolOutput:
+        raise InvalidArgument("nope")
+
+    await runner(parts, "a").run("t", ok, takes_slot=True)
+    await runner(parts, "b").run("t", ok, takes_slot=True)  # queued
+    await pool.release("a")
+    result = await runner(parts, "b").run("t", fails, takes_slot=True)
+    assert result.structured_content is not None
+    assert "ready" in result.structured_content["error"]["notes"][0]
