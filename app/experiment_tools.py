@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from app.calls import Progress, ToolRunner
 from app.experiments.manager import CreateRequest, ExperimentManager
@@ -27,6 +27,15 @@ from app.runtime.backend import Limits
 from jail import CallContext
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+class GitRequest(BaseModel):
+    url: Annotated[str, Field(min_length=1, max_length=2000, description="An https URL.")]
+    ref: Annotated[
+        str | None, Field(max_length=200, description="A branch, tag or commit; default HEAD.")
+    ] = None
+
+
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
 Command = Annotated[str, Field(min_length=1, max_length=100_000, description="Run by /bin/sh -c.")]
@@ -51,8 +60,9 @@ def register_experiment_tools(
         description=(
             "Create an experiment: a fresh, isolated container (no network by default) with a "
             "workspace at /workspace holding your project, from `files` (path -> text), from "
-            "another experiment (`from_experiment`), or empty. `setup_commands` run in order "
-            "and stop at the first failure. Returns the experiment id and the isolation applied."
+            "`git` (https URL and ref), from another experiment (`from_experiment`), or empty. "
+            "`setup_commands` run in order and stop at the first failure. Returns the "
+            "experiment id and the isolation applied."
         )
     )
     async def create_experiment(
@@ -71,6 +81,10 @@ def register_experiment_tools(
         from_experiment: Annotated[
             str | None, Field(description="Copy this experiment's current workspace.")
         ] = None,
+        git: Annotated[
+            GitRequest | None,
+            Field(description="Clone a repository (https) in a short-lived helper container."),
+        ] = None,
         setup_commands: Annotated[list[Command], Field(max_length=50)] = [],  # noqa: B006
         network: Literal["none", "egress"] = "none",
         cpus: Annotated[float | None, Field(gt=0)] = None,
@@ -87,6 +101,8 @@ def register_experiment_tools(
             files=files,
             project_path=project_path,
             from_experiment=from_experiment,
+            git_url=git.url if git else None,
+            git_ref=git.ref if git else None,
             setup_commands=tuple(setup_commands),
             network=network,
             limits=Limits(

@@ -348,6 +348,7 @@ def build_backend(settings: Settings) -> DockerBackend:
         max_containers=settings.max_containers,
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
+        allow_git_egress=settings.allow_git_egress,
         # DOCKER_HOST and friends are honoured, as by `docker` itself and `check`.
         client_factory=lambda: docker.from_env(timeout=60),
     )

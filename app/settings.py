@@ -142,6 +142,10 @@ class Settings(BaseSettings):
     allow_egress: bool = Field(
         default=False, description="Whether experiments may ask for network egress."
     )
+    allow_git_egress: bool = Field(
+        default=False,
+        description="Whether create_experiment may clone https repositories (egress for a helper).",
+    )
     artifact_ttl_s: int = Field(
         default=86_400,
         ge=60,

@@ -47,7 +47,14 @@ from app.experiments.views import (
     RuntimeView,
 )
 from app.experiments.workspace import ExperimentDirs, Owner
-from app.runtime.backend import ContainerSpec, ExecResult, Limits, NetworkMode, SandboxBackend
+from app.runtime.backend import (
+    ContainerSpec,
+    ExecResult,
+    GitSource,
+    Limits,
+    NetworkMode,
+    SandboxBackend,
+)
 from jail import CallContext, resolve_env
 
 log = structlog.get_logger(__name__)
@@ -85,6 +92,8 @@ class CreateRequest:
     files: Mapping[str, str] | None = None
     project_path: str | None = None
     from_experiment: str | None = None
+    git_url: str | None = None
+    git_ref: str | None = None
     setup_commands: Sequence[str] = ()
     network: NetworkMode = "none"
     limits: Limits = field(default_factory=Limits)
@@ -116,10 +125,15 @@ class ExperimentManager:
     async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
         key = call.sandbox_key
         assert call.slot_root is not None, "create_experiment takes a slot"
-        sources = [s for s in (request.files, request.project_path, request.from_experiment) if s]
-        if len(sources) > 1:
+        given = (request.files, request.project_path, request.from_experiment, request.git_url)
+        if len([source for source in given if source]) > 1:
             raise ProjectSourceError(
-                "Give at most one project source: files, project_path or from_experiment."
+                "Give at most one project source: files, project_path, from_experiment or git."
+            )
+        if request.git_url and request.git_url.startswith("/") and self._options.hosted:
+            raise ModeRefused(
+                "A git repository on the server's own disk is refused on a hosted server; "
+                "give an https URL."
             )
         if request.project_path and self._options.hosted:
             raise ModeRefused(
@@ -184,6 +198,7 @@ class ExperimentManager:
                 copy_from=copy_from,
                 excludes=self._options.snapshot_excludes,
                 owner=self._options.owner,
+                clone=self._cloner(request) if request.git_url else None,
             )
             container = await self._backend.create(
                 ContainerSpec(
@@ -233,6 +248,30 @@ class ExperimentManager:
             files_copied=prepared.files,
             secrets_skipped=prepared.secrets_skipped,
         )
+
+    def _cloner(self, request: CreateRequest) -> workspace.Cloner:
+        assert request.git_url is not None
+        url = request.git_url
+        # Local mode may clone a repository on this machine; it is mounted read-only.
+        source = (
+            GitSource(url="", ref=request.git_ref, local_path=Path(url))
+            if url.startswith("/")
+            else GitSource(url=url, ref=request.git_ref)
+        )
+
+        async def clone(target: Path) -> int:
+            result = await self._backend.clone(source, target)
+            if result.exit_code != 0:
+                tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+                raise ProjectSourceError(
+                    "git could not clone the repository"
+                    + (" (it timed out)" if result.timed_out else "")
+                    + (f": {' / '.join(tail)}" if tail else "")
+                    + "; check the URL and the ref.",
+                )
+            return await asyncio.to_thread(_count_files, target)
+
+        return clone
 
     def _env(self, requests: Sequence[str]) -> dict[str, str]:
         # A hosted server forwards nothing of its own environment: even the error for
@@ -695,3 +734,7 @@ class ExperimentManager:
             log.warning("experiments.sweep_skipped", code=exc.code, reason=exc.message)
             swept = 0
         return {"lost_jobs": lost, "experiments_gone": gone, "orphans_swept": swept}
+
+
+def _count_files(root: Path) -> int:
+    return sum(1 for path in root.rglob("*") if ".git" not in path.relative_to(root).parts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,9 @@ class WorkspaceReport:
     build_skipped: int = 0
 
 
+Cloner = Callable[[Path], Awaitable[int]]
+
+
 async def prepare(
     dirs: ExperimentDirs,
     *,
@@ -57,16 +60,40 @@ async def prepare(
     copy_from: ExperimentDirs | None,
     excludes: Sequence[str],
     owner: Owner | None,
+    clone: Cloner | None = None,
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
 
+    ``clone`` fills the (empty, owned by the sandbox user) workspace itself, in a
+    helper container, and returns how many files it brought.
+
     Raises:
-        ProjectSourceError: too many or too large ``files``.
+        ProjectSourceError: too many or too large ``files``, or a failed clone.
         JailError: a refused path (in ``files``) or project path.
     """
-    return await asyncio.to_thread(
-        _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner
-    )
+    if clone is None:
+        return await asyncio.to_thread(
+            _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner
+        )
+    await asyncio.to_thread(_make_dirs, dirs, owner)
+    count = await clone(dirs.workspace)
+    await asyncio.to_thread(_finish, dirs, owner)
+    return WorkspaceReport("git", count)
+
+
+def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
+    dirs.root.mkdir(mode=0o700)
+    dirs.workspace.mkdir(mode=0o755)
+    if owner is not None:
+        os.chown(dirs.workspace, owner.uid, owner.gid)
+
+
+def _finish(dirs: ExperimentDirs, owner: Owner | None) -> None:
+    # No container has seen this workspace yet (the clone helper is gone), so a plain
+    # copy is race-free here.
+    shutil.copytree(dirs.workspace, dirs.baseline, symlinks=True)
+    if owner is not None:
+        _chown_tree(dirs.workspace, owner)
 
 
 def _prepare(
@@ -77,8 +104,7 @@ def _prepare(
     excludes: tuple[str, ...],
     owner: Owner | None,
 ) -> WorkspaceReport:
-    dirs.root.mkdir(mode=0o700)
-    dirs.workspace.mkdir(mode=0o755)
+    _make_dirs(dirs, None)
     if project_path is not None:
         snap = snapshot_copy(project_path, dirs.workspace, extra_excludes=excludes)
         report = WorkspaceReport(
@@ -94,10 +120,7 @@ def _prepare(
         report = WorkspaceReport("files", len(files))
     else:
         report = WorkspaceReport("empty", 0)
-    # No container has seen this workspace yet, so a plain copy is race-free here.
-    shutil.copytree(dirs.workspace, dirs.baseline, symlinks=True)
-    if owner is not None:
-        _chown_tree(dirs.workspace, owner)
+    _finish(dirs, owner)
     return report
 
 

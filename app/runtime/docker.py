@@ -11,6 +11,15 @@ cap); and exactly one host mount, its own workspace folder, at ``/workspace``.
 The keep-alive is ``sleep infinity``; commands run through ``docker exec`` (see
 :mod:`app.runtime._jobs` for how a command's process tree is tracked and killed).
 
+``clone`` runs ``git clone`` in a helper container with the same hardening and
+modest fixed limits, labelled ``<prefix>.role=git-clone`` and removed when the
+clone ends, however it ends. Its mounts are the (empty) workspace, read-write,
+and, for a local repository, that repository read-only (and not recursively:
+mounts below it stay out) at ``/source``. It is the only container that may get
+network for a clone, and only for an ``https`` URL on a server built with
+``allow_git_egress``; a local clone has none. What is cloned and how is in
+:mod:`app.runtime._git`.
+
 Blocking SDK calls go through :class:`~app.runtime._threads.Offload`; Docker
 and ``requests`` errors become :mod:`app.runtime.errors` at this boundary.
 """
@@ -18,6 +27,7 @@ and ``requests`` errors become :mod:`app.runtime.errors` at this boundary.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import secrets
 import time
@@ -37,6 +47,7 @@ if TYPE_CHECKING:
     from docker.types import CancellableStream
 
 from app.errors import ConfigurationError, InvalidArgument
+from app.runtime._git import SOURCE, clone_env, clone_script, plan_clone, require_empty
 from app.runtime._jobs import (
     JOB_ID,
     Announcement,
@@ -53,7 +64,9 @@ from app.runtime.backend import (
     Container,
     ContainerSpec,
     ExecResult,
+    GitSource,
     Isolation,
+    Limits,
     NetworkMode,
     RuntimeInfo,
 )
@@ -61,13 +74,21 @@ from app.runtime.errors import (
     CapacityExceeded,
     ContainerGone,
     EgressDisabled,
+    GitEgressDisabled,
     ImageMissing,
     ImageNotAllowed,
     RuntimeFailure,
     RuntimeUnavailable,
 )
 
-__all__ = ["CAPABILITIES", "DEFAULT_DOCKER_URL", "WORKSPACE", "Ceilings", "DockerBackend"]
+__all__ = [
+    "CAPABILITIES",
+    "DEFAULT_DOCKER_URL",
+    "GIT_LIMITS",
+    "WORKSPACE",
+    "Ceilings",
+    "DockerBackend",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +96,9 @@ DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"
 CAPABILITIES: Final = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL")
 WORKSPACE: Final = "/workspace"
 TMP: Final = "/tmp"  # noqa: S108 - the container's own /tmp, a private tmpfs
+# A clone helper's limits (clamped to the ceilings like an experiment's).
+GIT_LIMITS: Final = Limits(cpus=1.0, memory_mb=1024, pids=256, tmp_mb=256)
+GIT_ROLE: Final = "git-clone"
 
 # Generic only in the type stubs.
 _KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
@@ -101,7 +125,10 @@ class DockerBackend:
         user: ``uid:gid`` every container process runs as (never root).
         home: The user's home in the images (a tmpfs, as the root is read-only).
         allow_egress: Whether ``network="egress"`` is honoured (else refused).
-        egress_network: The Docker network egress containers join.
+        egress_network: The Docker network egress containers (and remote clones) join.
+        allow_git_egress: Whether ``clone`` may fetch an ``https`` URL (else refused).
+        git_image: The image clone helpers run (it needs git); must be allowed.
+            Defaults to ``default_image``.
         label_prefix: Prefix of our labels (``<prefix>.managed=1`` etc.).
         client_factory: Builds the Docker client (called once, in a thread).
         max_calls: Concurrent blocking SDK calls.
@@ -122,6 +149,8 @@ class DockerBackend:
         home: str = "/home/sandbox",
         allow_egress: bool = False,
         egress_network: str = "bridge",
+        allow_git_egress: bool = False,
+        git_image: str | None = None,
         label_prefix: str = "io.sandbox-mcp",
         client_factory: Callable[[], docker.DockerClient] | None = None,
         max_calls: int = 16,
@@ -132,6 +161,8 @@ class DockerBackend:
             raise ConfigurationError("At least one image must be allowed.")
         if default_image is not None and default_image not in allowed_images:
             raise ConfigurationError("The default image must be one of the allowed images.")
+        if git_image is not None and git_image not in allowed_images:
+            raise ConfigurationError("The git image must be one of the allowed images.")
         match = _USER.fullmatch(user)
         if match is None or int(match.group(1)) == 0:
             raise ConfigurationError("The sandbox user must be uid:gid of a non-root user.")
@@ -151,6 +182,8 @@ class DockerBackend:
         self._home = home.rstrip("/")
         self._allow_egress = allow_egress
         self._egress_network = egress_network
+        self._allow_git_egress = allow_git_egress
+        self._git_image = git_image or self._default_image
         self._prefix = label_prefix
         self._managed = f"{label_prefix}.managed"
         self._client_factory = client_factory or _default_client
@@ -162,6 +195,7 @@ class DockerBackend:
         self._creating = 0
         self._host_cpus: float | None = None
         self._jobs = JobTable()
+        self._helpers: set[str] = set()  # clone helpers running in this process
 
     # -- seam ------------------------------------------------------------------------
 
@@ -191,59 +225,16 @@ class DockerBackend:
         workspace = await self._offload.call(check_workspace, spec.workspace, self._slots_base)
         api = await self._api()
         limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._cpus(api))
-        memory = limits.memory_mb * 1024 * 1024
-        tmpfs_opts = "rw,exec,nosuid,nodev"
-        host_config = api.create_host_config(
-            mounts=[Mount(target=WORKSPACE, source=str(workspace), type="bind")],
-            network_mode=network_mode,
-            privileged=False,
-            cap_drop=["ALL"],
-            cap_add=list(CAPABILITIES),
-            security_opt=["no-new-privileges:true"],
-            pids_limit=limits.pids,
-            mem_limit=memory,
-            memswap_limit=memory,
-            nano_cpus=round(limits.cpus * 1e9),
-            read_only=True,
-            tmpfs={
-                TMP: f"{tmpfs_opts},size={limits.tmp_mb}m,mode=1777",
-                self._home: (
-                    f"{tmpfs_opts},size={limits.tmp_mb}m,uid={self._uid},gid={self._gid},mode=0700"
-                ),
-            },
-            init=True,
-            # Core dumps would land in the workspace and eat its quota.
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
-            # Under host memory pressure, a sandbox dies before the server does.
-            oom_score_adj=500,
-            log_config=LogConfig(type=LogConfig.types.NONE),
-        )
-        # Defence in depth: whatever the code above became, never the engine's socket.
-        await self._offload.call(_refuse_docker_socket, host_config)
+        mounts = [Mount(target=WORKSPACE, source=str(workspace), type="bind")]
         labels = {
             self._managed: "1",
             f"{self._prefix}.experiment": spec.experiment_id,
             f"{self._prefix}.sandbox": spec.sandbox_label,
         }
         name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
-        async with self._capacity(api):
-            with _translated():
-                try:
-                    created = await self._offload.call(
-                        api.create_container,
-                        image,
-                        entrypoint=["sleep", "infinity"],
-                        user=self._user,
-                        environment={**spec.env, "HOME": self._home},
-                        working_dir=WORKSPACE,
-                        hostname="sandbox",
-                        labels=labels,
-                        name=name,
-                        host_config=host_config,
-                    )
-                except docker.errors.ImageNotFound as exc:
-                    raise ImageMissing(image) from exc
-        container_id: str = created["Id"]
+        container_id = await self._create_container(
+            api, image, name, labels, mounts, network_mode, limits, spec.env
+        )
         try:
             with _translated(container_id):
                 await self._offload.call(api.start, container_id)
@@ -394,15 +385,65 @@ class DockerBackend:
             found = await self._offload.call(
                 api.containers, all=True, quiet=True, filters={"label": f"{self._managed}=1"}
             )
-        orphans = [
-            c["Id"]
-            for c in found
-            if not any(c["Id"].startswith(live) for live in live_container_ids if len(live) >= 12)
-        ]
+        live = {c for c in live_container_ids if len(c) >= 12} | self._helpers
+        orphans = [c["Id"] for c in found if not any(c["Id"].startswith(i) for i in live)]
         for container_id in orphans:
             await self.remove(container_id)
         log.info("runtime.sweep", found=len(found), removed=len(orphans))
         return len(orphans)
+
+    async def clone(
+        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+    ) -> ExecResult:
+        started = time.monotonic()
+        plan = await self._offload.call(plan_clone, source, self._slots_base)
+        if plan.local_source is not None:
+            network_mode = "none"
+        elif self._allow_git_egress:
+            network_mode = self._egress_network
+        else:
+            raise GitEgressDisabled()
+        real_workspace = await self._offload.call(check_workspace, workspace, self._slots_base)
+        await self._offload.call(require_empty, real_workspace)
+        api = await self._api()
+        limits, _ = clamp_limits(GIT_LIMITS, self._ceilings, await self._cpus(api))
+        mounts = [Mount(target=WORKSPACE, source=str(real_workspace), type="bind")]
+        if plan.local_source is not None:
+            source_mount = Mount(
+                target=SOURCE, source=str(plan.local_source), type="bind", read_only=True
+            )
+            # Read-only applies to the bind itself only (Docker < 25): a mount
+            # below the repository would stay writable, so none is carried over.
+            source_mount["BindOptions"] = {"NonRecursive": True}
+            mounts.append(source_mount)
+        labels = {self._managed: "1", f"{self._prefix}.role": GIT_ROLE}
+        name = f"smcp-git-clone-{secrets.token_hex(6)}"
+        container_id = await self._create_container(
+            api, self._git_image, name, labels, mounts, network_mode, limits, clone_env(plan)
+        )
+        self._helpers.add(container_id)
+        try:
+            with _translated(container_id):
+                await self._offload.call(api.start, container_id)
+            result = await self.run(
+                container_id, clone_script(plan), timeout_s=timeout_s, job_id=GIT_ROLE
+            )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._remove_quietly(container_id)
+            self._helpers.discard(container_id)
+        # The whole clone, helper start and removal included: what the caller waited.
+        result = dataclasses.replace(result, duration_s=round(time.monotonic() - started, 3))
+        log.info(
+            "runtime.clone",
+            container_id=container_id[:12],
+            source="local" if plan.local_source is not None else "https",
+            ref=plan.ref,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            ms=round(result.duration_s * 1000),
+        )
+        return result
 
     async def aclose(self) -> None:
         """Close the Docker client (at shutdown); containers are left to the next sweep."""
@@ -427,6 +468,67 @@ class DockerBackend:
             ncpu = info.get("NCPU")
             self._host_cpus = float(ncpu) if isinstance(ncpu, int) and ncpu > 0 else None
         return self._host_cpus
+
+    async def _create_container(
+        self,
+        api: docker.APIClient,
+        image: str,
+        name: str,
+        labels: dict[str, str],
+        mounts: list[Mount],
+        network_mode: str,
+        limits: Limits,
+        env: Mapping[str, str],
+    ) -> str:
+        """Create (not start) a hardened container within the capacity; its id."""
+        memory = limits.memory_mb * 1024 * 1024
+        tmpfs_opts = "rw,exec,nosuid,nodev"
+        host_config = api.create_host_config(
+            mounts=mounts,
+            network_mode=network_mode,
+            privileged=False,
+            cap_drop=["ALL"],
+            cap_add=list(CAPABILITIES),
+            security_opt=["no-new-privileges:true"],
+            pids_limit=limits.pids,
+            mem_limit=memory,
+            memswap_limit=memory,
+            nano_cpus=round(limits.cpus * 1e9),
+            read_only=True,
+            tmpfs={
+                TMP: f"{tmpfs_opts},size={limits.tmp_mb}m,mode=1777",
+                self._home: (
+                    f"{tmpfs_opts},size={limits.tmp_mb}m,uid={self._uid},gid={self._gid},mode=0700"
+                ),
+            },
+            init=True,
+            # Core dumps would land in the workspace and eat its quota.
+            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            # Under host memory pressure, a sandbox dies before the server does.
+            oom_score_adj=500,
+            log_config=LogConfig(type=LogConfig.types.NONE),
+        )
+        # Defence in depth: whatever the code above became, never the engine's socket.
+        await self._offload.call(_refuse_docker_socket, host_config)
+        async with self._capacity(api):
+            with _translated():
+                try:
+                    created = await self._offload.call(
+                        api.create_container,
+                        image,
+                        entrypoint=["sleep", "infinity"],
+                        user=self._user,
+                        environment={**env, "HOME": self._home},
+                        working_dir=WORKSPACE,
+                        hostname="sandbox",
+                        labels=labels,
+                        name=name,
+                        host_config=host_config,
+                    )
+                except docker.errors.ImageNotFound as exc:
+                    raise ImageMissing(image) from exc
+        container_id: str = created["Id"]
+        return container_id
 
     def _network_mode(self, network: NetworkMode) -> str:
         if network == "none":

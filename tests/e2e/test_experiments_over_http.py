@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,47 @@ async def test_local_mode_leaves_the_host_project_untouched(tmp_path: Path) -> N
         stop_server(server)
     assert tree_digest(project) == before
     assert os.listdir(project / "src") == ["app.py"]
+
+
+async def test_git_sources(
+    tmp_path: Path, http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    # Hosted: an https clone needs the operator's SANDBOX_MCP_ALLOW_GIT_EGRESS.
+    refused = await tool(
+        http,
+        server,
+        users[0],
+        "create_experiment",
+        {"git": {"url": "https://example.test/project.git", "ref": "main"}},
+    )
+    assert refused["is_error"]
+    assert refused["error"]["code"] == "GIT_EGRESS_DISABLED"
+    # Local mode: a repository on this machine, cloned read-only in a helper container.
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    local = start_server(tmp_path / "state", SANDBOX_MCP_POOL_SIZE="2")
+    try:
+        created = await tool(
+            http, local, "", "create_experiment", {"git": {"url": str(repo), "ref": "v1"}}
+        )
+        assert not created["is_error"], created
+        assert created["source"] == "git"
+        ran = await run(
+            http, local, "", created["experiment_id"], "python3 app.py; git log --oneline | wc -l"
+        )
+        assert ran["stdout"] == "v1\n1\n"
+    finally:
+        stop_server(local)
+
+
+def make_repo(repo: Path) -> None:
+    """A small git repository: app.py prints v1 at tag v1 and v2 at HEAD."""
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    (repo / "app.py").write_text("print('v1')\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "v1"], check=True)
+    subprocess.run([*git, "tag", "v1"], check=True)
+    (repo / "app.py").write_text("print('v2')\n")
+    subprocess.run([*git, "commit", "-qam", "v2"], check=True)

@@ -6,11 +6,13 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from app.runtime.backend import (
     Container,
     ContainerSpec,
     ExecResult,
+    GitSource,
     Isolation,
     RuntimeInfo,
 )
@@ -80,6 +82,15 @@ class FakeBackend:
         if match := re.fullmatch(r"exit (\d+)", command):
             return ExecResult(int(match.group(1)), "", "", False, False, 0.01)
         return ExecResult(0, command.removeprefix("echo ") + "\n", "", False, False, 0.01)
+
+    async def clone(
+        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+    ) -> ExecResult:
+        """Pretends to clone: writes the ref it was asked for, or fails for ref "bad"."""
+        if source.ref == "bad":
+            return ExecResult(128, "", "fatal: Remote branch bad not found", False, False, 0.01)
+        (workspace / "CLONED_FROM").write_text(f"{source.url or source.local_path}@{source.ref}")
+        return ExecResult(0, "", "", False, False, 0.01)
 
     async def cancel(self, container_id: str, job_id: str) -> bool:
         self.cancelled.add(job_id)

@@ -272,3 +272,34 @@ async def test_artifacts_outlive_the_sandbox_by_the_ttl_only(
     assert await world.manager.shelf.expire() == 1
     assert list(stored.iterdir()) == []
     assert (await world.manager.list_artifacts(world.call(), exp.experiment_id)).artifacts == []
+
+
+async def test_a_git_source_is_cloned_before_the_baseline(world: World) -> None:
+    created = await world.manager.create(
+        world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="v1")
+    )
+    assert created.source == "git"
+    baseline = world.slot / f"exp-{created.experiment_id}" / "baseline" / "CLONED_FROM"
+    assert baseline.read_text() == "https://example.test/r.git@v1"
+
+
+async def test_a_failed_clone_fails_the_experiment_with_git_s_words(world: World) -> None:
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.create(
+            world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="bad")
+        )
+    assert caught.value.code == "INVALID_PROJECT"
+    assert "Remote branch bad not found" in caught.value.message
+    [failed] = await world.manager.list_all(world.call())
+    assert failed.state == "FAILED"
+
+
+async def test_hosted_mode_refuses_a_local_repository_and_two_sources(world: World) -> None:
+    with pytest.raises(ServiceError) as local:
+        await world.manager.create(world.call(), CreateRequest(git_url="/srv/repo"))
+    assert local.value.code == "NOT_ALLOWED_HERE"
+    with pytest.raises(ServiceError) as both:
+        await world.manager.create(
+            world.call(), CreateRequest(git_url="https://x.test/r", files={"a": "b"})
+        )
+    assert both.value.code == "INVALID_PROJECT"
