@@ -328,3 +328,37 @@ def make_repo(repo: Path) -> None:
     subprocess.run([*git, "tag", "v1"], check=True)
     (repo / "app.py").write_text("print('v2')\n")
     subprocess.run([*git, "commit", "-qam", "v2"], check=True)
+
+
+async def test_memory_and_process_caps_bite_over_http(
+    http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
+) -> None:
+    alice, _ = users
+    runtime = await tool(http, server, alice, "check_sandbox_runtime")
+    assert runtime["reachable"] is True
+    assert "sandbox-mcp/python:3" in runtime["images"]
+    created = await tool(http, server, alice, "create_experiment", {"memory_mb": 256, "pids": 64})
+    exp = created["experiment_id"]
+    assert (created["isolation"]["memory_mb"], created["isolation"]["pids"]) == (256, 64)
+    hog = await run(http, server, alice, exp, 'python3 -c "b = bytearray(600 * 1024 * 1024)"')
+    assert hog["exit_code"] in (137, 1), hog  # OOM-killed, or MemoryError
+    forks = await run(
+        http,
+        server,
+        alice,
+        exp,
+        'python3 -c "import os, time\n'
+        "n = 0\n"
+        "try:\n"
+        "    while n < 200:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print('forked', n)\"",
+        timeout_s=20,
+    )
+    started = int(forks["stdout"].split()[-1])
+    assert started < 64, forks
+    await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})

@@ -303,3 +303,17 @@ async def test_hosted_mode_refuses_a_local_repository_and_two_sources(world: Wor
             world.call(), CreateRequest(git_url="https://x.test/r", files={"a": "b"})
         )
     assert both.value.code == "INVALID_PROJECT"
+
+
+async def test_jobs_running_when_the_server_died_are_marked_lost(world: World) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest())
+    job = await world.manager.execute(world.call(), exp.experiment_id, "sleep 30", background=True)
+    # A new process would find the row still "running": recovery says what happened.
+    report = await world.manager.recover(leased_keys={"alice"})
+    assert report["lost_jobs"] == 1
+    lost = await world.manager.job_status(world.call(), job.job_id)
+    assert lost.status == "lost"
+    assert lost.reason is not None
+    assert "restarted" in lost.reason
+    assert (await world.manager.get(world.call(), exp.experiment_id)).state == "FAILED"
+    await world.manager.cancel_job(world.call(), job.job_id)
