@@ -13,14 +13,14 @@ import contextlib
 import hashlib
 import os
 import subprocess
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
 import pytest
+from docker_testkit import GID, GIT_PREFIX, UID, docker_client, labelled, new_workspace
 
 import app.runtime.docker as runtime_docker
 from app.runtime.backend import GitSource
@@ -30,9 +30,7 @@ from app.runtime.errors import GitEgressDisabled, GitSourceRefused, WorkspaceRef
 pytestmark = pytest.mark.integration
 
 IMAGE = "sandbox-mcp/base:bookworm"
-RUN = uuid.uuid4().hex[:10]
-PREFIX = f"io.sandbox-mcp-git-test-{RUN}"
-UID, GID = 1000, 1000
+PREFIX = GIT_PREFIX
 GIT_ENV = {
     "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     "HOME": "/nonexistent",
@@ -44,13 +42,8 @@ GIT_ENV = {
 }
 
 
-def _client() -> docker.DockerClient:
-    return docker.from_env(timeout=120)
-
-
 def _ours(client: docker.DockerClient, *labels: str) -> list[str]:
-    wanted = [f"{PREFIX}.managed=1", *labels]
-    return [c["Id"] for c in client.api.containers(all=True, filters={"label": wanted})]
+    return labelled(client, f"{PREFIX}.managed=1", *labels)
 
 
 def helpers(client: docker.DockerClient) -> list[str]:
@@ -58,37 +51,8 @@ def helpers(client: docker.DockerClient) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def engine() -> Iterator[docker.DockerClient]:
-    try:
-        client = _client()
-        client.ping()
-    except Exception as exc:
-        pytest.fail(
-            "Docker must be running for the integration tests (.ci/run starts it; or "
-            f"`source .ci/lib/services.sh; start_dockerd`): {exc}"
-        )
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{IMAGE} is missing: run deploy/build-base-image first")
-    try:
-        yield client
-    finally:
-        for container_id in _ours(client):
-            client.api.remove_container(container_id, force=True)
-        client.close()
-
-
-@pytest.fixture(scope="session")
 def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("git-slots")
-
-
-def new_workspace(slots: Path) -> Path:
-    workspace = slots / f"slot-{uuid.uuid4().hex[:8]}" / "workspace"
-    workspace.mkdir(parents=True)
-    os.chown(workspace, UID, GID)
-    return workspace
 
 
 @pytest.fixture
@@ -98,7 +62,7 @@ async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[Doc
         allowed_images=("sandbox-mcp/python:3", IMAGE),
         git_image=IMAGE,
         label_prefix=PREFIX,
-        client_factory=_client,
+        client_factory=docker_client,
         max_containers=100,
         kill_grace_s=20,
     )

@@ -1,0 +1,35 @@
+"""Shared pieces of the runtime's integration tests (a real Docker engine)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import docker
+
+RUN = uuid.uuid4().hex[:10]
+# One label prefix per test module, unique per run, so that cleanup never touches
+# another run's (or production's) containers.
+BACKEND_PREFIX = f"io.sandbox-mcp-test-{RUN}"
+GIT_PREFIX = f"io.sandbox-mcp-git-test-{RUN}"
+UID, GID = 1000, 1000
+IMAGES = ("sandbox-mcp/python:3", "sandbox-mcp/base:bookworm")
+
+
+def docker_client() -> docker.DockerClient:
+    return docker.from_env(timeout=120)
+
+
+def labelled(client: docker.DockerClient, *labels: str) -> list[str]:
+    """Ids of the containers carrying every label (``key=value``), running or not."""
+    found = client.api.containers(all=True, quiet=True, filters={"label": list(labels)})
+    return [c["Id"] for c in found]
+
+
+def new_workspace(slots: Path) -> Path:
+    """An empty workspace in a fresh slot folder, owned by the sandbox user."""
+    workspace = slots / f"slot-{uuid.uuid4().hex[:8]}" / "workspace"
+    workspace.mkdir(parents=True)
+    os.chown(workspace, UID, GID)
+    return workspace
