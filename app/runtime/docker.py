@@ -332,7 +332,10 @@ class DockerBackend:
             job.settled.set()
             self._jobs.discard(job)
         duration = time.monotonic() - started
-        killed = job.reason is not None and job.was_running
+        # The guard sets "timeout" only if the job had not finished at its deadline, so
+        # it timed out even when the killer then found it already dying (a fork bomb's
+        # processes can exit under the kill before the killer looks).
+        killed = job.reason == "timeout" or (job.reason is not None and job.was_running)
         result = ExecResult(
             exit_code=None if killed else exit_code,
             stdout=stdout.text(),
