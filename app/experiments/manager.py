@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from app.errors import ServiceError
 from app.experiments import evidence, project, testing, workspace
 from app.experiments.artifacts import ArtifactList
+from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.compare import Comparison, recommend
 from app.experiments.errors import (
     ExperimentNotFound,
@@ -36,7 +35,7 @@ from app.experiments.errors import (
 from app.experiments.jobs import JobRegistry
 from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, JobRow
 from app.experiments.shelf import ArtifactShelf, fingerprint
-from app.experiments.states import RUNNABLE, State, outcome_state
+from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
 from app.experiments.views import (
     ChangesView,
@@ -49,7 +48,6 @@ from app.experiments.views import (
 from app.experiments.workspace import ExperimentDirs, Owner
 from app.runtime.backend import (
     ContainerSpec,
-    ExecResult,
     GitSource,
     Limits,
     NetworkMode,
@@ -58,9 +56,6 @@ from app.runtime.backend import (
 from jail import CallContext, resolve_env
 
 log = structlog.get_logger(__name__)
-
-# run_tests: the workspace to read the report from, and the plan detection chose.
-TestContext = tuple[Path, TestPlan | None]
 
 # get_job_result waits at most this long: MCP clients give up after about a minute.
 MAX_RESULT_WAIT_S = 45.0
@@ -116,6 +111,7 @@ class ExperimentManager:
         self._clock = clock
         self._creating: dict[str, int] = {}
         self.shelf = ArtifactShelf(records, options.artifact_dir, options.artifact_ttl_s, clock)
+        self._commands = CommandRunner(records, backend, jobs, options.max_output_bytes, clock)
 
     def is_busy(self, sandbox_key: str) -> bool:
         return self._jobs.is_busy(sandbox_key)
@@ -362,12 +358,13 @@ class ExperimentManager:
         call.project_map.invalidate()  # a command may change any file
         warnings: list[str] = []
         timeout = self._timeout(timeout_s, warnings)
-        job_id, work = await self._begin(
-            call.sandbox_key, experiment, command, kind, timeout, self._env(env), background, tests
+        running = await self._commands.start(
+            Command(
+                call.sandbox_key, experiment, command, kind, timeout, self._env(env), background
+            ),
+            tests,
         )
-        running = self._jobs.start(
-            job_id, call.sandbox_key, experiment_id, experiment.container_id, work
-        )
+        job_id = running.job_id
         wait = 0.0 if background else self._options.sync_wait_s
         finished = await self._jobs.wait(running, wait) if wait else False
         row = await self._records.load_job(call.sandbox_key, job_id)
@@ -382,134 +379,6 @@ class ExperimentManager:
             )
         return view
 
-    async def _begin(
-        self,
-        sandbox_key: str,
-        experiment: Experiment,
-        command: str,
-        kind: str,
-        timeout_s: float,
-        env: dict[str, str],
-        background: bool,
-        tests: TestContext | None = None,
-    ) -> tuple[str, Any]:
-        job_id = "job_" + uuid.uuid4().hex[:12]
-        now = self._clock()
-        await self._records.add_job(
-            JobRow(
-                job_id=job_id,
-                experiment_id=experiment.experiment_id,
-                sandbox_key=sandbox_key,
-                kind=kind,
-                command=command,
-                status="running",
-                background=background,
-                timeout_s=timeout_s,
-                stdout_truncated=False,
-                stderr_truncated=False,
-                started_at=now,
-            )
-        )
-        if not self._jobs.running_in(experiment.experiment_id):
-            await self._records.transition(
-                experiment.experiment_id, State.RUNNING, f"{kind} {job_id} started", now
-            )
-        assert experiment.container_id is not None
-        work = self._finish(
-            sandbox_key,
-            experiment.experiment_id,
-            experiment.container_id,
-            job_id,
-            command,
-            timeout_s,
-            env,
-            tests,
-        )
-        return job_id, work
-
-    async def _finish(
-        self,
-        sandbox_key: str,
-        experiment_id: str,
-        container_id: str,
-        job_id: str,
-        command: str,
-        timeout_s: float,
-        env: dict[str, str],
-        tests: TestContext | None = None,
-    ) -> ExecResult:
-        started = self._clock()
-        try:
-            result = await self._backend.run(
-                container_id,
-                command,
-                timeout_s=timeout_s,
-                job_id=job_id,
-                max_output_bytes=self._options.max_output_bytes,
-                env=env,
-            )
-        except Exception as exc:
-            result = ExecResult(None, "", "", False, False, self._clock() - started)
-            await self._settle(experiment_id, job_id, result, reason=f"the runtime failed: {exc}")
-            raise
-        summary = await self._summarize(tests, result) if tests is not None else None
-        await self._settle(experiment_id, job_id, result, test_summary=summary)
-        return result
-
-    @staticmethod
-    async def _summarize(tests: TestContext, result: ExecResult) -> dict[str, Any]:
-        workspace_dir, plan = tests
-        if plan is None:
-            summary = testing.parse_any(result.stdout, result.stderr, result.exit_code)
-        else:
-            report = await asyncio.to_thread(project.read_report, workspace_dir, plan.report_path)
-            summary = testing.parse(
-                plan.runner, result.stdout, result.stderr, report, result.exit_code
-            )
-        return asdict(summary)
-
-    async def _settle(
-        self,
-        experiment_id: str,
-        job_id: str,
-        result: ExecResult,
-        reason: str | None = None,
-        test_summary: dict[str, Any] | None = None,
-    ) -> None:
-        state = outcome_state(
-            result.exit_code, timed_out=result.timed_out, cancelled=result.cancelled
-        )
-        if reason is not None:
-            state = State.FAILED
-        status = {
-            State.COMPLETED: "completed",
-            State.FAILED: "failed",
-            State.TIMEOUT: "timeout",
-            State.CANCELLED: "cancelled",
-        }[state]
-        if result.timed_out:
-            reason = "It ran past its timeout; its whole process tree was killed."
-        elif result.cancelled:
-            reason = "Cancelled; its whole process tree was killed."
-        now = self._clock()
-        await self._records.finish_job(
-            job_id,
-            status=status,
-            exit_code=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            finished_at=now,
-            duration_s=round(result.duration_s, 3),
-            reason=reason,
-            test_summary=json.dumps(test_summary) if test_summary is not None else None,
-        )
-        others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
-        if not others:
-            with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
-                await self._records.transition(experiment_id, state, f"{job_id} {status}", now)
-
     async def _run_and_record(
         self,
         sandbox_key: str,
@@ -522,13 +391,12 @@ class ExperimentManager:
     ) -> JobView:
         experiment = await self._records.load(sandbox_key, experiment_id)
         assert experiment is not None
-        job_id, work = await self._begin(
-            sandbox_key, experiment, command, kind, timeout_s, env, background=False
+        running = await self._commands.start(
+            Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False)
         )
-        running = self._jobs.start(job_id, sandbox_key, experiment_id, container_id, work)
         with contextlib.suppress(Exception):
             await running.task
-        row = await self._records.load_job(sandbox_key, job_id)
+        row = await self._records.load_job(sandbox_key, running.job_id)
         assert row is not None
         return JobView.of(row)
 

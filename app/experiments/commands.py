@@ -1,0 +1,177 @@
+"""Running one command in an experiment: its job record, its run, its outcome.
+
+The experiment moves to RUNNING when its first job starts and to the outcome of
+its last job when that one ends; every job's command, exit code, output and
+duration are recorded before anyone is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.experiments import project, testing
+from app.experiments.errors import InvalidTransition
+from app.experiments.jobs import JobRegistry, RunningJob
+from app.experiments.records import Experiment, ExperimentRecords, JobRow
+from app.experiments.states import State, outcome_state
+from app.experiments.testing import TestPlan
+from app.runtime.backend import ExecResult, SandboxBackend
+
+# run_tests: the workspace to read the report from, and the plan detection chose.
+TestContext = tuple[Path, TestPlan | None]
+
+
+@dataclass(frozen=True)
+class Command:
+    sandbox_key: str
+    experiment: Experiment
+    text: str
+    kind: str  # setup | command | tests
+    timeout_s: float
+    env: dict[str, str]
+    background: bool
+
+
+class CommandRunner:
+    def __init__(
+        self,
+        records: ExperimentRecords,
+        backend: SandboxBackend,
+        jobs: JobRegistry,
+        max_output_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._records = records
+        self._backend = backend
+        self._jobs = jobs
+        self._max_output_bytes = max_output_bytes
+        self._clock = clock
+
+    async def start(self, command: Command, tests: TestContext | None = None) -> RunningJob:
+        """Record the job, move the experiment to RUNNING (if idle) and start the command."""
+        sandbox_key, experiment = command.sandbox_key, command.experiment
+        kind, timeout_s, background = command.kind, command.timeout_s, command.background
+        job_id = "job_" + uuid.uuid4().hex[:12]
+        now = self._clock()
+        await self._records.add_job(
+            JobRow(
+                job_id=job_id,
+                experiment_id=experiment.experiment_id,
+                sandbox_key=sandbox_key,
+                kind=kind,
+                command=command.text,
+                status="running",
+                background=background,
+                timeout_s=timeout_s,
+                stdout_truncated=False,
+                stderr_truncated=False,
+                started_at=now,
+            )
+        )
+        if not self._jobs.running_in(experiment.experiment_id):
+            await self._records.transition(
+                experiment.experiment_id, State.RUNNING, f"{kind} {job_id} started", now
+            )
+        assert experiment.container_id is not None
+        work = self._finish(
+            experiment.experiment_id,
+            experiment.container_id,
+            job_id,
+            command.text,
+            timeout_s,
+            command.env,
+            tests,
+        )
+        return self._jobs.start(
+            job_id, sandbox_key, experiment.experiment_id, experiment.container_id, work
+        )
+
+    async def _finish(
+        self,
+        experiment_id: str,
+        container_id: str,
+        job_id: str,
+        command: str,
+        timeout_s: float,
+        env: dict[str, str],
+        tests: TestContext | None = None,
+    ) -> ExecResult:
+        started = self._clock()
+        try:
+            result = await self._backend.run(
+                container_id,
+                command,
+                timeout_s=timeout_s,
+                job_id=job_id,
+                max_output_bytes=self._max_output_bytes,
+                env=env,
+            )
+        except Exception as exc:
+            result = ExecResult(None, "", "", False, False, self._clock() - started)
+            await self._settle(experiment_id, job_id, result, reason=f"the runtime failed: {exc}")
+            raise
+        summary = await self._summarize(tests, result) if tests is not None else None
+        await self._settle(experiment_id, job_id, result, test_summary=summary)
+        return result
+
+    @staticmethod
+    async def _summarize(tests: TestContext, result: ExecResult) -> dict[str, Any]:
+        workspace_dir, plan = tests
+        if plan is None:
+            summary = testing.parse_any(result.stdout, result.stderr, result.exit_code)
+        else:
+            report = await asyncio.to_thread(project.read_report, workspace_dir, plan.report_path)
+            summary = testing.parse(
+                plan.runner, result.stdout, result.stderr, report, result.exit_code
+            )
+        return asdict(summary)
+
+    async def _settle(
+        self,
+        experiment_id: str,
+        job_id: str,
+        result: ExecResult,
+        reason: str | None = None,
+        test_summary: dict[str, Any] | None = None,
+    ) -> None:
+        state = outcome_state(
+            result.exit_code, timed_out=result.timed_out, cancelled=result.cancelled
+        )
+        if reason is not None:
+            state = State.FAILED
+        status = {
+            State.COMPLETED: "completed",
+            State.FAILED: "failed",
+            State.TIMEOUT: "timeout",
+            State.CANCELLED: "cancelled",
+        }[state]
+        if result.timed_out:
+            reason = "It ran past its timeout; its whole process tree was killed."
+        elif result.cancelled:
+            reason = "Cancelled; its whole process tree was killed."
+        now = self._clock()
+        await self._records.finish_job(
+            job_id,
+            status=status,
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            finished_at=now,
+            duration_s=round(result.duration_s, 3),
+            reason=reason,
+            test_summary=json.dumps(test_summary) if test_summary is not None else None,
+        )
+        others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
+        if not others:
+            with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
+                await self._records.transition(experiment_id, state, f"{job_id} {status}", now)
