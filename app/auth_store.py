@@ -7,17 +7,19 @@ from contextlib import AbstractAsyncContextManager
 from typing import cast
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, transaction
+from app.errors import DatabaseUnavailable
 from auth.store import Client, Grant, TokenRecord, TokenRole
 
 
 class OAuthClientRow(Base):
     __tablename__ = "oauth_clients"
 
-    client_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    client_id: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
     client_name: Mapped[str | None] = mapped_column(sa.String(100))
     redirect_uris: Mapped[str] = mapped_column(sa.Text)  # JSON list
     created_at: Mapped[float] = mapped_column(sa.Float)
@@ -31,7 +33,7 @@ class OAuthGrantRow(Base):
 
     grant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     client_id: Mapped[str] = mapped_column(
-        sa.String(64), sa.ForeignKey("oauth_clients.client_id", ondelete="CASCADE")
+        sa.String(512), sa.ForeignKey("oauth_clients.client_id", ondelete="CASCADE")
     )
     sandbox_key: Mapped[str] = mapped_column(sa.String(128), index=True)
     resource: Mapped[str] = mapped_column(sa.String(2000))
@@ -63,15 +65,33 @@ class SqlAuthStore:
 
     async def save_client(self, client: Client) -> None:
         async with self._transaction() as session:
-            session.add(
-                OAuthClientRow(
-                    client_id=client.client_id,
-                    client_name=client.client_name,
-                    redirect_uris=json.dumps(list(client.redirect_uris)),
-                    created_at=client.created_at,
-                    last_grant_at=client.last_grant_at,
-                )
-            )
+            session.add(self._client_row(client))
+
+    @staticmethod
+    def _client_row(client: Client) -> OAuthClientRow:
+        return OAuthClientRow(
+            client_id=client.client_id,
+            client_name=client.client_name,
+            redirect_uris=json.dumps(list(client.redirect_uris)),
+            created_at=client.created_at,
+            last_grant_at=client.last_grant_at,
+        )
+
+    async def upsert_client(self, client: Client) -> None:
+        for attempt in (1, 2):
+            try:
+                async with self._transaction() as session:
+                    row = await session.get(OAuthClientRow, client.client_id)
+                    if row is None:
+                        session.add(self._client_row(client))
+                    else:
+                        row.client_name = client.client_name
+                        row.redirect_uris = json.dumps(list(client.redirect_uris))
+                return
+            except DatabaseUnavailable as exc:
+                # Two sign-ins for a new document client raced to insert it: update instead.
+                if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
+                    raise
 
     async def load_client(self, client_id: str) -> Client | None:
         async with self._transaction() as session:

@@ -42,11 +42,14 @@ from app.runtime.probe import probe_docker
 from app.settings import Settings, is_loopback_host
 from app.tools import register_tools
 from auth.bearer import BearerGate
+from auth.client_documents import ClientDocuments
+from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
 from auth.pending import CodeGrant, ExpiringMap
 from auth.registration import Registrar
 from auth.routes import create_auth_routes
+from auth.safe_fetch import PublicFetcher
 from auth.signin import SigninFlow
 from auth.tokens import TokenHasher, load_or_create_key
 from jail.context import SandboxMemory
@@ -222,15 +225,26 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
         issuer=settings.effective_public_url,
         registrations_per_minute=settings.registrations_per_minute,
         signins_per_address_per_minute=settings.signins_per_minute,
+        client_metadata_documents=settings.client_metadata_documents,
     )
     store = SqlAuthStore(engine)
+    documents = (
+        ClientDocuments(
+            PublicFetcher(user_agent=f"sandbox-mcp/{service_version()}"),
+            fetches_per_minute=settings.client_document_fetches_per_minute,
+        )
+        if settings.client_metadata_documents
+        else None
+    )
     codes: ExpiringMap[CodeGrant] = ExpiringMap(config.max_codes)
     remember = mailer.remember if mailer.enabled else None
     return AuthParts(
         config=config,
         store=store,
         registrar=Registrar(store),
-        flow=SigninFlow(config, store, hasher, codes, remember_email=remember),
+        flow=SigninFlow(
+            config, ClientDirectory(store, documents), hasher, codes, remember_email=remember
+        ),
         tokens=TokenService(config, store, hasher, codes),
     )
 

@@ -172,6 +172,19 @@ class Settings(BaseSettings):
         le=100_000,
         description="Sandboxes one browser address may create per minute (the sign-in button).",
     )
+    client_metadata_documents: bool = Field(
+        default=True,
+        description=(
+            "Accept an https URL as client_id and fetch the client's metadata document there "
+            "(public addresses only, 5 KB, 10 s, no redirects)."
+        ),
+    )
+    client_document_fetches_per_minute: int = Field(
+        default=60,
+        ge=1,
+        le=10_000,
+        description="New client metadata documents fetched per minute, in all.",
+    )
     token_key: SecretStr | None = Field(
         default=None,
         description=(

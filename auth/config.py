@@ -23,6 +23,7 @@ class AuthConfig:
     registrations_per_minute: int = 30
     signins_per_address_per_minute: int = 10
     client_ttl_without_grant_s: int = 90 * 86400
+    client_metadata_documents: bool = True
 
     @property
     def resource(self) -> str:
@@ -53,6 +54,7 @@ class AuthConfig:
             "revocation_endpoint_auth_methods_supported": ["none"],
             "scopes_supported": [SCOPE],
             "authorization_response_iss_parameter_supported": True,
+            "client_id_metadata_document_supported": self.client_metadata_documents,
         }
 
     def protected_resource_metadata(self) -> dict[str, object]:

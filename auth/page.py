@@ -14,7 +14,7 @@ button{font-size:1.1rem;padding:.8rem 1.6rem;border:0;border-radius:.5rem;
   background:#1f6feb;color:#fff;cursor:pointer}
 label{display:block;margin:1.2rem 0 .3rem;font-size:.9rem;color:#333}
 input[type=email]{width:100%;padding:.5rem;font-size:1rem;box-sizing:border-box}
-small{color:#666}
+small{color:#666}.warn{background:#fff8c5;padding:.6rem;border-radius:.4rem}
 """
 
 
@@ -40,11 +40,35 @@ def security_headers(form_target: str | None = None, *, secure: bool = False) ->
     return headers
 
 
+def _is_loopback_host(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
+
+
 def signin_page(
-    *, client_name: str | None, redirect_uri: str, tx: str, csrf: str, ask_email: bool
+    *,
+    client_name: str | None,
+    client_id: str,
+    redirect_uri: str,
+    tx: str,
+    csrf: str,
+    ask_email: bool,
 ) -> str:
     name = escape(client_name or "An application")
-    host = escape(urlsplit(redirect_uri).hostname or "")
+    redirect_host = urlsplit(redirect_uri).hostname or ""
+    host = escape(redirect_host)
+    # A metadata-document client names itself by URL: show whose site vouches for the name.
+    source = (
+        f'<p class="who">Its name comes from <strong>{escape(urlsplit(client_id).hostname or "")}'
+        "</strong>.</p>"
+        if client_id.startswith("https://")
+        else ""
+    )
+    local = (
+        '<p class="warn">You will be sent back to a program on <strong>this computer</strong>. '
+        "Continue only if you started this sign-in from such a program yourself.</p>"
+        if _is_loopback_host(redirect_host)
+        else ""
+    )
     email = (
         '<label for="email">E-mail me once when my sandbox is ready (optional)</label>'
         '<input type="email" id="email" name="email" maxlength="254" autocomplete="email">'
@@ -59,6 +83,7 @@ def signin_page(
         "<h1>Sandbox sign-in</h1>"
         f'<p class="who"><strong>{name}</strong> wants a private sandbox on this server to run '
         f"code in. You will be sent back to <strong>{host}</strong>.</p>"
+        f"{source}{local}"
         "<p>No account and no password: pressing the button creates an anonymous sandbox "
         "that belongs to this sign-in.</p>"
         '<form method="post" action="/authorize">'

@@ -77,6 +77,13 @@ class ExpiringMap(Generic[V]):
     def put(self, key: str, value: V, expires_at: float) -> None:
         self._items[key] = (expires_at, value)
 
+    def put_evicting(self, key: str, value: V, expires_at: float) -> None:
+        """Put, making room by dropping the oldest entry: for caches, where losing one is fine."""
+        self._items.pop(key, None)
+        if not self.has_room():
+            self._items.popitem(last=False)
+        self._items[key] = (expires_at, value)
+
     def get(self, key: str) -> V | None:
         item = self._items.get(key)
         if item is None:

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
+from auth.clients import ClientDirectory, UnknownClient
 from auth.config import SCOPE, AuthConfig
 from auth.pending import CodeGrant, ExpiringMap, PendingSignin, new_id
 from auth.pkce import is_valid_challenge
 from auth.redirects import matches
-from auth.store import AuthStore
 from auth.tokens import TokenHasher
 
 EmailHook = Callable[[str, str], bool]
@@ -68,7 +68,7 @@ class SigninFlow:
     def __init__(
         self,
         config: AuthConfig,
-        store: AuthStore,
+        clients: ClientDirectory,
         hasher: TokenHasher,
         codes: ExpiringMap[CodeGrant],
         *,
@@ -76,7 +76,7 @@ class SigninFlow:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
-        self._store = store
+        self._clients = clients
         self._hasher = hasher
         self._codes = codes
         self._pending: ExpiringMap[PendingSignin] = ExpiringMap(config.max_pending_signins, clock)
@@ -111,14 +111,10 @@ class SigninFlow:
             LocalError: unknown client, bad redirect URI, or too many pending sign-ins.
             RedirectError: any other problem, told to the client.
         """
-        client_id = params.get("client_id", "")
-        client = await self._store.load_client(client_id) if client_id else None
-        if client is None:
-            raise LocalError(
-                "Unknown application",
-                "The application that sent you here is not registered with this server. "
-                "Go back to it and connect again.",
-            )
+        try:
+            client = await self._clients.for_authorization(params.get("client_id", ""))
+        except UnknownClient as exc:
+            raise LocalError("Unknown application", exc.reason) from None
         given_uri = params.get("redirect_uri")
         if given_uri is None and len(client.redirect_uris) == 1:
             redirect_uri = client.redirect_uris[0]

@@ -50,6 +50,11 @@ class AuthStore(Protocol):
         """Store a newly registered client."""
         ...
 
+    async def upsert_client(self, client: Client) -> None:
+        """Store a client described by a metadata document, or update its name and
+        redirect URIs; its creation time and last grant are kept."""
+        ...
+
     async def load_client(self, client_id: str) -> Client | None:
         """The client, or None if it never registered or was removed."""
         ...

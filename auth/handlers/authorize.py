@@ -52,6 +52,7 @@ class AuthorizeHandler:
             return self._redirect(exc.location)
         page = signin_page(
             client_name=pending.client_name,
+            client_id=pending.client_id,
             redirect_uri=pending.redirect_uri,
             tx=pending.tx,
             csrf=pending.csrf,

@@ -30,6 +30,7 @@ from oauth_browser import ManualClient, call_tool
 from app.auth_store import SqlAuthStore
 from app.db import create_engine, upgrade_schema
 from auth.bearer import BearerGate
+from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
 from auth.pending import ExpiringMap
@@ -83,7 +84,7 @@ async def bearer_overhead() -> None:
         )
         client = await store.load_client(client_id)
         assert client is not None
-        flow = SigninFlow(config, store, hasher, codes)
+        flow = SigninFlow(config, ClientDirectory(store, None), hasher, codes)
         tokens = TokenService(config, store, hasher, codes)
         from oauth_browser import pkce_pair, query_of
 

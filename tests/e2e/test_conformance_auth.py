@@ -36,10 +36,8 @@ RUNNER = (
 INSTALL = "bash tests/e2e/conformance/install.sh"
 SCENARIOS = {"authorization-server-metadata-endpoint", "authorization-code-grant"}
 # Checks that may end in WARNING rather than SUCCESS, and why.
-ACCEPTED_WARNINGS = {
-    # SHOULD in MCP 2025-11-25: the server registers clients with RFC 7591 instead.
-    "authorization-server-metadata-cimd",
-}
+# None: the CIMD check (client_id_metadata_document_supported) must now succeed too.
+ACCEPTED_WARNINGS: set[str] = set()
 SCENARIO_LINE = re.compile(r"^\S+ ([\w-]+): (\d+) passed, (\d+) failed$", re.MULTILINE)
 TOTAL_LINE = re.compile(r"^Total: (\d+) passed, (\d+) failed$", re.MULTILINE)
 
@@ -194,7 +192,8 @@ def test_authorization_runner_passes(node: Path, server: RunningServer, tmp_path
         assert passed >= 1, f"{name}: nothing passed\n{report}"
     total = TOTAL_LINE.search(report)
     assert total, report
-    assert total.groups() == (str(len(SCENARIOS)), "0"), report
+    passed_checks = sum(passed for passed, _ in per_scenario.values())
+    assert total.groups() == (str(passed_checks), "0"), report
 
     # The per-check results the runner saved: every check SUCCESS, bar accepted warnings.
     checks = [
@@ -204,6 +203,7 @@ def test_authorization_runner_passes(node: Path, server: RunningServer, tmp_path
     ]
     statuses = {check["id"]: check["status"] for check in checks}
     assert {"authorization-server-metadata", "authorization-code-grant"} <= set(statuses)
+    assert statuses.get("authorization-server-metadata-cimd") == "SUCCESS", report
     unexpected = {
         check["id"]: (check["status"], check.get("errorMessage"))
         for check in checks

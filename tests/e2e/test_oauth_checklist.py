@@ -87,6 +87,7 @@ async def test_03_authorization_server_metadata(
     assert body["code_challenge_methods_supported"] == ["S256"]
     assert "none" in body["token_endpoint_auth_methods_supported"]
     assert body["authorization_response_iss_parameter_supported"] is True
+    assert body["client_id_metadata_document_supported"] is True
     for endpoint in ("authorization", "token", "registration", "revocation"):
         assert body[f"{endpoint}_endpoint"].startswith(server.base_url + "/")
     assert "offline_access" not in body["scopes_supported"]
@@ -269,6 +270,46 @@ async def test_15_unknown_client_at_token_is_401_invalid_client(
     )
     assert response.status_code == 401
     assert response.json()["error"] == "invalid_client"
+
+
+@pytest.mark.parametrize(
+    "client_id",
+    [
+        "https://169.254.169.254/latest/meta-data",  # cloud metadata, by address
+        "https://127.0.0.1/x",
+        "https://[::ffff:169.254.169.254]/x",
+        "https://localhost/x",  # by name: checked after DNS
+    ],
+)
+async def test_16_a_metadata_document_on_a_private_address_is_never_fetched(
+    http: httpx2.AsyncClient, server: RunningServer, client_id: str
+) -> None:
+    # The full CIMD sign-in with the SDK client is in test_oauth_client_documents.py.
+    _, challenge = pkce_pair()
+    page = await http.get(
+        f"{server.base_url}/authorize",
+        params={
+            "client_id": client_id,
+            "redirect_uri": REDIRECT_URI,
+            "response_type": "code",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        },
+    )
+    assert page.status_code == 400
+    assert "location" not in page.headers
+    assert "private, loopback or link-local" in page.text
+    token = await http.post(
+        f"{server.base_url}/token",
+        data={"grant_type": "authorization_code", "code": "x", "client_id": client_id},
+    )
+    assert token.status_code == 401
+    assert token.json()["error"] == "invalid_client"
+    refusals = [
+        line for line in server.log().splitlines() if "oauth.client_document_refused" in line
+    ]
+    assert refusals, server.log()
+    assert not any("oauth.client_document_fetched" in line for line in server.log().splitlines())
 
 
 # -- C. /authorize and the page ---------------------------------------------------------

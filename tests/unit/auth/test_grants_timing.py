@@ -14,6 +14,7 @@ from oauth_browser import pkce_pair, query_of
 
 from app.auth_store import SqlAuthStore
 from app.db import create_engine, upgrade_schema
+from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.errors import OAuthError
 from auth.grants import TokenService
@@ -80,7 +81,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     assert client is not None
     yield Server(
         clock,
-        SigninFlow(config, store, hasher, codes, clock=clock),
+        SigninFlow(config, ClientDirectory(store, None), hasher, codes, clock=clock),
         TokenService(config, store, hasher, codes, clock),
         client,
         store,

@@ -1,0 +1,194 @@
+"""Client ID Metadata Documents: a client whose ``client_id`` is the https URL of its metadata.
+
+Claude and other MCP clients skip registration when the server advertises
+``client_id_metadata_document_supported``: they send a URL as ``client_id``,
+and the server fetches the JSON document there (draft-ietf-oauth-client-id-
+metadata-document; MCP authorization, "Client ID Metadata Documents"). The
+document must name itself (``client_id`` equal to its URL), carry a
+``client_name`` and ``redirect_uris`` that pass the same policy as registration,
+and hold no secret: such clients are public.
+
+Fetching goes through ``PublicFetcher`` (public addresses only, pinned, 5 KB,
+10 s, no redirects). Documents are cached as their ``Cache-Control`` says (at
+most a day); failures are remembered briefly, concurrent requests for one URL
+share a fetch, and new fetches have a global budget, so a flood of invented URLs
+costs the world outside at most that budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import structlog
+
+from auth.errors import OAuthError
+from auth.pending import ExpiringMap
+from auth.ratelimit import RateLimiter
+from auth.registration import check_client_metadata
+from auth.safe_fetch import FetchRefused, PublicFetcher
+from auth.store import Client
+
+log = structlog.get_logger(__name__)
+
+MAX_URL_LENGTH = 512  # the width of oauth_clients.client_id
+_MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
+
+
+class DocumentRefused(Exception):
+    """The URL or its document cannot identify a client; ``reason`` says why, in one sentence."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def is_url_client_id(client_id: str) -> bool:
+    """Registered client IDs are URL-safe base64, which never holds a colon."""
+    return ":" in client_id
+
+
+def check_client_id_url(url: str) -> None:
+    """The URL rules of the draft, section 3: checked before anything is fetched.
+
+    Raises:
+        DocumentRefused: not https, no path, a dot segment, a fragment, user
+            information, or too long.
+    """
+    if len(url) > MAX_URL_LENGTH or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise DocumentRefused(
+            f"A client ID URL must be at most {MAX_URL_LENGTH} characters with no spaces."
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        raise DocumentRefused("The client ID is not a valid URL.") from None
+    if parts.scheme != "https" or not parts.hostname:
+        raise DocumentRefused("A client ID URL must use https and name a host.")
+    if parts.path in ("", "/"):
+        raise DocumentRefused("A client ID URL must have a path, not just a host.")
+    if any(segment in (".", "..") for segment in parts.path.split("/")):
+        raise DocumentRefused("A client ID URL must not hold . or .. path segments.")
+    if parts.fragment or "#" in url:
+        raise DocumentRefused("A client ID URL must not have a fragment.")
+    if parts.username is not None or parts.password is not None:
+        raise DocumentRefused("A client ID URL must not carry user information.")
+
+
+def cache_lifetime(cache_control: str | None, *, default_s: float, max_s: float) -> float:
+    """Seconds to keep a document: ``no-store``/``no-cache`` mean none, ``max-age`` is
+    honoured up to ``max_s``, and without either the document is kept ``default_s``."""
+    if cache_control is None:
+        return default_s
+    lowered = cache_control.lower()
+    if "no-store" in lowered or "no-cache" in lowered:
+        return 0.0
+    match = _MAX_AGE.search(lowered)
+    if match is None:
+        return default_s
+    return min(float(match.group(1)), max_s)
+
+
+def parse_document(url: str, body: bytes, *, now: float) -> Client:
+    """The client a fetched document describes.
+
+    Raises:
+        DocumentRefused: not a JSON object, a ``client_id`` other than ``url``, a
+            secret or a non-public authentication method, or metadata that
+            registration would refuse.
+    """
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise DocumentRefused("The document is not JSON.") from None
+    if not isinstance(document, dict):
+        raise DocumentRefused("The document must be a JSON object.")
+    if document.get("client_id") != url:
+        raise DocumentRefused("The document's client_id must be exactly the URL it is served at.")
+    if "client_secret" in document or "client_secret_expires_at" in document:
+        raise DocumentRefused("A client metadata document must not hold a client secret.")
+    if document.get("token_endpoint_auth_method", "none") != "none":
+        raise DocumentRefused(
+            "Only public clients are supported: token_endpoint_auth_method must be none."
+        )
+    try:
+        name, uris = check_client_metadata(document, name_required=True)
+    except OAuthError as exc:
+        raise DocumentRefused(exc.description) from None
+    return Client(client_id=url, client_name=name, redirect_uris=uris, created_at=now)
+
+
+class ClientDocuments:
+    def __init__(
+        self,
+        fetcher: PublicFetcher,
+        *,
+        fetches_per_minute: int = 60,
+        cache_size: int = 1000,
+        default_ttl_s: float = 300.0,
+        max_ttl_s: float = 86400.0,
+        failure_ttl_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._fetcher = fetcher
+        self._budget = RateLimiter(fetches_per_minute, 60)
+        self._cache: ExpiringMap[Client | DocumentRefused] = ExpiringMap(cache_size, clock)
+        self._inflight: dict[str, asyncio.Task[Client]] = {}
+        self._default_ttl_s = default_ttl_s
+        self._max_ttl_s = max_ttl_s
+        self._failure_ttl_s = failure_ttl_s
+        self._clock = clock
+
+    async def client(self, url: str) -> Client:
+        """The client ``url`` identifies, from the cache or a fresh fetch.
+
+        Raises:
+            DocumentRefused: the URL, the fetch or the document was refused.
+        """
+        check_client_id_url(url)
+        cached = self._cache.get(url)
+        if isinstance(cached, DocumentRefused):
+            raise cached
+        if cached is not None:
+            return cached
+        task = self._inflight.get(url)
+        if task is None:
+            if not self._budget.allow():
+                raise DocumentRefused(
+                    "Too many new applications are signing in right now; try again in a minute."
+                )
+            task = asyncio.ensure_future(self._load(url))
+            self._inflight[url] = task
+            task.add_done_callback(lambda _: self._inflight.pop(url, None))
+        # Shielded: one caller giving up must not cancel the fetch the others wait on.
+        return await asyncio.shield(task)
+
+    async def _load(self, url: str) -> Client:
+        host = urlsplit(url).hostname
+        started = time.monotonic()
+        try:
+            fetched = await self._fetcher.get(url)
+            client = parse_document(url, fetched.body, now=self._clock())
+        except (FetchRefused, DocumentRefused) as exc:
+            refused = DocumentRefused(exc.reason)
+            self._cache.put_evicting(url, refused, self._clock() + self._failure_ttl_s)
+            log.warning("oauth.client_document_refused", host=host, reason=exc.reason)
+            raise refused from None
+        ttl = cache_lifetime(
+            fetched.cache_control, default_s=self._default_ttl_s, max_s=self._max_ttl_s
+        )
+        if ttl > 0:
+            self._cache.put_evicting(url, client, self._clock() + ttl)
+        log.info(
+            "oauth.client_document_fetched",
+            host=host,
+            bytes=len(fetched.body),
+            cached_s=ttl,
+            ms=round((time.monotonic() - started) * 1000, 1),
+        )
+        return client

@@ -1,0 +1,207 @@
+"""Fetch a small document from a URL someone else chose, without becoming an SSRF proxy.
+
+A client's metadata document lives at a URL the client picks, so the server
+must never be tricked into reading its own cloud metadata endpoint, a service on
+loopback, or anything on the private network (MCP security best practices,
+"SSRF Against Authorization Servers"). The rules, in order:
+
+* the host is resolved once, and every address it resolves to must be public;
+* the connection goes to that checked address (pinned), never to a second
+  resolution, so DNS rebinding cannot swap in a private address afterwards;
+  TLS still verifies the certificate against the URL's host name;
+* https only, no redirects followed, at most ``max_bytes`` read and
+  ``timeout_s`` spent in total.
+
+The HTTP itself is httpcore2's (the transport under the MCP SDK's httpx2); we
+only supply the network backend that pins the address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpcore2
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+AddressPolicy = Callable[[IPAddress], bool]
+
+# Ranges Python's ``is_global`` still calls global but no metadata document lives in.
+_NEVER = [ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16")]
+
+
+class FetchRefused(Exception):
+    """The document was not fetched, or not accepted; ``reason`` is one plain sentence."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Fetched:
+    body: bytes
+    cache_control: str | None
+
+
+def is_public_address(address: IPAddress) -> bool:
+    """True only for globally routable unicast addresses.
+
+    Loopback, private, link-local (cloud metadata at 169.254.169.254), shared
+    (100.64/10), documentation, multicast, reserved and unspecified addresses are
+    refused, and so are IPv6 forms that embed an IPv4 address (mapped, NAT64,
+    6to4), whatever the embedded address is.
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return is_public_address(address.ipv4_mapped)
+        if any(address in network for network in _NEVER):
+            return False
+    return address.is_global and not address.is_multicast
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class _PinnedBackend(httpcore2.AsyncNetworkBackend):
+    """Connects every request to one address chosen beforehand, whatever host the URL names."""
+
+    def __init__(self, address: str, network: httpcore2.AsyncNetworkBackend) -> None:
+        self._address = address
+        self._network = network
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's interface
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        del host  # the URL's host goes to TLS (SNI, certificate check), not to the resolver
+        return await self._network.connect_tcp(
+            self._address, port, timeout, local_address, socket_options
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's interface
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise FetchRefused("Unix sockets are never used.")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._network.sleep(seconds)
+
+
+class PublicFetcher:
+    """GET a small https document from a public address (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = 5 * 1024,
+        timeout_s: float = 10.0,
+        resolver: Resolver = system_resolver,
+        allow: AddressPolicy = is_public_address,
+        ssl_context: ssl.SSLContext | None = None,
+        network: httpcore2.AsyncNetworkBackend | None = None,
+        user_agent: str = "sandbox-mcp",
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self._resolver = resolver
+        self._allow = allow
+        # The system trust store; SSL_CERT_FILE is honoured (OpenSSL's default paths).
+        self._ssl_context = ssl_context or ssl.create_default_context()
+        self._network = network or httpcore2.AnyIOBackend()
+        self._user_agent = user_agent
+
+    async def get(self, url: str) -> Fetched:
+        """Fetch ``url``; a status other than 200 is refused.
+
+        Raises:
+            FetchRefused: a non-public address, a refused or failed connection, a
+                redirect or other status, a body over the limit, or the deadline.
+        """
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise FetchRefused("Only https URLs are fetched.")
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                address = await self._checked_address(parts.hostname, parts.port or 443)
+                return await self._download(url, address)
+        except TimeoutError:
+            raise FetchRefused(f"The server did not answer within {self.timeout_s:g} s.") from None
+
+    async def _checked_address(self, host: str, port: int) -> str:
+        try:
+            addresses = [ipaddress.ip_address(host)]
+        except ValueError:
+            try:
+                answers = await self._resolver(host, port)
+            except OSError:
+                raise FetchRefused(f"The host {host} does not resolve.") from None
+            addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in answers]
+        if not addresses:
+            raise FetchRefused(f"The host {host} does not resolve.")
+        # Every answer must be public: a mix is how rebinding attacks get in.
+        if not all(self._allow(address) for address in addresses):
+            raise FetchRefused(
+                f"The host {host} resolves to a private, loopback or link-local address, "
+                "which is never fetched."
+            )
+        return str(addresses[0])
+
+    async def _download(self, url: str, address: str) -> Fetched:
+        timeouts = {key: self.timeout_s for key in ("connect", "read", "write", "pool")}
+        headers = [(b"Accept", b"application/json"), (b"User-Agent", self._user_agent.encode())]
+        try:
+            async with (
+                httpcore2.AsyncConnectionPool(
+                    ssl_context=self._ssl_context,
+                    network_backend=_PinnedBackend(address, self._network),
+                    max_connections=1,
+                    retries=0,
+                ) as pool,
+                pool.stream("GET", url, headers=headers, extensions={"timeout": timeouts}) as reply,
+            ):
+                if 300 <= reply.status < 400:
+                    raise FetchRefused(
+                        f"The server answered with a redirect ({reply.status}), "
+                        "and redirects are not followed."
+                    )
+                if reply.status != 200:
+                    raise FetchRefused(f"The server answered HTTP {reply.status}, not 200.")
+                header = dict((k.lower(), v) for k, v in reply.headers)
+                declared = header.get(b"content-length", b"0")
+                if declared.isdigit() and int(declared) > self.max_bytes:
+                    raise FetchRefused(self._too_big())
+                body = bytearray()
+                async for chunk in reply.aiter_stream():
+                    body += chunk
+                    if len(body) > self.max_bytes:
+                        raise FetchRefused(self._too_big())
+        except httpcore2.ConnectError as exc:
+            raise FetchRefused(f"The connection failed: {_short(exc)}") from None
+        except (httpcore2.TimeoutException, httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
+            raise FetchRefused(f"The download failed: {_short(exc)}") from None
+        cache_control = header.get(b"cache-control")
+        return Fetched(bytes(body), cache_control.decode("latin-1") if cache_control else None)
+
+    def _too_big(self) -> str:
+        return f"The document is larger than {self.max_bytes} bytes."
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."

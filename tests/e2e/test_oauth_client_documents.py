@@ -1,0 +1,200 @@
+"""The SDK client signs in with a Client ID Metadata Document instead of registering.
+
+The server fetches documents from public addresses only, so the document is
+served from a public address added to this machine's loopback interface for
+the test (192.88.99.1, the retired 6to4 relay anycast prefix; RFC 7526),
+with a throwaway CA the server trusts through SSL_CERT_FILE. Nothing in the
+server is relaxed for the test: the production address policy, pinning and TLS
+checks all run. Needs root and iproute2 (CI runs as root; .ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+from oauth_browser import press_button, query_of, read_page
+from pydantic import AnyHttpUrl
+from test_oauth_sdk_client import MemoryStorage
+from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
+
+pytestmark = pytest.mark.e2e
+
+PUBLIC_ADDRESS = "192.88.99.1"
+REDIRECT = "http://127.0.0.1:9/callback"
+DOCUMENT_PATH = "/oauth/mcp-client.json"
+
+
+@pytest.fixture(scope="module")
+def public_address() -> Iterator[str]:
+    """PUBLIC_ADDRESS on lo for the length of the module, removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("this test adds an address to lo: run it as root with iproute2 installed")
+    cidr = f"{PUBLIC_ADDRESS}/32"
+    shown = subprocess.run(
+        ["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True
+    )
+    added = cidr not in shown.stdout
+    if added:
+        subprocess.run(["ip", "addr", "add", cidr, "dev", "lo"], check=True)
+    yield PUBLIC_ADDRESS
+    if added:
+        subprocess.run(["ip", "addr", "del", cidr, "dev", "lo"], check=False)
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory, public_address: str) -> ThrowawayCA:
+    return make_ca(Path(tmp_path_factory.mktemp("ca")), dns_names=[], ip_addresses=[public_address])
+
+
+def server_with(tmp_path: Path, ca: ThrowawayCA, **env: str) -> RunningServer:
+    return start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SSL_CERT_FILE=str(ca.ca_pem),
+        **env,
+    )
+
+
+@pytest.fixture
+def oauth_server(tmp_path: Path, ca: ThrowawayCA) -> Iterator[RunningServer]:
+    running = server_with(tmp_path, ca)
+    yield running
+    stop_server(running)
+
+
+def provider_for(
+    server: RunningServer, document_url: str
+) -> tuple[OAuthClientProvider, MemoryStorage, list[str]]:
+    result: dict[str, str | None] = {}
+    pages: list[str] = []
+
+    async def browser(auth_url: str) -> None:
+        async with httpx2.AsyncClient() as http:
+            page = read_page(await http.get(auth_url))
+            pages.append(page.html)
+            answer = await press_button(http, server.base_url, page)
+            assert answer.status_code == 303, answer.text
+            query = query_of(answer.headers["location"])
+            result.update(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+    async def callback() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(**result)  # type: ignore[arg-type]
+
+    storage = MemoryStorage()
+    provider = OAuthClientProvider(
+        server.mcp_url,
+        OAuthClientMetadata(
+            client_name="cimd e2e",
+            redirect_uris=[AnyHttpUrl(REDIRECT)],
+            token_endpoint_auth_method="none",
+        ),
+        storage,  # type: ignore[arg-type]
+        browser,
+        callback,
+        client_metadata_url=document_url,
+    )
+    return provider, storage, pages
+
+
+async def sandbox_of(http: httpx2.AsyncClient, server: RunningServer) -> str:
+    async with Client(streamable_http_client(server.mcp_url, http_client=http)) as client:  # type: ignore[arg-type]
+        outcome = await client.call_tool("sandbox_status", {})
+        assert not outcome.is_error, outcome
+        assert outcome.structured_content is not None
+        return str(outcome.structured_content["sandbox"])
+
+
+async def test_the_sdk_client_signs_in_with_its_metadata_document(
+    oauth_server: RunningServer, ca: ThrowawayCA, public_address: str
+) -> None:
+    async with DocumentServer(ca.server_context(), host=public_address) as documents:
+        url = f"https://{public_address}:{documents.port}{DOCUMENT_PATH}"
+        documents.answers[DOCUMENT_PATH] = Answer(
+            body=json.dumps(
+                {"client_id": url, "client_name": "Published client", "redirect_uris": [REDIRECT]}
+            ).encode(),
+            headers={"Cache-Control": "max-age=300"},
+        )
+        provider, storage, pages = provider_for(oauth_server, url)
+        async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
+            first = await sandbox_of(http, oauth_server)
+            assert storage.client_info is not None
+            assert storage.client_info.client_id == url, "no registration: the URL is the client"
+            assert storage.tokens is not None
+            old_refresh = storage.tokens.refresh_token
+            provider.context.token_expiry_time = 1  # long expired: the next call refreshes
+            assert await sandbox_of(http, oauth_server) == first
+            assert storage.tokens.refresh_token != old_refresh
+        assert [s.path for s in documents.seen] == [DOCUMENT_PATH], "fetched once, then cached"
+    assert len(pages) == 1
+    # The name comes from the document (not the SDK's own metadata), with its source shown.
+    assert "Published client" in pages[0]
+    assert f"Its name comes from <strong>{public_address}</strong>" in pages[0]
+    assert "this computer" in pages[0]  # the loopback redirect is called out
+    log = oauth_server.log()
+    assert "oauth.client_document_fetched" in log
+    assert "oauth.code_exchanged" in log
+    assert "oauth.client_registered" not in log
+
+
+async def test_a_document_naming_another_client_id_stops_the_sign_in(
+    oauth_server: RunningServer, ca: ThrowawayCA, public_address: str
+) -> None:
+    async with DocumentServer(ca.server_context(), host=public_address) as documents:
+        url = f"https://{public_address}:{documents.port}{DOCUMENT_PATH}"
+        documents.answers[DOCUMENT_PATH] = Answer(
+            body=json.dumps(
+                {
+                    "client_id": "https://claude.ai/oauth/mcp-oauth-client-metadata",
+                    "client_name": "Impostor",
+                    "redirect_uris": [REDIRECT],
+                }
+            ).encode()
+        )
+        async with httpx2.AsyncClient() as http:
+            page = await http.get(
+                f"{oauth_server.base_url}/authorize",
+                params={
+                    "client_id": url,
+                    "redirect_uri": REDIRECT,
+                    "response_type": "code",
+                    "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+                    "code_challenge_method": "S256",
+                },
+            )
+    assert page.status_code == 400
+    assert "location" not in page.headers
+    assert "exactly the URL" in page.text
+    assert "Impostor" not in page.text
+
+
+async def test_with_documents_off_the_sdk_client_registers_instead(
+    tmp_path: Path, ca: ThrowawayCA
+) -> None:
+    server = server_with(tmp_path, ca, SANDBOX_MCP_CLIENT_METADATA_DOCUMENTS="false")
+    try:
+        async with httpx2.AsyncClient() as http:
+            metadata = await http.get(f"{server.base_url}/.well-known/oauth-authorization-server")
+            assert metadata.json()["client_id_metadata_document_supported"] is False
+            provider, storage, _ = provider_for(server, "https://client.example/meta.json")
+            http.auth = provider
+            http.timeout = httpx2.Timeout(30)
+            await sandbox_of(http, server)
+        assert storage.client_info is not None
+        assert not storage.client_info.client_id.startswith("https://"), "it registered"
+        assert "oauth.client_registered" in server.log()
+    finally:
+        stop_server(server)

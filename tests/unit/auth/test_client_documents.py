@@ -1,0 +1,232 @@
+"""Client ID Metadata Documents: URL rules, document rules, caching, budget, sharing a fetch.
+
+Fetches are real (TLS on loopback through PublicFetcher, with an address policy
+that admits loopback); the refusals of private addresses use the production policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from test_safe_fetch import Resolver, SpyNetwork, loopback_too
+from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
+
+from auth.client_documents import (
+    ClientDocuments,
+    DocumentRefused,
+    cache_lifetime,
+    check_client_id_url,
+    parse_document,
+)
+from auth.safe_fetch import PublicFetcher
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://client.example/meta.json",
+        "https://client.example",
+        "https://client.example/",
+        "https://client.example/a/../meta.json",
+        "https://client.example/./meta.json",
+        "https://client.example/meta.json#frag",
+        "https://user:pw@client.example/meta.json",
+        "https://client.example:99999/meta.json",
+        "https://client.example/" + "a" * 600,
+        "https://client.example/meta json",
+        "javascript:alert(1)",
+    ],
+)
+def test_bad_client_id_urls_are_refused_before_any_fetch(url: str) -> None:
+    with pytest.raises(DocumentRefused):
+        check_client_id_url(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://claude.ai/oauth/mcp-oauth-client-metadata",
+        "https://client.example:8443/meta.json",
+        "https://client.example/meta.json?v=2",
+    ],
+)
+def test_good_client_id_urls_pass(url: str) -> None:
+    check_client_id_url(url)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, 300.0),
+        ("public, max-age=60", 60.0),
+        ('max-age="120"', 120.0),
+        ("max-age=999999999", 86400.0),
+        ("no-store", 0.0),
+        ("no-cache, max-age=60", 0.0),
+        ("private", 300.0),
+    ],
+)
+def test_cache_lifetime_follows_cache_control(header: str | None, seconds: float) -> None:
+    assert cache_lifetime(header, default_s=300, max_s=86400) == seconds
+
+
+URL = "https://client.example/meta.json"
+GOOD = {
+    "client_id": URL,
+    "client_name": "Example client",
+    "redirect_uris": ["https://client.example/cb", "http://127.0.0.1/cb"],
+    "token_endpoint_auth_method": "none",
+}
+
+
+def test_a_good_document_describes_its_client() -> None:
+    client = parse_document(URL, json.dumps(GOOD).encode(), now=5.0)
+    assert client.client_id == URL
+    assert client.client_name == "Example client"
+    assert client.redirect_uris == ("https://client.example/cb", "http://127.0.0.1/cb")
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"client_id": "https://other.example/meta.json"}, "exactly the URL"),
+        ({"client_id": None}, "exactly the URL"),
+        ({"client_name": None}, "client_name"),
+        ({"client_name": "x" * 101}, "client_name"),
+        ({"redirect_uris": []}, "redirect_uris"),
+        ({"redirect_uris": ["javascript:alert(1)"]}, "https"),
+        ({"redirect_uris": ["http://evil.example/cb"]}, "loopback"),
+        ({"redirect_uris": ["https://client.example/cb#x"]}, "fragment"),
+        ({"client_secret": "s3cret"}, "secret"),
+        ({"token_endpoint_auth_method": "client_secret_basic"}, "public clients"),
+        ({"response_types": ["token"]}, "response_types"),
+    ],
+)
+def test_documents_that_registration_would_refuse_are_refused(
+    change: dict[str, object], reason: str
+) -> None:
+    document = {**GOOD, **change}
+    document = {k: v for k, v in document.items() if v is not None}
+    with pytest.raises(DocumentRefused, match=reason):
+        parse_document(URL, json.dumps(document).encode(), now=0)
+
+
+@pytest.mark.parametrize("body", [b"{", b"[1, 2]", b"\xff\xfe", b'"text"'])
+def test_a_body_that_is_not_a_json_object_is_refused(body: bytes) -> None:
+    with pytest.raises(DocumentRefused, match="JSON"):
+        parse_document(URL, body, now=0)
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
+    return make_ca(
+        Path(tmp_path_factory.mktemp("ca")), dns_names=["client.test"], ip_addresses=["127.0.0.1"]
+    )
+
+
+@pytest.fixture
+async def server(ca: ThrowawayCA) -> AsyncIterator[DocumentServer]:
+    async with DocumentServer(ca.server_context()) as running:
+        yield running
+
+
+def publish(server: DocumentServer, path: str, *, cache: str | None = None) -> str:
+    url = f"https://client.test:{server.port}{path}"
+    headers = {"Cache-Control": cache} if cache else {}
+    server.answers[path] = Answer(
+        body=json.dumps({**GOOD, "client_id": url}).encode(), headers=headers
+    )
+    return url
+
+
+def documents(ca: ThrowawayCA, clock: Clock, **kw: float) -> ClientDocuments:
+    fetcher = PublicFetcher(
+        resolver=Resolver({"client.test": ["127.0.0.1"]}),
+        allow=loopback_too,
+        ssl_context=ca.client_context(),
+        network=SpyNetwork(),
+    )
+    return ClientDocuments(fetcher, clock=clock, **kw)  # type: ignore[arg-type]
+
+
+async def test_a_document_is_fetched_once_and_cached_for_its_max_age(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    clock = Clock()
+    url = publish(server, "/meta.json", cache="max-age=60")
+    docs = documents(ca, clock)
+    first = await docs.client(url)
+    again = await docs.client(url)
+    assert first == again
+    assert first.client_name == "Example client"
+    assert len(server.seen) == 1
+    clock.now += 61
+    await docs.client(url)
+    assert len(server.seen) == 2, "refetched once max-age passed"
+
+
+async def test_no_store_means_every_sign_in_reads_the_document_again(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    url = publish(server, "/fresh.json", cache="no-store")
+    docs = documents(ca, Clock())
+    for _ in range(3):
+        await docs.client(url)
+    assert len(server.seen) == 3
+
+
+async def test_concurrent_sign_ins_share_one_fetch(ca: ThrowawayCA, server: DocumentServer) -> None:
+    url = publish(server, "/meta.json")
+    server.answers["/meta.json"].drip_s = 0.001  # long enough for all five to arrive
+    docs = documents(ca, Clock())
+    clients = await asyncio.gather(*(docs.client(url) for _ in range(5)))
+    assert len({c.client_id for c in clients}) == 1
+    assert len(server.seen) == 1
+
+
+async def test_a_refusal_is_remembered_briefly(ca: ThrowawayCA, server: DocumentServer) -> None:
+    clock = Clock()
+    url = f"https://client.test:{server.port}/missing.json"
+    docs = documents(ca, clock, failure_ttl_s=30)
+    for _ in range(2):
+        with pytest.raises(DocumentRefused, match="HTTP 404"):
+            await docs.client(url)
+    assert len(server.seen) == 1
+    clock.now += 31
+    with pytest.raises(DocumentRefused):
+        await docs.client(url)
+    assert len(server.seen) == 2
+
+
+async def test_new_fetches_have_a_global_budget_and_cached_documents_do_not_spend_it(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    docs = documents(ca, Clock(), fetches_per_minute=2)
+    first, second, third = (publish(server, f"/c{i}.json") for i in range(3))
+    await docs.client(first)
+    await docs.client(second)
+    with pytest.raises(DocumentRefused, match="Too many new applications"):
+        await docs.client(third)
+    assert len(server.seen) == 2, "the refused one was not fetched"
+    await docs.client(first)  # cached: still served
+    assert len(server.seen) == 2
+
+
+async def test_the_cloud_metadata_address_is_refused_without_a_connection() -> None:
+    network = SpyNetwork()
+    docs = ClientDocuments(PublicFetcher(network=network))
+    with pytest.raises(DocumentRefused, match="private, loopback or link-local"):
+        await docs.client("https://169.254.169.254/latest/meta-data")
+    assert network.connected_to == []

@@ -1,0 +1,215 @@
+"""PublicFetcher against a real TLS server on loopback.
+
+Loopback is private, so these tests pass an address policy that admits
+127.0.0.1 (and a resolver that maps test names to it); everything else is the
+production path: one resolution, a pinned connection, TLS checked against the
+URL's host name, the limits. The refusals use the production policy.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import httpcore2
+import pytest
+from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
+
+from auth.safe_fetch import FetchRefused, IPAddress, PublicFetcher, is_public_address
+
+NOT_PUBLIC = [
+    "169.254.169.254",  # cloud metadata
+    "127.0.0.1",
+    "10.1.2.3",
+    "172.16.0.1",
+    "192.168.1.1",
+    "100.64.0.1",  # shared address space (carrier NAT)
+    "0.0.0.0",
+    "255.255.255.255",
+    "192.0.2.1",  # documentation
+    "224.0.0.1",  # multicast
+    "240.0.0.1",  # reserved
+    "::1",
+    "fe80::1",
+    "fc00::1",
+    "::ffff:127.0.0.1",  # IPv4-mapped loopback
+    "::ffff:169.254.169.254",
+    "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+    "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+]
+PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
+
+
+@pytest.mark.parametrize("address", NOT_PUBLIC)
+def test_non_public_addresses_are_refused(address: str) -> None:
+    assert not is_public_address(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize("address", PUBLIC)
+def test_public_addresses_are_allowed(address: str) -> None:
+    assert is_public_address(ipaddress.ip_address(address))
+
+
+class SpyNetwork(httpcore2.AsyncNetworkBackend):
+    """The real network, recording which address each connection went to."""
+
+    def __init__(self) -> None:
+        self.connected_to: list[str] = []
+        self._real = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's interface
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        self.connected_to.append(host)
+        return await self._real.connect_tcp(host, port, timeout, local_address, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._real.sleep(seconds)
+
+
+class Resolver:
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        if host not in self.answers:
+            raise OSError("Name or service not known")
+        return self.answers[host]
+
+
+def loopback_too(address: IPAddress) -> bool:
+    return address.is_loopback or is_public_address(address)
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
+    return make_ca(
+        Path(tmp_path_factory.mktemp("ca")), dns_names=["client.test"], ip_addresses=["127.0.0.1"]
+    )
+
+
+@pytest.fixture
+async def server(ca: ThrowawayCA) -> AsyncIterator[DocumentServer]:
+    async with DocumentServer(ca.server_context()) as running:
+        yield running
+
+
+def fetcher(ca: ThrowawayCA, resolver: Resolver, network: SpyNetwork, **kw: float) -> PublicFetcher:
+    return PublicFetcher(
+        resolver=resolver,
+        allow=loopback_too,
+        ssl_context=ca.client_context(),
+        network=network,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_the_connection_goes_to_the_checked_address_and_tls_checks_the_name(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    server.answers["/client.json"] = Answer(
+        body=b'{"ok": 1}', headers={"Cache-Control": "max-age=60"}
+    )
+    resolver = Resolver({"client.test": ["127.0.0.1"]})
+    network = SpyNetwork()
+    fetched = await fetcher(ca, resolver, network).get(
+        f"https://client.test:{server.port}/client.json"
+    )
+    assert fetched.body == b'{"ok": 1}'
+    assert fetched.cache_control == "max-age=60"
+    assert resolver.asked == ["client.test"], "resolved exactly once"
+    assert network.connected_to == ["127.0.0.1"], "connected to the checked address, pinned"
+    assert [s.host for s in server.seen] == [f"client.test:{server.port}"]
+
+
+async def test_a_certificate_for_another_name_is_refused(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    server.answers["/client.json"] = Answer(body=b"{}")
+    resolver = Resolver({"elsewhere.test": ["127.0.0.1"]})
+    with pytest.raises(FetchRefused, match="connection failed"):
+        await fetcher(ca, resolver, SpyNetwork()).get(
+            f"https://elsewhere.test:{server.port}/client.json"
+        )
+
+
+@pytest.mark.parametrize(
+    ("url", "answers"),
+    [
+        ("https://169.254.169.254/latest/meta-data", {}),
+        ("https://[::ffff:127.0.0.1]/x", {}),
+        ("https://metadata.test/x", {"metadata.test": ["169.254.169.254"]}),
+        ("https://rebind.test/x", {"rebind.test": ["8.8.8.8", "10.0.0.1"]}),
+        ("https://intranet.test/x", {"intranet.test": ["fd00::1"]}),
+    ],
+)
+async def test_private_targets_are_never_connected_to(
+    url: str, answers: dict[str, list[str]]
+) -> None:
+    network = SpyNetwork()
+    with pytest.raises(FetchRefused, match="private, loopback or link-local"):
+        await PublicFetcher(resolver=Resolver(answers), network=network).get(url)
+    assert network.connected_to == []
+
+
+async def test_an_unresolvable_host_and_plain_http_are_refused() -> None:
+    network = SpyNetwork()
+    with pytest.raises(FetchRefused, match="does not resolve"):
+        await PublicFetcher(resolver=Resolver({}), network=network).get("https://nowhere.test/x")
+    with pytest.raises(FetchRefused, match="Only https"):
+        await PublicFetcher(network=network).get("http://8.8.8.8/x")
+    assert network.connected_to == []
+
+
+async def test_redirects_are_not_followed(ca: ThrowawayCA, server: DocumentServer) -> None:
+    server.answers["/moved"] = Answer(302, headers={"Location": "https://169.254.169.254/"})
+    with pytest.raises(FetchRefused, match="redirect"):
+        await fetcher(ca, Resolver({}), SpyNetwork()).get(f"https://127.0.0.1:{server.port}/moved")
+    assert [s.path for s in server.seen] == ["/moved"]
+
+
+async def test_a_status_other_than_200_is_refused(ca: ThrowawayCA, server: DocumentServer) -> None:
+    with pytest.raises(FetchRefused, match="HTTP 404"):
+        await fetcher(ca, Resolver({}), SpyNetwork()).get(f"https://127.0.0.1:{server.port}/none")
+
+
+@pytest.mark.parametrize("content_length", [None, -1, 10])
+async def test_a_body_over_the_limit_is_refused_whatever_the_headers_say(
+    ca: ThrowawayCA, server: DocumentServer, content_length: int | None
+) -> None:
+    server.answers["/big"] = Answer(body=b"x" * 6000, content_length=content_length)
+    get = fetcher(ca, Resolver({}), SpyNetwork()).get(f"https://127.0.0.1:{server.port}/big")
+    if content_length == 10:
+        # A server that under-declares is cut at its own length: never more than declared.
+        assert len((await get).body) == 10
+        return
+    with pytest.raises(FetchRefused, match="larger than 5120 bytes"):
+        await get
+
+
+async def test_the_limit_admits_a_document_of_exactly_the_limit(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    server.answers["/edge"] = Answer(body=b"y" * 5120, content_length=-1)
+    fetched = await fetcher(ca, Resolver({}), SpyNetwork()).get(
+        f"https://127.0.0.1:{server.port}/edge"
+    )
+    assert len(fetched.body) == 5120
+
+
+async def test_a_slow_server_runs_into_the_deadline(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    server.answers["/slow"] = Answer(body=b"{" + b" " * 100 + b"}", drip_s=0.05)
+    with pytest.raises(FetchRefused, match=r"within 0\.5 s"):
+        await fetcher(ca, Resolver({}), SpyNetwork(), timeout_s=0.5).get(
+            f"https://127.0.0.1:{server.port}/slow"
+        )
