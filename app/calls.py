@@ -134,8 +134,11 @@ class ToolRunner:
         pool: SlotPool,
         *,
         queue_wait_s: float,
+        on_call: Callable[[str, str, float], None] | None = None,
     ) -> None:
+        """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
         self._identity = identity
+        self._on_call = on_call
         self._repository = repository
         self._memory = memory
         self._pool = pool
@@ -187,13 +190,16 @@ class ToolRunner:
                 failure.details["notes"] = [note_text(kind, idle) for kind in lease.notes]
             return error_result(failure, request_id)
         finally:
+            elapsed = time.time() - started
             log.info(
                 "tool.call",
                 tool=tool,
                 request_id=request_id,
                 outcome=outcome,
-                ms=round((time.time() - started) * 1000, 1),
+                ms=round(elapsed * 1000, 1),
             )
+            if self._on_call is not None:
+                self._on_call(tool, outcome, elapsed)
             await self._audit(request_id, key, tool, started, outcome)
 
     async def _take_slot(self, key: str, progress: Progress | None) -> Lease:

@@ -35,6 +35,7 @@ from app.experiments.workspace import Owner
 from app.file_tools import register_file_tools
 from app.health import HealthEndpoint, PoolStats
 from app.hsts import StrictTransportSecurity
+from app.metrics import Metrics, MetricsEndpoint
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
 from app.runtime.docker import Ceilings, DockerBackend
@@ -105,6 +106,7 @@ class Services:
     manager: ExperimentManager
     jobs: JobRegistry
     backend: DockerBackend
+    metrics: Metrics
     store: SlotStore | None = None
 
     async def start(self) -> None:
@@ -250,7 +252,8 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
 
 
 def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None) -> Services:
-    configure_logging(settings.log_level)
+    metrics = Metrics()
+    configure_logging(settings.log_level, count_events=metrics.count_event)
     engine = create_engine(settings.effective_database_url)
     repository = Repository(engine)
     memory = SandboxMemory()
@@ -283,7 +286,14 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         housekeeping=chores,
     )
     identity: Identity = LocalIdentity() if auth is None else TokenIdentity()
-    runner = ToolRunner(identity, repository, memory, pool, queue_wait_s=settings.queue_wait_s)
+    runner = ToolRunner(
+        identity,
+        repository,
+        memory,
+        pool,
+        queue_wait_s=settings.queue_wait_s,
+        on_call=metrics.tool_call,
+    )
     mcp = MCPServer(
         "sandbox-mcp",
         version=service_version(),
@@ -311,6 +321,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         manager=manager,
         jobs=jobs,
         backend=backend,
+        metrics=metrics,
     )
 
 
@@ -427,7 +438,8 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
 
 
 def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -> Starlette:
-    """The HTTP application: ``/mcp``, ``/health`` (and, with OAuth, the sign-in routes).
+    """The HTTP application: ``/mcp``, ``/health``, ``/metrics`` (and, with OAuth, the
+    sign-in routes).
 
     ``extra_tools`` lets the test suite register a tool of its own (for example a
     slot-taking probe) on the same runner as the real ones.
@@ -455,7 +467,15 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         finally:
             await services.stop()
 
-    routes: list[BaseRoute] = [Route("/health", health.handle, methods=["GET"])]
+    metrics = MetricsEndpoint(
+        services.metrics,
+        services.pool_stats,
+        settings.metrics_token.get_secret_value() if settings.metrics_token else None,
+    )
+    routes: list[BaseRoute] = [
+        Route("/health", health.handle, methods=["GET"]),
+        Route("/metrics", metrics.handle, methods=["GET"]),
+    ]
     if services.auth is None:
         routes.append(Mount("/", app=mcp_app))
     else:

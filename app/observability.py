@@ -70,11 +70,14 @@ def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDic
     }
 
 
-def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
+def configure_logging(
+    level: str = "INFO", stream: TextIO | None = None, *, count_events: Processor | None = None
+) -> None:
     """Route structlog and the standard library's loggers to one JSON stream.
 
     Called once by the composition root. Standard-library loggers (uvicorn, the
-    MCP SDK) go through the same redaction as ours.
+    MCP SDK) go through the same redaction as ours. ``count_events`` sees each of
+    our events before the level filter, so metrics count DEBUG events too.
     """
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -86,6 +89,7 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
     ]
     structlog.configure(
         processors=[
+            *([count_events] if count_events is not None else []),
             structlog.stdlib.filter_by_level,
             *shared,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,

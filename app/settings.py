@@ -21,9 +21,6 @@ ENV_PREFIX = "SANDBOX_MCP_"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
-SECRET_FIELDS = frozenset({"token_key", "smtp_password"})
-
-
 class SettingsError(Exception):
     """The environment holds a value the service cannot start with.
 
@@ -192,6 +189,12 @@ class Settings(BaseSettings):
             "default: a key created 0600 in the state dir at first start."
         ),
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Bearer token Prometheus must send for /metrics; unset: /metrics is open, like /health."
+        ),
+    )
     smtp_host: str | None = Field(
         default=None, description="SMTP server for the one 'ready' e-mail; unset: no e-mail."
     )
@@ -244,6 +247,13 @@ class Settings(BaseSettings):
             raise ValueError("must use https unless the host is loopback (OAuth 2.1 requires TLS)")
         # The issuer is derived from it and must not end with a slash (RFC 8414 section 2).
         return value.rstrip("/")
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _check_metrics_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (openssl rand -hex 16)")
+        return value
 
     @field_validator("sandbox_user")
     @classmethod
@@ -386,7 +396,16 @@ def _describe(exc: ValidationError, values: dict[str, object]) -> list[str]:
         field = str(error["loc"][0])
         variable = f"{ENV_PREFIX}{field.upper()}"
         shown = values.get(field, os.environ.get(variable, "<unset>"))
-        if field in SECRET_FIELDS:
+        if field in _secret_fields():
             shown = "<hidden>"
         lines.append(f"{variable}={shown!r} is invalid: {message}")
     return lines
+
+
+def _secret_fields() -> frozenset[str]:
+    """Every SecretStr setting: its value never appears in an error line."""
+    return frozenset(
+        name
+        for name, info in Settings.model_fields.items()
+        if info.annotation in (SecretStr, SecretStr | None)
+    )

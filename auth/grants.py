@@ -202,6 +202,8 @@ class TokenService:
         Unknown tokens and other clients' tokens are ignored (answered 200 all the
         same, section 2.2), so the endpoint reveals nothing.
         """
+        if self._hasher.kind_of(token) not in ("at", "rt"):
+            return
         token_hash = self._hasher.digest(token)
         found = await self._store.load_token(token_hash)
         if found is None:

@@ -4,10 +4,18 @@ Tokens are random strings with a recognisable prefix (so a leaked one can be
 found by secret scanners, and so that one kind can never pass for another);
 the database holds only HMAC-SHA-256 of them under a server key, so a copy of
 the database replays nothing, and lookup stays O(1).
+
+Each token ends in a short tag, an HMAC of the rest under a key derived from
+the server key: a made-up token is told apart in a microsecond, without a
+database trip, so a flood of bogus bearer tokens costs the database nothing
+(and needs no per-address limit, which would hurt users behind Claude's shared
+addresses). The tag is a filter, not the security: a token is valid only if its
+hash is in the database.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -18,6 +26,9 @@ from typing import Literal
 TokenKind = Literal["at", "rt", "code"]
 PREFIX = "smcp_"
 KEY_BYTES = 32
+_RANDOM_CHARS = 43  # secrets.token_urlsafe(32)
+_TAG_BYTES = 8
+_TAG_CHARS = 11  # base64url of 8 bytes, unpadded
 
 
 class TokenHasher:
@@ -25,17 +36,28 @@ class TokenHasher:
         if len(key) < KEY_BYTES:
             raise ValueError(f"the token key must have at least {KEY_BYTES} bytes")
         self._key = key
+        # Domain-separated from the digest key, so a tag says nothing about a stored hash.
+        self._tag_key = hmac.new(key, b"sandbox-mcp token tag", hashlib.sha256).digest()
 
-    @staticmethod
-    def mint(kind: TokenKind) -> str:
+    def mint(self, kind: TokenKind) -> str:
         # 32 random bytes: 256 bits, far above the 128 bits RFC 6749 section 10.10 asks.
-        return f"{PREFIX}{kind}_{secrets.token_urlsafe(32)}"
+        body = f"{PREFIX}{kind}_{secrets.token_urlsafe(32)}"
+        return body + self._tag(body)
 
-    @staticmethod
-    def kind_of(token: str) -> TokenKind | None:
+    def _tag(self, body: str) -> str:
+        mac = hmac.new(self._tag_key, body.encode(), hashlib.sha256).digest()[:_TAG_BYTES]
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    def kind_of(self, token: str) -> TokenKind | None:
+        """The kind of a token this server minted, or None for anything else: another
+        shape, another server's key, or a made-up or altered token."""
         for kind in ("at", "rt", "code"):
-            if token.startswith(f"{PREFIX}{kind}_"):
-                return kind
+            prefix = f"{PREFIX}{kind}_"
+            if token.startswith(prefix):
+                if len(token) != len(prefix) + _RANDOM_CHARS + _TAG_CHARS:
+                    return None
+                body, tag = token[:-_TAG_CHARS], token[-_TAG_CHARS:]
+                return kind if hmac.compare_digest(tag, self._tag(body)) else None
         return None
 
     def digest(self, token: str) -> str:

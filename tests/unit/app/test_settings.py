@@ -44,6 +44,12 @@ def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
             "must start with sqlite+aiosqlite:// or postgresql+asyncpg://",
         ),
         ("PUBLIC_URL", "ftp://x", "must be an absolute http(s) URL"),
+        (
+            "METRICS_TOKEN",
+            "short-secret",
+            "SANDBOX_MCP_METRICS_TOKEN='<hidden>' is invalid: must be at least 16",
+        ),
+        ("TOKEN_KEY", "abcd", "SANDBOX_MCP_TOKEN_KEY='<hidden>' is invalid"),
         ("PUBLIC_URL", "https://x.test/mcp", "must be a base URL with no path"),
         ("PUBLIC_URL", "http://x.test", "must use https unless the host is loopback"),
     ],
