@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
-from app.experiments import _test_parsers as p
-from app.experiments._test_parsers import TestSummary
+from app.experiments import test_readers as p
+from app.experiments.test_readers import TestSummary
 
 __all__ = ["TestPlan", "TestSummary", "WorkspaceFacts", "detect", "explain", "parse", "parse_any"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.experiments import _test_parsers
+from app.experiments import test_readers
 from app.experiments.testing import (
     REPORT_DIR,
     TestPlan,
@@ -632,7 +632,7 @@ def test_reports_of_the_wrong_shape() -> None:
     assert parse("jest", "", "", json.dumps(weird), 1).total == 0
 
 
-@pytest.mark.parametrize("runner", [*_test_parsers.READERS, "make", "npm"])
+@pytest.mark.parametrize("runner", [*test_readers.READERS, "make", "npm"])
 def test_garbage_never_raises(runner: str) -> None:
     rng = random.Random(runner)
     noise = "".join(chr(rng.randrange(0x20, 0x3000)) for _ in range(20_000))
@@ -660,7 +660,7 @@ def test_deep_nesting_does_not_break_readers() -> None:
 
 
 def test_huge_inputs_are_cut_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_test_parsers, "MAX_INPUT_CHARS", 1000)
+    monkeypatch.setattr(test_readers, "MAX_INPUT_CHARS", 1000)
     stdout = "x" * 5000 + "\n1 passed in 0.1s\n"
     report = fixture("pytest_junit.xml")
 
