@@ -9,10 +9,12 @@ document must name itself (``client_id`` equal to its URL), carry a
 and hold no secret: such clients are public.
 
 Fetching goes through ``PublicFetcher`` (public addresses only, pinned, 5 KB,
-10 s, no redirects). Documents are cached as their ``Cache-Control`` says (at
-most a day); failures are remembered briefly, concurrent requests for one URL
-share a fetch, and new fetches have a global budget, so a flood of invented URLs
-costs the world outside at most that budget.
+10 s, no redirects, port 443). Documents are cached as their ``Cache-Control``
+says (at most a day); failures are remembered briefly, concurrent requests for
+one URL share a fetch, and new fetches have a global budget, so a flood of
+invented URLs costs the world outside at most that budget. A flood cannot lock
+out a client that signed in before: its document, kept a day past freshness, is
+served while the budget is spent or its host is unreachable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import structlog
@@ -40,11 +43,15 @@ _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
 
 
 class DocumentRefused(Exception):
-    """The URL or its document cannot identify a client; ``reason`` says why, in one sentence."""
+    """The URL or its document cannot identify a client; ``reason`` says why, in one sentence.
 
-    def __init__(self, reason: str) -> None:
+    ``transient``: the failure says nothing about the document (see FetchRefused).
+    """
+
+    def __init__(self, reason: str, *, transient: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.transient = transient
 
 
 def is_url_client_id(client_id: str) -> bool:
@@ -59,9 +66,13 @@ def check_client_id_url(url: str) -> None:
         DocumentRefused: not https, no path, a dot segment, a fragment, user
             information, or too long.
     """
-    if len(url) > MAX_URL_LENGTH or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+    if (
+        len(url) > MAX_URL_LENGTH
+        or not url.isascii()
+        or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url)
+    ):
         raise DocumentRefused(
-            f"A client ID URL must be at most {MAX_URL_LENGTH} characters with no spaces."
+            f"A client ID URL must be at most {MAX_URL_LENGTH} ASCII characters with no spaces."
         )
     try:
         parts = urlsplit(url)
@@ -72,8 +83,14 @@ def check_client_id_url(url: str) -> None:
         raise DocumentRefused("A client ID URL must use https and name a host.")
     if parts.path in ("", "/"):
         raise DocumentRefused("A client ID URL must have a path, not just a host.")
-    if any(segment in (".", "..") for segment in parts.path.split("/")):
+    if any(segment in (".", "..") for segment in parts.path.split("/")) or (
+        "%2e" in parts.path.lower()
+    ):
         raise DocumentRefused("A client ID URL must not hold . or .. path segments.")
+    if ";" in parts.path:
+        # HTTP libraries drop ;params when they send the path: what would be fetched
+        # would not be the URL that names the client.
+        raise DocumentRefused("A client ID URL must not hold ; in its path.")
     if parts.fragment or "#" in url:
         raise DocumentRefused("A client ID URL must not have a fragment.")
     if parts.username is not None or parts.password is not None:
@@ -123,24 +140,41 @@ def parse_document(url: str, body: bytes, *, now: float) -> Client:
     return Client(client_id=url, client_name=name, redirect_uris=uris, created_at=now)
 
 
+@dataclass(frozen=True)
+class _Good:
+    client: Client
+    fresh_until: float
+
+
+@dataclass(frozen=True)
+class _Refused:
+    reason: str
+    transient: bool
+
+
 class ClientDocuments:
     def __init__(
         self,
         fetcher: PublicFetcher,
         *,
         fetches_per_minute: int = 60,
-        cache_size: int = 1000,
+        cache_size: int = 5000,
         default_ttl_s: float = 300.0,
         max_ttl_s: float = 86400.0,
+        stale_s: float = 86400.0,
         failure_ttl_s: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``stale_s``: how long past its freshness a document may still be served when
+        it cannot be fetched again for a reason that says nothing about it (the budget
+        is spent, the host is down or slow). A refused document replaces it at once."""
         self._fetcher = fetcher
         self._budget = RateLimiter(fetches_per_minute, 60)
-        self._cache: ExpiringMap[Client | DocumentRefused] = ExpiringMap(cache_size, clock)
+        self._cache: ExpiringMap[_Good | _Refused] = ExpiringMap(cache_size, clock)
         self._inflight: dict[str, asyncio.Task[Client]] = {}
         self._default_ttl_s = default_ttl_s
         self._max_ttl_s = max_ttl_s
+        self._stale_s = stale_s
         self._failure_ttl_s = failure_ttl_s
         self._clock = clock
 
@@ -151,16 +185,31 @@ class ClientDocuments:
             DocumentRefused: the URL, the fetch or the document was refused.
         """
         check_client_id_url(url)
-        cached = self._cache.get(url)
-        if isinstance(cached, DocumentRefused):
-            raise cached
-        if cached is not None:
-            return cached
+        entry = self._cache.get(url)
+        if isinstance(entry, _Refused):
+            raise DocumentRefused(entry.reason, transient=entry.transient)
+        if entry is not None and self._clock() < entry.fresh_until:
+            self._cache.touch(url)  # in use: the last to be evicted
+            return entry.client
+        try:
+            return await self._fetch_shared(url)
+        except DocumentRefused as exc:
+            if entry is None or not exc.transient:
+                raise
+            # Flooding the budget or the host must not lock out a client we know.
+            self._cache.touch(url)
+            log.warning(
+                "oauth.client_document_stale", host=urlsplit(url).hostname, reason=exc.reason
+            )
+            return entry.client
+
+    async def _fetch_shared(self, url: str) -> Client:
         task = self._inflight.get(url)
         if task is None:
             if not self._budget.allow():
                 raise DocumentRefused(
-                    "Too many new applications are signing in right now; try again in a minute."
+                    "Too many new applications are signing in right now; try again in a minute.",
+                    transient=True,
                 )
             task = asyncio.ensure_future(self._load(url))
             self._inflight[url] = task
@@ -175,15 +224,21 @@ class ClientDocuments:
             fetched = await self._fetcher.get(url)
             client = parse_document(url, fetched.body, now=self._clock())
         except (FetchRefused, DocumentRefused) as exc:
-            refused = DocumentRefused(exc.reason)
-            self._cache.put_evicting(url, refused, self._clock() + self._failure_ttl_s)
             log.warning("oauth.client_document_refused", host=host, reason=exc.reason)
-            raise refused from None
+            known = isinstance(self._cache.get(url), _Good)
+            if not (exc.transient and known):  # a transient failure keeps a known document
+                until = self._clock() + self._failure_ttl_s
+                self._cache.put_evicting(url, _Refused(exc.reason, exc.transient), until)
+            # A new exception each time: a cached one would grow its traceback forever.
+            raise DocumentRefused(exc.reason, transient=exc.transient) from None
         ttl = cache_lifetime(
             fetched.cache_control, default_s=self._default_ttl_s, max_s=self._max_ttl_s
         )
+        now = self._clock()
         if ttl > 0:
-            self._cache.put_evicting(url, client, self._clock() + ttl)
+            self._cache.put_evicting(url, _Good(client, now + ttl), now + ttl + self._stale_s)
+        else:
+            self._cache.pop(url)  # no-store: keep nothing, not even an older copy
         log.info(
             "oauth.client_document_fetched",
             host=host,

@@ -93,6 +93,11 @@ class ExpiringMap(Generic[V]):
             return None
         return item[1]
 
+    def touch(self, key: str) -> None:
+        """Mark an entry as recently used: ``put_evicting`` drops it last."""
+        if key in self._items:
+            self._items.move_to_end(key)
+
     def pop(self, key: str) -> V | None:
         value = self.get(key)
         self._items.pop(key, None)

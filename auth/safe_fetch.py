@@ -23,25 +23,41 @@ import ipaddress
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpcore2
+import structlog
+
+log = structlog.get_logger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 AddressPolicy = Callable[[IPAddress], bool]
 
-# Ranges Python's ``is_global`` still calls global but no metadata document lives in.
-_NEVER = [ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16")]
+# IPv6 addresses are fetched only from global unicast space...
+_GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
+# ...minus the ranges there that embed an IPv4 address (NAT64, 6to4, Teredo).
+_NEVER = [
+    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+]
+# getaddrinfo blocks a thread; a nameserver that never answers must not tie up the
+# default executor the jail and the runtime use. Four lookups at once is plenty.
+_DNS_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cimd-dns")
 
 
 class FetchRefused(Exception):
-    """The document was not fetched, or not accepted; ``reason`` is one plain sentence."""
+    """The document was not fetched, or not accepted; ``reason`` is one plain sentence.
 
-    def __init__(self, reason: str) -> None:
+    ``transient`` marks failures that say nothing about the document (timeouts,
+    connection failures, 5xx), after which a cached copy may still be served.
+    """
+
+    def __init__(self, reason: str, *, transient: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -61,13 +77,15 @@ def is_public_address(address: IPAddress) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return is_public_address(address.ipv4_mapped)
-        if any(address in network for network in _NEVER):
+        if address not in _GLOBAL_UNICAST_V6 or any(address in net for net in _NEVER):
             return False
     return address.is_global and not address.is_multicast
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    infos = await asyncio.get_running_loop().run_in_executor(
+        _DNS_THREADS, lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    )
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
@@ -116,8 +134,12 @@ class PublicFetcher:
         ssl_context: ssl.SSLContext | None = None,
         network: httpcore2.AsyncNetworkBackend | None = None,
         user_agent: str = "sandbox-mcp",
+        ports: frozenset[int] | None = frozenset({443}),
     ) -> None:
+        """``ports``: the ports that may be fetched from (None: any). Only 443 by
+        default, so nobody can use the server to probe other ports of public hosts."""
         self.max_bytes = max_bytes
+        self._ports = ports
         self.timeout_s = timeout_s
         self._resolver = resolver
         self._allow = allow
@@ -134,14 +156,19 @@ class PublicFetcher:
                 redirect or other status, a body over the limit, or the deadline.
         """
         parts = urlsplit(url)
-        if parts.scheme != "https" or not parts.hostname:
-            raise FetchRefused("Only https URLs are fetched.")
+        if parts.scheme != "https" or not parts.hostname or not url.isascii():
+            raise FetchRefused("Only https URLs written in ASCII are fetched.")
+        port = parts.port or 443
+        if self._ports is not None and port not in self._ports:
+            raise FetchRefused("Documents are fetched only from the standard https port, 443.")
         try:
             async with asyncio.timeout(self.timeout_s):
-                address = await self._checked_address(parts.hostname, parts.port or 443)
+                address = await self._checked_address(parts.hostname, port)
                 return await self._download(url, address)
         except TimeoutError:
-            raise FetchRefused(f"The server did not answer within {self.timeout_s:g} s.") from None
+            raise FetchRefused(
+                f"The server did not answer within {self.timeout_s:g} s.", transient=True
+            ) from None
 
     async def _checked_address(self, host: str, port: int) -> str:
         try:
@@ -149,8 +176,8 @@ class PublicFetcher:
         except ValueError:
             try:
                 answers = await self._resolver(host, port)
-            except OSError:
-                raise FetchRefused(f"The host {host} does not resolve.") from None
+            except (OSError, UnicodeError):  # UnicodeError: an empty or over-long label
+                raise FetchRefused(f"The host {host} does not resolve.", transient=True) from None
             addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in answers]
         if not addresses:
             raise FetchRefused(f"The host {host} does not resolve.")
@@ -181,7 +208,10 @@ class PublicFetcher:
                         "and redirects are not followed."
                     )
                 if reply.status != 200:
-                    raise FetchRefused(f"The server answered HTTP {reply.status}, not 200.")
+                    raise FetchRefused(
+                        f"The server answered HTTP {reply.status}, not 200.",
+                        transient=reply.status >= 500,
+                    )
                 header = dict((k.lower(), v) for k, v in reply.headers)
                 declared = header.get(b"content-length", b"0")
                 if declared.isdigit() and int(declared) > self.max_bytes:
@@ -191,10 +221,21 @@ class PublicFetcher:
                     body += chunk
                     if len(body) > self.max_bytes:
                         raise FetchRefused(self._too_big())
-        except httpcore2.ConnectError as exc:
-            raise FetchRefused(f"The connection failed: {_short(exc)}") from None
-        except (httpcore2.TimeoutException, httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
-            raise FetchRefused(f"The download failed: {_short(exc)}") from None
+        except FetchRefused:
+            raise
+        except (httpcore2.ConnectError, httpcore2.ConnectTimeout, ssl.SSLError, OSError) as exc:
+            # One sentence for every way a connection fails: the refusal page must not
+            # tell a prober whether a port is closed, filtered or speaking something else.
+            log.info("oauth.client_document_connect_failed", error=_short(exc))
+            raise FetchRefused(
+                "The server could not be reached over https with a valid certificate.",
+                transient=True,
+            ) from None
+        except Exception as exc:  # a hostile server must get a refusal, never a 500
+            log.info("oauth.client_document_download_failed", error=_short(exc))
+            raise FetchRefused(
+                f"The download failed ({type(exc).__name__}).", transient=True
+            ) from None
         cache_control = header.get(b"cache-control")
         return Fetched(bytes(body), cache_control.decode("latin-1") if cache_control else None)
 

@@ -51,6 +51,8 @@ class TokenHasher:
     def kind_of(self, token: str) -> TokenKind | None:
         """The kind of a token this server minted, or None for anything else: another
         shape, another server's key, or a made-up or altered token."""
+        if not token.isascii():  # compare_digest refuses non-ASCII text with a TypeError
+            return None
         for kind in ("at", "rt", "code"):
             prefix = f"{PREFIX}{kind}_"
             if token.startswith(prefix):

@@ -71,6 +71,7 @@ async def main() -> None:
             resolver=lambda host, port: _loopback(),
             allow=loopback_too,
             ssl_context=ca.client_context(),
+            ports=None,
         )
         documents = ClientDocuments(fetcher, fetches_per_minute=100_000)
         config = AuthConfig(issuer="https://mcp.example.test", max_pending_signins=100_000)

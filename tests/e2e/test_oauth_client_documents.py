@@ -120,8 +120,9 @@ async def sandbox_of(http: httpx2.AsyncClient, server: RunningServer) -> str:
 async def test_the_sdk_client_signs_in_with_its_metadata_document(
     oauth_server: RunningServer, ca: ThrowawayCA, public_address: str
 ) -> None:
-    async with DocumentServer(ca.server_context(), host=public_address) as documents:
-        url = f"https://{public_address}:{documents.port}{DOCUMENT_PATH}"
+    # Port 443: the server fetches documents from the standard https port only.
+    async with DocumentServer(ca.server_context(), host=public_address, port=443) as documents:
+        url = f"https://{public_address}{DOCUMENT_PATH}"
         documents.answers[DOCUMENT_PATH] = Answer(
             body=json.dumps(
                 {"client_id": url, "client_name": "Published client", "redirect_uris": [REDIRECT]}
@@ -153,8 +154,9 @@ async def test_the_sdk_client_signs_in_with_its_metadata_document(
 async def test_a_document_naming_another_client_id_stops_the_sign_in(
     oauth_server: RunningServer, ca: ThrowawayCA, public_address: str
 ) -> None:
-    async with DocumentServer(ca.server_context(), host=public_address) as documents:
-        url = f"https://{public_address}:{documents.port}{DOCUMENT_PATH}"
+    # Port 443: the server fetches documents from the standard https port only.
+    async with DocumentServer(ca.server_context(), host=public_address, port=443) as documents:
+        url = f"https://{public_address}{DOCUMENT_PATH}"
         documents.answers[DOCUMENT_PATH] = Answer(
             body=json.dumps(
                 {

@@ -122,18 +122,18 @@ class Seen:
 class DocumentServer:
     """An https server answering each path as scripted; it records what it was asked."""
 
-    def __init__(self, context: ssl.SSLContext, host: str = "127.0.0.1") -> None:
+    def __init__(self, context: ssl.SSLContext, host: str = "127.0.0.1", port: int = 0) -> None:
         self.answers: dict[str, Answer] = {}
         self.seen: list[Seen] = []
         self._context = context
         self._host = host
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
+        self.port = port
 
     async def __aenter__(self) -> DocumentServer:
         self._server = await asyncio.start_server(
-            self._serve, self._host, 0, ssl=self._context, reuse_address=True
+            self._serve, self._host, self.port, ssl=self._context, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self

@@ -46,6 +46,10 @@ class Clock:
         "https://client.example:99999/meta.json",
         "https://client.example/" + "a" * 600,
         "https://client.example/meta json",
+        "https://client.example/m\u00e9ta.json",  # not ASCII
+        "https://client.example/%2e%2e/meta.json",  # an encoded dot segment
+        "https://client.example/a/%2E/meta.json",
+        "https://client.example/meta.json;v=1",  # ;params are dropped when fetched
         "javascript:alert(1)",
     ],
 )
@@ -157,6 +161,7 @@ def documents(ca: ThrowawayCA, clock: Clock, **kw: float) -> ClientDocuments:
         allow=loopback_too,
         ssl_context=ca.client_context(),
         network=SpyNetwork(),
+        ports=None,  # the test server listens on a random port
     )
     return ClientDocuments(fetcher, clock=clock, **kw)  # type: ignore[arg-type]
 
@@ -230,3 +235,68 @@ async def test_the_cloud_metadata_address_is_refused_without_a_connection() -> N
     with pytest.raises(DocumentRefused, match="private, loopback or link-local"):
         await docs.client("https://169.254.169.254/latest/meta-data")
     assert network.connected_to == []
+
+
+async def test_a_known_document_is_served_stale_while_the_budget_is_spent(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, fetches_per_minute=2, default_ttl_s=60)
+    known = publish(server, "/known.json")
+    await docs.client(known)
+    await docs.client(publish(server, "/flood.json"))  # the flood spends the budget
+    clock.now += 120  # the known document is no longer fresh
+    assert (await docs.client(known)).client_id == known
+    assert len(server.seen) == 2, "served from the stale copy, nothing fetched"
+    with pytest.raises(DocumentRefused, match="Too many new applications"):
+        await docs.client(publish(server, "/new.json"))
+
+
+async def test_a_known_document_is_served_stale_while_its_host_is_down(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, default_ttl_s=60)
+    known = publish(server, "/known.json")
+    await docs.client(known)
+    server.answers["/known.json"] = Answer(503, b"down")
+    clock.now += 120
+    assert (await docs.client(known)).client_id == known
+    assert (await docs.client(known)).client_id == known
+    assert len(server.seen) == 3, "each attempt tried the host again"
+
+
+async def test_a_document_withdrawn_or_broken_is_refused_at_once_despite_the_old_copy(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, default_ttl_s=60)
+    known = publish(server, "/known.json")
+    await docs.client(known)
+    server.answers["/known.json"] = Answer(404, b"gone")
+    clock.now += 120
+    with pytest.raises(DocumentRefused, match="HTTP 404"):
+        await docs.client(known)
+
+
+async def test_a_remembered_refusal_is_raised_afresh_each_time(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    docs = documents(ca, Clock())
+    url = f"https://client.test:{server.port}/missing.json"
+    caught = []
+    for _ in range(3):
+        with pytest.raises(DocumentRefused) as refused:
+            await docs.client(url)
+        caught.append(refused.value)
+    assert len({id(exc) for exc in caught}) == 3
+    assert all(len(list(_frames(exc))) < 20 for exc in caught), "tracebacks do not pile up"
+
+
+def _frames(exc: BaseException) -> list[object]:
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    return frames

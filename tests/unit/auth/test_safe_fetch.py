@@ -37,6 +37,11 @@ NOT_PUBLIC = [
     "::ffff:169.254.169.254",
     "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
     "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+    "::a9fe:a9fe",  # IPv4-compatible 169.254.169.254
+    "::ffff:0:7f00:1",  # IPv4-translated 127.0.0.1
+    "2001::a9fe:a9fe",  # Teredo
+    "fec0::1",  # site-local
+    "100::1",  # discard-only
 ]
 PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
 
@@ -108,6 +113,7 @@ def fetcher(ca: ThrowawayCA, resolver: Resolver, network: SpyNetwork, **kw: floa
         allow=loopback_too,
         ssl_context=ca.client_context(),
         network=network,
+        ports=None,  # the test server listens on a random port
         **kw,  # type: ignore[arg-type]
     )
 
@@ -135,7 +141,7 @@ async def test_a_certificate_for_another_name_is_refused(
 ) -> None:
     server.answers["/client.json"] = Answer(body=b"{}")
     resolver = Resolver({"elsewhere.test": ["127.0.0.1"]})
-    with pytest.raises(FetchRefused, match="connection failed"):
+    with pytest.raises(FetchRefused, match="could not be reached over https"):
         await fetcher(ca, resolver, SpyNetwork()).get(
             f"https://elsewhere.test:{server.port}/client.json"
         )
@@ -160,13 +166,37 @@ async def test_private_targets_are_never_connected_to(
     assert network.connected_to == []
 
 
-async def test_an_unresolvable_host_and_plain_http_are_refused() -> None:
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("https://nowhere.test/x", "does not resolve"),
+        ("https://a..b/x", "does not resolve"),  # getaddrinfo: UnicodeError, not OSError
+        ("https://" + "l" * 64 + ".test/x", "does not resolve"),
+        ("http://8.8.8.8/x", "Only https"),
+        ("https://8.8.8.8/ä", "ASCII"),
+        ("https://8.8.8.8:8443/x", "only from the standard https port"),
+        ("https://8.8.8.8:22/x", "only from the standard https port"),
+    ],
+)
+async def test_what_is_refused_before_any_connection(url: str, reason: str) -> None:
     network = SpyNetwork()
-    with pytest.raises(FetchRefused, match="does not resolve"):
-        await PublicFetcher(resolver=Resolver({}), network=network).get("https://nowhere.test/x")
-    with pytest.raises(FetchRefused, match="Only https"):
-        await PublicFetcher(network=network).get("http://8.8.8.8/x")
+    with pytest.raises(FetchRefused, match=reason):
+        await PublicFetcher(network=network).get(url)
     assert network.connected_to == []
+
+
+class BrokenNetwork(SpyNetwork):
+    """Fails the way no one planned for."""
+
+    async def connect_tcp(self, *args: object, **kwargs: object) -> httpcore2.AsyncNetworkStream:
+        raise ValueError("something no one planned for")
+
+
+async def test_an_unexpected_failure_is_a_refusal_not_a_traceback() -> None:
+    fetcher = PublicFetcher(resolver=Resolver({"x.test": ["8.8.8.8"]}), network=BrokenNetwork())
+    with pytest.raises(FetchRefused, match=r"download failed \(ValueError\)") as caught:
+        await fetcher.get("https://x.test/x")
+    assert caught.value.transient
 
 
 async def test_redirects_are_not_followed(ca: ThrowawayCA, server: DocumentServer) -> None:
