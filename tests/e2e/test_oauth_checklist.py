@@ -122,6 +122,14 @@ async def test_06_invalid_token_gets_invalid_token(
     response = await call_tool(http, server.base_url, "smcp_at_not-a-real-token")
     assert response.status_code == 401
     assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    # Right prefix and length, made up, with a byte that is not ASCII: still a plain 401.
+    hostile = await http.post(
+        server.mcp_url,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"authorization": b"Bearer smcp_at_" + b"A" * 53 + b"\xe9"},
+    )
+    assert hostile.status_code == 401
+    assert 'error="invalid_token"' in hostile.headers["www-authenticate"]
 
 
 async def test_07_refresh_tokens_and_foreign_tokens_are_not_bearer_credentials(

@@ -70,3 +70,10 @@ async def test_made_up_tokens_never_reach_the_store() -> None:
     await tokens.revoke(client, "smcp_rt_" + "y" * 54)  # ignored, as RFC 7009 says
     with pytest.raises(Exception, match="unknown"):
         await tokens.refresh(client, {"refresh_token": "smcp_rt_" + "y" * 54})
+
+
+def test_a_token_with_non_ascii_characters_is_refused_not_a_crash() -> None:
+    hasher = TokenHasher(KEY)
+    token = hasher.mint("at")
+    assert hasher.kind_of(token[:-1] + "\u00e9") is None
+    assert hasher.kind_of("smcp_at_" + "\u00e9" * 54) is None
