@@ -21,12 +21,8 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp import Client
-from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
-from oauth_browser import press_button, query_of, read_page
-from pydantic import AnyHttpUrl
-from test_oauth_sdk_client import MemoryStorage
+from sdk_signin import sdk_signin
 from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
 
 pytestmark = pytest.mark.e2e
@@ -75,38 +71,14 @@ def oauth_server(tmp_path: Path, ca: ThrowawayCA) -> Iterator[RunningServer]:
     stop_server(running)
 
 
-def provider_for(
-    server: RunningServer, document_url: str
-) -> tuple[OAuthClientProvider, MemoryStorage, list[str]]:
-    result: dict[str, str | None] = {}
-    pages: list[str] = []
-
-    async def browser(auth_url: str) -> None:
-        async with httpx2.AsyncClient() as http:
-            page = read_page(await http.get(auth_url))
-            pages.append(page.html)
-            answer = await press_button(http, server.base_url, page)
-            assert answer.status_code == 303, answer.text
-            query = query_of(answer.headers["location"])
-            result.update(code=query["code"], state=query.get("state"), iss=query.get("iss"))
-
-    async def callback() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(**result)  # type: ignore[arg-type]
-
-    storage = MemoryStorage()
-    provider = OAuthClientProvider(
-        server.mcp_url,
-        OAuthClientMetadata(
-            client_name="cimd e2e",
-            redirect_uris=[AnyHttpUrl(REDIRECT)],
-            token_endpoint_auth_method="none",
-        ),
-        storage,  # type: ignore[arg-type]
-        browser,
-        callback,
-        client_metadata_url=document_url,
+def publish(documents: DocumentServer, host: str, document: dict[str, object]) -> str:
+    """Serve ``document`` (its client_id set to its own URL unless given) at DOCUMENT_PATH."""
+    url = f"https://{host}{DOCUMENT_PATH}"
+    documents.answers[DOCUMENT_PATH] = Answer(
+        body=json.dumps({"client_id": url, **document}).encode(),
+        headers={"Cache-Control": "max-age=300"},
     )
-    return provider, storage, pages
+    return url
 
 
 async def sandbox_of(http: httpx2.AsyncClient, server: RunningServer) -> str:
@@ -122,14 +94,15 @@ async def test_the_sdk_client_signs_in_with_its_metadata_document(
 ) -> None:
     # Port 443: the server fetches documents from the standard https port only.
     async with DocumentServer(ca.server_context(), host=public_address, port=443) as documents:
-        url = f"https://{public_address}{DOCUMENT_PATH}"
-        documents.answers[DOCUMENT_PATH] = Answer(
-            body=json.dumps(
-                {"client_id": url, "client_name": "Published client", "redirect_uris": [REDIRECT]}
-            ).encode(),
-            headers={"Cache-Control": "max-age=300"},
+        url = publish(
+            documents,
+            public_address,
+            {"client_name": "Published client", "redirect_uris": [REDIRECT]},
         )
-        provider, storage, pages = provider_for(oauth_server, url)
+        signin = sdk_signin(
+            oauth_server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+        )
+        provider, storage, pages = signin.provider, signin.storage, signin.pages
         async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
             first = await sandbox_of(http, oauth_server)
             assert storage.client_info is not None
@@ -156,15 +129,14 @@ async def test_a_document_naming_another_client_id_stops_the_sign_in(
 ) -> None:
     # Port 443: the server fetches documents from the standard https port only.
     async with DocumentServer(ca.server_context(), host=public_address, port=443) as documents:
-        url = f"https://{public_address}{DOCUMENT_PATH}"
-        documents.answers[DOCUMENT_PATH] = Answer(
-            body=json.dumps(
-                {
-                    "client_id": "https://claude.ai/oauth/mcp-oauth-client-metadata",
-                    "client_name": "Impostor",
-                    "redirect_uris": [REDIRECT],
-                }
-            ).encode()
+        url = publish(
+            documents,
+            public_address,
+            {
+                "client_id": "https://claude.ai/oauth/mcp-oauth-client-metadata",
+                "client_name": "Impostor",
+                "redirect_uris": [REDIRECT],
+            },
         )
         async with httpx2.AsyncClient() as http:
             page = await http.get(
@@ -191,8 +163,14 @@ async def test_with_documents_off_the_sdk_client_registers_instead(
         async with httpx2.AsyncClient() as http:
             metadata = await http.get(f"{server.base_url}/.well-known/oauth-authorization-server")
             assert metadata.json()["client_id_metadata_document_supported"] is False
-            provider, storage, _ = provider_for(server, "https://client.example/meta.json")
-            http.auth = provider
+            signin = sdk_signin(
+                server,
+                client_name="cimd e2e",
+                redirect_uri=REDIRECT,
+                client_metadata_url="https://client.example/meta.json",
+            )
+            storage = signin.storage
+            http.auth = signin.provider
             http.timeout = httpx2.Timeout(30)
             await sandbox_of(http, server)
         assert storage.client_info is not None

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.auth_store import SqlAuthStore
 from app.db import Repository, create_engine, upgrade_schema
@@ -30,8 +31,10 @@ def postgres_url() -> str:
     return url
 
 
-async def test_migrations_run_on_postgresql(postgres_url: str) -> None:
-    # A fresh database per run, so the test proves an upgrade from nothing.
+@pytest.fixture
+async def fresh_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on a new, empty database, dropped afterwards: each test proves an
+    upgrade from nothing."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_async_engine(postgres_url, isolation_level="AUTOCOMMIT")
     async with admin.connect() as conn:
@@ -39,22 +42,7 @@ async def test_migrations_run_on_postgresql(postgres_url: str) -> None:
     url = make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
     engine = create_engine(url)
     try:
-        await upgrade_schema(engine)
-        await upgrade_schema(engine)  # idempotent: a restart runs it again
-        async with engine.connect() as conn:
-            result = await conn.execute(
-                sa.text(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema='public'"
-                )
-            )
-            tables = set(result.scalars().all())
-        assert {"alembic_version", "tool_calls"} <= tables
-        repo = Repository(engine)
-        await repo.ping()
-        await repo.record_tool_call(
-            request_id="r", sandbox_key="k", tool="t", started=time.time(), outcome="ok"
-        )
-        assert [row.request_id for row in await repo.tool_calls("k")] == ["r"]
+        yield engine
     finally:
         await engine.dispose()
         async with admin.connect() as conn:
@@ -62,36 +50,44 @@ async def test_migrations_run_on_postgresql(postgres_url: str) -> None:
         await admin.dispose()
 
 
-async def test_a_metadata_document_url_fits_as_client_id_on_postgresql(postgres_url: str) -> None:
+async def test_migrations_run_on_postgresql(fresh_engine: AsyncEngine) -> None:
+    await upgrade_schema(fresh_engine)
+    await upgrade_schema(fresh_engine)  # idempotent: a restart runs it again
+    async with fresh_engine.connect() as conn:
+        result = await conn.execute(
+            sa.text("SELECT table_name FROM information_schema.tables WHERE table_schema='public'")
+        )
+        tables = set(result.scalars().all())
+    assert {"alembic_version", "tool_calls"} <= tables
+    repo = Repository(fresh_engine)
+    await repo.ping()
+    await repo.record_tool_call(
+        request_id="r", sandbox_key="k", tool="t", started=time.time(), outcome="ok"
+    )
+    assert [row.request_id for row in await repo.tool_calls("k")] == ["r"]
+
+
+async def test_a_metadata_document_url_fits_as_client_id_on_postgresql(
+    fresh_engine: AsyncEngine,
+) -> None:
     # PostgreSQL enforces VARCHAR lengths (SQLite does not): migration 0006 must widen both
     # oauth_clients.client_id and oauth_grants.client_id for URL client IDs.
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(url)
-    try:
-        await upgrade_schema(engine)
-        store = SqlAuthStore(engine)
-        client_id = "https://client.example/" + "p" * (MAX_URL_LENGTH - 23)
-        assert len(client_id) == MAX_URL_LENGTH
-        client = Client(client_id, "Doc client", ("https://client.example/cb",), time.time())
-        await store.upsert_client(client)
-        await store.upsert_client(
-            Client(client_id, "Renamed", ("https://client.example/cb2",), time.time())
-        )
-        grant = Grant("g1", client_id, "key", "https://mcp.test/mcp", ("sandbox",), time.time())
-        await store.create_grant(grant, [TokenRecord("h1", "g1", "access", time.time() + 60)])
-        loaded = await store.load_token("h1")
-        assert loaded is not None
-        assert loaded[1].client_id == client_id
-        stored = await store.load_client(client_id)
-        assert stored is not None
-        assert stored.client_name == "Renamed"
-        assert stored.last_grant_at is not None
-    finally:
-        await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(sa.text(f'DROP DATABASE "{name}"'))
-        await admin.dispose()
+    await upgrade_schema(fresh_engine)
+    store = SqlAuthStore(fresh_engine)
+    client_id = "https://client.example/" + "p" * (MAX_URL_LENGTH - 23)
+    assert len(client_id) == MAX_URL_LENGTH
+    await store.upsert_client(
+        Client(client_id, "Doc client", ("https://client.example/cb",), time.time())
+    )
+    await store.upsert_client(
+        Client(client_id, "Renamed", ("https://client.example/cb2",), time.time())
+    )
+    grant = Grant("g1", client_id, "key", "https://mcp.test/mcp", ("sandbox",), time.time())
+    await store.create_grant(grant, [TokenRecord("h1", "g1", "access", time.time() + 60)])
+    loaded = await store.load_token("h1")
+    assert loaded is not None
+    assert loaded[1].client_id == client_id
+    stored = await store.load_client(client_id)
+    assert stored is not None
+    assert stored.client_name == "Renamed"
+    assert stored.last_grant_at is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from oauth_browser import pkce_pair, query_of
 from test_client_documents import Clock, documents
-from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
+from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from app.auth_store import SqlAuthStore
 from app.db import create_engine, upgrade_schema
@@ -27,19 +27,6 @@ from auth.tokens import TokenHasher
 
 REDIRECT = "http://127.0.0.1:9/cb"
 CONFIG = AuthConfig(issuer="https://mcp.example.test")
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
-    return make_ca(
-        Path(tmp_path_factory.mktemp("ca")), dns_names=["client.test"], ip_addresses=["127.0.0.1"]
-    )
-
-
-@pytest.fixture
-async def doc_server(ca: ThrowawayCA) -> AsyncIterator[DocumentServer]:
-    async with DocumentServer(ca.server_context()) as running:
-        yield running
 
 
 @pytest.fixture
@@ -71,10 +58,10 @@ def authorize(client_id: str, challenge: str) -> dict[str, str]:
 
 
 async def test_a_document_client_signs_in_redeems_and_refreshes(
-    ca: ThrowawayCA, doc_server: DocumentServer, store: SqlAuthStore
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
 ) -> None:
     clock = Clock()
-    url = publish(doc_server, [REDIRECT])
+    url = publish(server, [REDIRECT])
     codes: ExpiringMap[CodeGrant] = ExpiringMap(100)
     hasher = TokenHasher(b"k" * 32)
     flow = SigninFlow(CONFIG, ClientDirectory(store, documents(ca, clock)), hasher, codes)
@@ -88,7 +75,7 @@ async def test_a_document_client_signs_in_redeems_and_refreshes(
 
     form = {"client_id": url, "code": code, "code_verifier": verifier, "redirect_uri": REDIRECT}
     client = await tokens.client(form)  # from the store: /token fetches nothing
-    assert len(doc_server.seen) == 1
+    assert len(server.seen) == 1
     pair = await tokens.exchange_code(client, form)
     assert await tokens.verify_token(str(pair["access_token"])) is not None
     refreshed = await tokens.refresh(
@@ -101,13 +88,13 @@ async def test_a_document_client_signs_in_redeems_and_refreshes(
 
 
 async def test_a_changed_document_updates_the_stored_client_and_keeps_its_history(
-    ca: ThrowawayCA, doc_server: DocumentServer, store: SqlAuthStore
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
 ) -> None:
     clock = Clock()
     directory = ClientDirectory(store, documents(ca, clock))
-    url = publish(doc_server, ["https://a.example/cb"], name="Old name")
+    url = publish(server, ["https://a.example/cb"], name="Old name")
     first = await directory.for_authorization(url)
-    publish(doc_server, ["https://b.example/cb"], name="New name")
+    publish(server, ["https://b.example/cb"], name="New name")
     assert (await directory.for_authorization(url)) == first, "cached for max-age"
     clock.now += 61
     await directory.for_authorization(url)
@@ -119,19 +106,19 @@ async def test_a_changed_document_updates_the_stored_client_and_keeps_its_histor
 
 
 async def test_concurrent_first_sign_ins_store_the_client_once(
-    ca: ThrowawayCA, doc_server: DocumentServer, store: SqlAuthStore
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
 ) -> None:
     directory = ClientDirectory(store, documents(ca, Clock()))
-    url = publish(doc_server, [REDIRECT])
+    url = publish(server, [REDIRECT])
     clients = await asyncio.gather(*(directory.for_authorization(url) for _ in range(5)))
     assert {c.client_id for c in clients} == {url}
     assert await store.load_client(url) is not None
 
 
 async def test_a_refused_document_is_explained_on_the_local_page_and_stores_nothing(
-    ca: ThrowawayCA, doc_server: DocumentServer, store: SqlAuthStore
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
 ) -> None:
-    url = publish(doc_server, ["http://evil.example/cb"])
+    url = publish(server, ["http://evil.example/cb"])
     flow = SigninFlow(
         CONFIG,
         ClientDirectory(store, documents(ca, Clock())),

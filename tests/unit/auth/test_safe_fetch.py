@@ -9,12 +9,11 @@ URL's host name, the limits. The refusals use the production policy.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncIterator, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 
 import httpcore2
 import pytest
-from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
+from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from auth.safe_fetch import FetchRefused, IPAddress, PublicFetcher, is_public_address
 
@@ -92,19 +91,6 @@ class Resolver:
 
 def loopback_too(address: IPAddress) -> bool:
     return address.is_loopback or is_public_address(address)
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
-    return make_ca(
-        Path(tmp_path_factory.mktemp("ca")), dns_names=["client.test"], ip_addresses=["127.0.0.1"]
-    )
-
-
-@pytest.fixture
-async def server(ca: ThrowawayCA) -> AsyncIterator[DocumentServer]:
-    async with DocumentServer(ca.server_context()) as running:
-        yield running
 
 
 def fetcher(ca: ThrowawayCA, resolver: Resolver, network: SpyNetwork, **kw: float) -> PublicFetcher:
