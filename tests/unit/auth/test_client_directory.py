@@ -138,3 +138,21 @@ async def test_with_documents_off_a_url_client_id_is_unknown(store: SqlAuthStore
     _, challenge = pkce_pair()
     with pytest.raises(LocalError, match="does not accept client metadata documents"):
         await flow.start(authorize("https://claude.ai/oauth/mcp-oauth-client-metadata", challenge))
+
+
+async def test_a_document_loopback_redirect_may_use_any_port(
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
+) -> None:
+    url = publish(server, ["http://127.0.0.1/cb"])
+    flow = SigninFlow(
+        CONFIG,
+        ClientDirectory(store, documents(ca, Clock())),
+        TokenHasher(b"k" * 32),
+        ExpiringMap(9),
+    )
+    _, challenge = pkce_pair()
+    params = {**authorize(url, challenge), "redirect_uri": "http://127.0.0.1:51234/cb"}
+    pending = await flow.start(params)
+    assert pending.redirect_uri == "http://127.0.0.1:51234/cb"
+    with pytest.raises(LocalError, match="not one the application registered"):
+        await flow.start({**params, "redirect_uri": "http://127.0.0.1:51234/other"})
