@@ -7,12 +7,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import cast
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, transaction
-from app.errors import DatabaseUnavailable
 from auth.store import Client, Grant, TokenRecord, TokenRole
 
 
@@ -78,20 +77,27 @@ class SqlAuthStore:
         )
 
     async def upsert_client(self, client: Client) -> None:
-        for attempt in (1, 2):
-            try:
-                async with self._transaction() as session:
-                    row = await session.get(OAuthClientRow, client.client_id)
-                    if row is None:
-                        session.add(self._client_row(client))
-                    else:
-                        row.client_name = client.client_name
-                        row.redirect_uris = json.dumps(list(client.redirect_uris))
-                return
-            except DatabaseUnavailable as exc:
-                # Two sign-ins for a new document client raced to insert it: update instead.
-                if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
-                    raise
+        # One atomic INSERT ... ON CONFLICT DO UPDATE: two first sign-ins of a new
+        # document client cannot race (both dialects we run on have it).
+        async with self._transaction() as session:
+            dialect = session.get_bind().dialect.name
+            insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+            statement = insert(OAuthClientRow).values(
+                client_id=client.client_id,
+                client_name=client.client_name,
+                redirect_uris=json.dumps(list(client.redirect_uris)),
+                created_at=client.created_at,
+                last_grant_at=client.last_grant_at,
+            )
+            await session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[OAuthClientRow.client_id],
+                    set_={
+                        "client_name": statement.excluded.client_name,
+                        "redirect_uris": statement.excluded.redirect_uris,
+                    },
+                )
+            )
 
     async def load_client(self, client_id: str) -> Client | None:
         async with self._transaction() as session:

@@ -169,7 +169,7 @@ class ClientDocuments:
         it cannot be fetched again for a reason that says nothing about it (the budget
         is spent, the host is down or slow). A refused document replaces it at once."""
         self._fetcher = fetcher
-        self._budget = RateLimiter(fetches_per_minute, 60)
+        self._budget = RateLimiter(fetches_per_minute, 60, clock=clock)
         self._cache: ExpiringMap[_Good | _Refused] = ExpiringMap(cache_size, clock)
         self._inflight: dict[str, asyncio.Task[Client]] = {}
         self._default_ttl_s = default_ttl_s

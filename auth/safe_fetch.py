@@ -155,10 +155,13 @@ class PublicFetcher:
             FetchRefused: a non-public address, a refused or failed connection, a
                 redirect or other status, a body over the limit, or the deadline.
         """
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            port = parts.port or 443
+        except ValueError:
+            raise FetchRefused("The URL is not valid.") from None
         if parts.scheme != "https" or not parts.hostname or not url.isascii():
             raise FetchRefused("Only https URLs written in ASCII are fetched.")
-        port = parts.port or 443
         if self._ports is not None and port not in self._ports:
             raise FetchRefused("Documents are fetched only from the standard https port, 443.")
         try:

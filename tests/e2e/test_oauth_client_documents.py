@@ -112,6 +112,14 @@ async def test_the_sdk_client_signs_in_with_its_metadata_document(
             provider.context.token_expiry_time = 1  # long expired: the next call refreshes
             assert await sandbox_of(http, oauth_server) == first
             assert storage.tokens.refresh_token != old_refresh
+        # A second sign-in with the same document (another install of the same client)
+        # is served from the cache: the document said max-age=300.
+        again = sdk_signin(
+            oauth_server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+        )
+        async with httpx2.AsyncClient(auth=again.provider, timeout=30) as http:
+            assert await sandbox_of(http, oauth_server) != first, "its own sign-in, its own key"
+        assert len(again.pages) == 1
         assert [s.path for s in documents.seen] == [DOCUMENT_PATH], "fetched once, then cached"
     assert len(pages) == 1
     # The name comes from the document (not the SDK's own metadata), with its source shown.

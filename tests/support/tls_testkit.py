@@ -129,6 +129,7 @@ class DocumentServer:
         self._host = host
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self.port = port
 
     async def __aenter__(self) -> DocumentServer:
@@ -143,14 +144,21 @@ class DocumentServer:
         self._server.close()
         for writer in list(self._writers):
             writer.close()
+        for handler in list(self._handlers):
+            handler.cancel()  # a dripping answer must not outlive the test's event loop
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         self._writers.add(writer)
+        self._handlers.add(task)
         try:
             await self._answer(reader, writer)
         finally:
             self._writers.discard(writer)
+            self._handlers.discard(task)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

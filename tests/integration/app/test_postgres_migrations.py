@@ -77,17 +77,19 @@ async def test_a_metadata_document_url_fits_as_client_id_on_postgresql(
     client_id = "https://client.example/" + "p" * (MAX_URL_LENGTH - 23)
     assert len(client_id) == MAX_URL_LENGTH
     await store.upsert_client(
-        Client(client_id, "Doc client", ("https://client.example/cb",), time.time())
+        Client(client_id, "Doc client", ("https://client.example/cb",), 1000.0)
     )
-    await store.upsert_client(
-        Client(client_id, "Renamed", ("https://client.example/cb2",), time.time())
-    )
-    grant = Grant("g1", client_id, "key", "https://mcp.test/mcp", ("sandbox",), time.time())
+    grant = Grant("g1", client_id, "key", "https://mcp.test/mcp", ("sandbox",), 2000.0)
     await store.create_grant(grant, [TokenRecord("h1", "g1", "access", time.time() + 60)])
+    # The document changed: name and URIs follow it, its history does not move.
+    await store.upsert_client(Client(client_id, "Renamed", ("https://client.example/cb2",), 3000.0))
     loaded = await store.load_token("h1")
     assert loaded is not None
     assert loaded[1].client_id == client_id
     stored = await store.load_client(client_id)
     assert stored is not None
     assert stored.client_name == "Renamed"
-    assert stored.last_grant_at is not None
+    assert stored.redirect_uris == ("https://client.example/cb2",)
+    assert stored.created_at == 1000.0
+    assert stored.last_grant_at == 2000.0
+    assert await store.delete_stale_clients(created_before=5000.0) == 0, "it has a grant"

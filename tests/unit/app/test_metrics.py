@@ -55,7 +55,16 @@ async def test_the_scraper_gets_the_format_it_asks_for_and_a_wrong_token_nothing
     assert (await endpoint.handle(request(authorization="Bearer " + "u" * 20))).status_code == 401
     plain = await endpoint.handle(request(authorization="Bearer " + "t" * 20))
     assert plain.headers["content-type"].startswith("text/plain; version=0.0.4")
-    assert b"sandbox_mcp_pool_oldest_wait_seconds 4.5" in plain.body
+    for line in (
+        b"sandbox_mcp_pool_size 5.0",
+        b"sandbox_mcp_pool_busy 2.0",
+        b"sandbox_mcp_pool_free 3.0",
+        b"sandbox_mcp_pool_reserved 0.0",
+        b"sandbox_mcp_pool_queued 1.0",
+        b"sandbox_mcp_pool_oldest_wait_seconds 4.5",
+        b"sandbox_mcp_database_up 1.0",
+    ):
+        assert line in plain.body.splitlines(), line
     open_metrics = await endpoint.handle(
         request("application/openmetrics-text; version=1.0.0", "Bearer " + "t" * 20)
     )

@@ -140,13 +140,16 @@ def publish(server: DocumentServer, path: str, *, cache: str | None = None) -> s
     return url
 
 
-def documents(ca: ThrowawayCA, clock: Clock, **kw: float) -> ClientDocuments:
+def documents(
+    ca: ThrowawayCA, clock: Clock, *, timeout_s: float = 10.0, **kw: float
+) -> ClientDocuments:
     fetcher = PublicFetcher(
         resolver=Resolver({"client.test": ["127.0.0.1"]}),
         allow=loopback_too,
         ssl_context=ca.client_context(),
         network=SpyNetwork(),
         ports=None,  # the test server listens on a random port
+        timeout_s=timeout_s,
     )
     return ClientDocuments(fetcher, clock=clock, **kw)  # type: ignore[arg-type]
 
@@ -226,11 +229,11 @@ async def test_a_known_document_is_served_stale_while_the_budget_is_spent(
     ca: ThrowawayCA, server: DocumentServer
 ) -> None:
     clock = Clock()
-    docs = documents(ca, clock, fetches_per_minute=2, default_ttl_s=60)
+    docs = documents(ca, clock, fetches_per_minute=2, default_ttl_s=30)
     known = publish(server, "/known.json")
     await docs.client(known)
     await docs.client(publish(server, "/flood.json"))  # the flood spends the budget
-    clock.now += 120  # the known document is no longer fresh
+    clock.now += 45  # no longer fresh, and the minute's budget is still spent
     assert (await docs.client(known)).client_id == known
     assert len(server.seen) == 2, "served from the stale copy, nothing fetched"
     with pytest.raises(DocumentRefused, match="Too many new applications"):
@@ -241,6 +244,7 @@ async def test_a_known_document_is_served_stale_while_the_budget_is_spent(
     ("answer", "served_stale"),
     [
         (Answer(503, b"down"), True),  # says nothing about the document
+        (Answer(body=b"{" + b" " * 50 + b"}", drip_s=0.05), True),  # too slow: timed out
         (Answer(404, b"gone"), False),  # withdrawn: refused at once despite the old copy
         (Answer(body=b'{"client_id": "https://elsewhere.test/x"}'), False),  # now invalid
     ],
@@ -249,7 +253,7 @@ async def test_after_a_failed_refetch_only_a_transient_failure_serves_the_old_co
     ca: ThrowawayCA, server: DocumentServer, answer: Answer, served_stale: bool
 ) -> None:
     clock = Clock()
-    docs = documents(ca, clock, default_ttl_s=60)
+    docs = documents(ca, clock, default_ttl_s=60, timeout_s=0.5)
     known = publish(server, "/known.json")
     await docs.client(known)
     server.answers["/known.json"] = answer
@@ -284,3 +288,71 @@ def _frames(exc: BaseException) -> list[object]:
         frames.append(tb)
         tb = tb.tb_next
     return frames
+
+
+async def test_a_stale_copy_is_served_only_for_stale_s_past_its_freshness(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, default_ttl_s=60, stale_s=600)
+    known = publish(server, "/known.json")
+    await docs.client(known)
+    server.answers["/known.json"] = Answer(503, b"down")
+    clock.now += 60 + 599
+    assert (await docs.client(known)).client_id == known
+    clock.now += 2  # now past freshness + stale_s: the copy is gone
+    with pytest.raises(DocumentRefused, match="HTTP 503"):
+        await docs.client(known)
+
+
+async def test_no_store_drops_an_older_cached_copy(ca: ThrowawayCA, server: DocumentServer) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, default_ttl_s=60)
+    url = publish(server, "/doc.json")
+    await docs.client(url)
+    clock.now += 61
+    publish(server, "/doc.json", cache="no-store")
+    await docs.client(url)  # refetched; no-store: nothing may be kept
+    server.answers["/doc.json"] = Answer(503, b"down")
+    with pytest.raises(DocumentRefused, match="HTTP 503"):
+        await docs.client(url)  # no stale copy to fall back on
+
+
+async def test_a_document_in_use_is_evicted_last(ca: ThrowawayCA, server: DocumentServer) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, cache_size=2)
+    used, other, newest = (publish(server, f"/{name}.json") for name in ("used", "other", "new"))
+    await docs.client(used)
+    await docs.client(other)
+    await docs.client(used)  # a cache hit moves it to the back of the eviction line
+    await docs.client(newest)  # the cache is full: "other" goes
+    fetched = len(server.seen)
+    await docs.client(used)
+    assert len(server.seen) == fetched, "the document in use stayed cached"
+    await docs.client(other)
+    assert len(server.seen) == fetched + 1, "the unused one was evicted"
+
+
+async def test_the_budget_refills_after_a_minute(ca: ThrowawayCA, server: DocumentServer) -> None:
+    clock = Clock()
+    docs = documents(ca, clock, fetches_per_minute=1)
+    await docs.client(publish(server, "/a.json"))
+    with pytest.raises(DocumentRefused, match="Too many new applications"):
+        await docs.client(publish(server, "/b.json"))
+    clock.now += 61
+    assert (await docs.client(publish(server, "/b.json"))).client_name == "Example client"
+
+
+async def test_one_caller_giving_up_does_not_cancel_the_shared_fetch(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    url = publish(server, "/slow.json")
+    server.answers["/slow.json"].drip_s = 0.002
+    docs = documents(ca, Clock())
+    impatient = asyncio.ensure_future(docs.client(url))
+    patient = asyncio.ensure_future(docs.client(url))
+    await asyncio.sleep(0.05)
+    impatient.cancel()
+    assert (await patient).client_id == url
+    assert impatient.cancelled()
+    assert len(server.seen) == 1

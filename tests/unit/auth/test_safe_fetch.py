@@ -15,7 +15,13 @@ import httpcore2
 import pytest
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
-from auth.safe_fetch import FetchRefused, IPAddress, PublicFetcher, is_public_address
+from auth.safe_fetch import (
+    FetchRefused,
+    IPAddress,
+    PublicFetcher,
+    is_public_address,
+    system_resolver,
+)
 
 NOT_PUBLIC = [
     "169.254.169.254",  # cloud metadata
@@ -127,10 +133,19 @@ async def test_a_certificate_for_another_name_is_refused(
 ) -> None:
     server.answers["/client.json"] = Answer(body=b"{}")
     resolver = Resolver({"elsewhere.test": ["127.0.0.1"]})
-    with pytest.raises(FetchRefused, match="could not be reached over https"):
+    with pytest.raises(FetchRefused, match="could not be reached over https") as caught:
         await fetcher(ca, resolver, SpyNetwork()).get(
             f"https://elsewhere.test:{server.port}/client.json"
         )
+    assert caught.value.transient, "says nothing about the document: a known one stays usable"
+
+
+async def test_a_closed_port_reads_like_any_other_connection_failure(ca: ThrowawayCA) -> None:
+    async with DocumentServer(ca.server_context()) as closed:
+        port = closed.port
+    with pytest.raises(FetchRefused, match="could not be reached over https") as caught:
+        await fetcher(ca, Resolver({}), SpyNetwork()).get(f"https://127.0.0.1:{port}/x")
+    assert caught.value.transient
 
 
 @pytest.mark.parametrize(
@@ -155,19 +170,22 @@ async def test_private_targets_are_never_connected_to(
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
-        ("https://nowhere.test/x", "does not resolve"),
+        ("https://nowhere.test/x", "does not resolve"),  # with Resolver({}): no real DNS
         ("https://a..b/x", "does not resolve"),  # getaddrinfo: UnicodeError, not OSError
         ("https://" + "l" * 64 + ".test/x", "does not resolve"),
         ("http://8.8.8.8/x", "Only https"),
         ("https://8.8.8.8/ä", "ASCII"),
         ("https://8.8.8.8:8443/x", "only from the standard https port"),
         ("https://8.8.8.8:22/x", "only from the standard https port"),
+        ("https://8.8.8.8:99999/x", "not valid"),
     ],
 )
 async def test_what_is_refused_before_any_connection(url: str, reason: str) -> None:
     network = SpyNetwork()
+    # The system resolver only for the names getaddrinfo refuses locally (no DNS query).
+    resolver = Resolver({}) if url.startswith("https://nowhere.") else system_resolver
     with pytest.raises(FetchRefused, match=reason):
-        await PublicFetcher(network=network).get(url)
+        await PublicFetcher(network=network, resolver=resolver).get(url)
     assert network.connected_to == []
 
 
@@ -225,7 +243,8 @@ async def test_a_slow_server_runs_into_the_deadline(
     ca: ThrowawayCA, server: DocumentServer
 ) -> None:
     server.answers["/slow"] = Answer(body=b"{" + b" " * 100 + b"}", drip_s=0.05)
-    with pytest.raises(FetchRefused, match=r"within 0\.5 s"):
+    with pytest.raises(FetchRefused, match=r"within 0\.5 s") as caught:
         await fetcher(ca, Resolver({}), SpyNetwork(), timeout_s=0.5).get(
             f"https://127.0.0.1:{server.port}/slow"
         )
+    assert caught.value.transient
