@@ -7,6 +7,8 @@ from urllib.parse import urlsplit
 
 from starlette.responses import HTMLResponse
 
+from auth.redirects import is_loopback
+
 _STYLE = """
 body{font-family:system-ui,sans-serif;max-width:28rem;margin:12vh auto;padding:0 1rem;color:#1d1d1f}
 h1{font-size:1.4rem}p{line-height:1.5}.who{color:#555;font-size:.95rem}
@@ -40,10 +42,6 @@ def security_headers(form_target: str | None = None, *, secure: bool = False) ->
     return headers
 
 
-def _is_loopback_host(host: str) -> bool:
-    return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
-
-
 def signin_page(
     *,
     client_name: str | None,
@@ -66,7 +64,7 @@ def signin_page(
     local = (
         '<p class="warn">You will be sent back to a program on <strong>this computer</strong>. '
         "Continue only if you started this sign-in from such a program yourself.</p>"
-        if _is_loopback_host(redirect_host)
+        if is_loopback(redirect_host)
         else ""
     )
     email = (

@@ -10,7 +10,7 @@ from auth.errors import OAuthError
 MAX_URI_LENGTH = 2000
 
 
-def _is_loopback(host: str | None) -> bool:
+def is_loopback(host: str | None) -> bool:
     if host is None:
         return False
     if host == "localhost":
@@ -44,7 +44,7 @@ def check_registrable(uri: str) -> None:
         )
     if not parts.hostname:
         raise OAuthError("invalid_redirect_uri", "A redirect URI has no host.")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise OAuthError(
             "invalid_redirect_uri", "Plain http redirect URIs are allowed only on loopback."
         )
@@ -64,12 +64,12 @@ def matches(requested: str, registered: tuple[str, ...]) -> bool:
         parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
         return False
-    if parts.scheme != "http" or not _is_loopback(parts.hostname):
+    if parts.scheme != "http" or not is_loopback(parts.hostname):
         return False
     portless = urlunsplit((parts.scheme, parts.hostname or "", parts.path, parts.query, ""))
     for uri in registered:
         candidate = urlsplit(uri)
-        if candidate.scheme == "http" and _is_loopback(candidate.hostname):
+        if candidate.scheme == "http" and is_loopback(candidate.hostname):
             bare = urlunsplit(
                 (candidate.scheme, candidate.hostname or "", candidate.path, candidate.query, "")
             )
