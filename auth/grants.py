@@ -227,16 +227,17 @@ class TokenService:
     async def verify_token(self, token: str) -> AccessToken | None:
         """The access token behind a bearer string, or None (unknown, expired, revoked,
         not an access token, or bound to another resource)."""
-        if self._hasher.kind_of(token) != "at":
-            return None  # refresh tokens, codes and foreign tokens are never bearer credentials
         token_hash = self._hasher.digest(token)
         now = self._clock()
+        # The cache holds only access tokens already verified, so a hit needs no tag check.
         cached = self._verified.get(token_hash)
         if cached is not None:
             if cached.expires_at > now:
                 return cached.access
             del self._verified[token_hash]
             return None
+        if self._hasher.kind_of(token) != "at":
+            return None  # refresh tokens, codes and foreign tokens are never bearer credentials
         found = await self._store.load_token(token_hash)
         if found is None:
             return None
