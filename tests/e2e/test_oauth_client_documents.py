@@ -71,6 +71,11 @@ def oauth_server(tmp_path: Path, ca: ThrowawayCA) -> Iterator[RunningServer]:
     stop_server(running)
 
 
+def document_server(ca: ThrowawayCA, address: str) -> DocumentServer:
+    # Port 443: the server fetches documents from the standard https port only.
+    return DocumentServer(ca.server_context(), host=address, port=443)
+
+
 def publish(documents: DocumentServer, host: str, document: dict[str, object]) -> str:
     """Serve ``document`` (its client_id set to its own URL unless given) at DOCUMENT_PATH."""
     url = f"https://{host}{DOCUMENT_PATH}"
@@ -92,8 +97,7 @@ async def sandbox_of(http: httpx2.AsyncClient, server: RunningServer) -> str:
 async def test_the_sdk_client_signs_in_with_its_metadata_document(
     oauth_server: RunningServer, ca: ThrowawayCA, public_address: str
 ) -> None:
-    # Port 443: the server fetches documents from the standard https port only.
-    async with DocumentServer(ca.server_context(), host=public_address, port=443) as documents:
+    async with document_server(ca, public_address) as documents:
         url = publish(
             documents,
             public_address,
@@ -135,8 +139,7 @@ async def test_the_sdk_client_signs_in_with_its_metadata_document(
 async def test_a_document_naming_another_client_id_stops_the_sign_in(
     oauth_server: RunningServer, ca: ThrowawayCA, public_address: str
 ) -> None:
-    # Port 443: the server fetches documents from the standard https port only.
-    async with DocumentServer(ca.server_context(), host=public_address, port=443) as documents:
+    async with document_server(ca, public_address) as documents:
         url = publish(
             documents,
             public_address,

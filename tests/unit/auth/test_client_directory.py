@@ -46,6 +46,12 @@ def publish(server: DocumentServer, redirect_uris: list[str], name: str = "Doc c
     return url
 
 
+def document_flow(ca: ThrowawayCA, store: SqlAuthStore) -> SigninFlow:
+    """A sign-in flow that accepts metadata documents served by the test server."""
+    directory = ClientDirectory(store, documents(ca, Clock()))
+    return SigninFlow(CONFIG, directory, TokenHasher(b"k" * 32), ExpiringMap(9))
+
+
 def authorize(client_id: str, challenge: str) -> dict[str, str]:
     return {
         "client_id": client_id,
@@ -119,12 +125,7 @@ async def test_a_refused_document_is_explained_on_the_local_page_and_stores_noth
     ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
 ) -> None:
     url = publish(server, ["http://evil.example/cb"])
-    flow = SigninFlow(
-        CONFIG,
-        ClientDirectory(store, documents(ca, Clock())),
-        TokenHasher(b"k" * 32),
-        ExpiringMap(9),
-    )
+    flow = document_flow(ca, store)
     _, challenge = pkce_pair()
     with pytest.raises(LocalError) as caught:
         await flow.start(authorize(url, challenge))
@@ -144,12 +145,7 @@ async def test_a_document_loopback_redirect_may_use_any_port(
     ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
 ) -> None:
     url = publish(server, ["http://127.0.0.1/cb"])
-    flow = SigninFlow(
-        CONFIG,
-        ClientDirectory(store, documents(ca, Clock())),
-        TokenHasher(b"k" * 32),
-        ExpiringMap(9),
-    )
+    flow = document_flow(ca, store)
     _, challenge = pkce_pair()
     params = {**authorize(url, challenge), "redirect_uri": "http://127.0.0.1:51234/cb"}
     pending = await flow.start(params)
