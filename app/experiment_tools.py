@@ -14,7 +14,8 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from app.calls import Progress, ToolRunner
-from app.experiments.manager import CreateRequest, ExperimentManager
+from app.experiments.creation import CreateRequest
+from app.experiments.manager import ExperimentManager
 from app.experiments.views import (
     CreatedExperiment,
     DestroyReport,

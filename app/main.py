@@ -29,7 +29,8 @@ from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
 from app.evidence_tools import ResourceReader, register_evidence_tools, register_resources
 from app.experiment_tools import register_experiment_tools
 from app.experiments.jobs import JobRegistry
-from app.experiments.manager import ExperimentManager, ExperimentOptions
+from app.experiments.manager import ExperimentManager
+from app.experiments.options import ExperimentOptions
 from app.experiments.records import ExperimentRecords
 from app.experiments.workspace import Owner
 from app.file_tools import register_file_tools

@@ -9,12 +9,8 @@ every state transition, is recorded before the caller gets an answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
@@ -24,17 +20,17 @@ from app.experiments import evidence, project, testing, workspace
 from app.experiments.artifacts import ArtifactList
 from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.compare import Comparison, recommend
+from app.experiments.creation import CreateRequest, ExperimentCreator, forwarded_env
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
-    ModeRefused,
     ProjectSourceError,
     TestsNotDetected,
-    TooManyExperiments,
 )
 from app.experiments.jobs import JobRegistry
+from app.experiments.options import ExperimentOptions
 from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, JobRow
-from app.experiments.shelf import ArtifactShelf, fingerprint
+from app.experiments.shelf import ArtifactShelf
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
 from app.experiments.views import (
@@ -45,54 +41,16 @@ from app.experiments.views import (
     JobView,
     RuntimeView,
 )
-from app.experiments.workspace import ExperimentDirs, Owner
+from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import (
-    ContainerSpec,
-    GitSource,
-    Limits,
-    NetworkMode,
     SandboxBackend,
 )
-from jail import CallContext, resolve_env
+from jail import CallContext
 
 log = structlog.get_logger(__name__)
 
 # get_job_result waits at most this long: MCP clients give up after about a minute.
 MAX_RESULT_WAIT_S = 45.0
-
-
-@dataclass(frozen=True)
-class ExperimentOptions:
-    hosted: bool
-    default_image: str
-    max_experiments: int = 3
-    sync_wait_s: float = 45.0
-    default_timeout_s: float = 600.0
-    max_timeout_s: float = 1800.0
-    max_output_bytes: int = 1_048_576
-    owner: Owner | None = None
-    snapshot_excludes: tuple[str, ...] = ()
-    strict_env: bool = True
-    egress_allowed: bool = False
-    ceilings: Mapping[str, float] = field(default_factory=dict)
-    artifact_dir: Path = Path("/nonexistent")
-    artifact_ttl_s: float = 86_400
-
-
-@dataclass(frozen=True)
-class CreateRequest:
-    name: str = ""
-    goal: str = ""
-    image: str | None = None
-    files: Mapping[str, str] | None = None
-    project_path: str | None = None
-    from_experiment: str | None = None
-    git_url: str | None = None
-    git_ref: str | None = None
-    setup_commands: Sequence[str] = ()
-    network: NetworkMode = "none"
-    limits: Limits = field(default_factory=Limits)
-    env: Sequence[str] = ()
 
 
 class ExperimentManager:
@@ -109,9 +67,9 @@ class ExperimentManager:
         self._jobs = jobs
         self._options = options
         self._clock = clock
-        self._creating: dict[str, int] = {}
         self.shelf = ArtifactShelf(records, options.artifact_dir, options.artifact_ttl_s, clock)
         self._commands = CommandRunner(records, backend, jobs, options.max_output_bytes, clock)
+        self._creator = ExperimentCreator(records, backend, self._commands, options, clock)
 
     def is_busy(self, sandbox_key: str) -> bool:
         return self._jobs.is_busy(sandbox_key)
@@ -119,161 +77,7 @@ class ExperimentManager:
     # -- create ------------------------------------------------------------------
 
     async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
-        key = call.sandbox_key
-        assert call.slot_root is not None, "create_experiment takes a slot"
-        given = (request.files, request.project_path, request.from_experiment, request.git_url)
-        if len([source for source in given if source]) > 1:
-            raise ProjectSourceError(
-                "Give at most one project source: files, project_path, from_experiment or git."
-            )
-        if request.git_url and request.git_url.startswith("/") and self._options.hosted:
-            raise ModeRefused(
-                "A git repository on the server's own disk is refused on a hosted server; "
-                "give an https URL."
-            )
-        if request.project_path and self._options.hosted:
-            raise ModeRefused(
-                "project_path reads the server's own disk and is refused on a hosted server; "
-                "send the project as files instead."
-            )
-        copy_from = None
-        if request.from_experiment:
-            source = await self._get(call, request.from_experiment)
-            if source.state is State.DESTROYED:
-                raise InvalidTransition(
-                    "That experiment was destroyed; its files are gone.", state=source.state.value
-                )
-            copy_from = ExperimentDirs.of(call.slot_root, source.experiment_id)
-        env = self._env(request.env)
-        live = len(await self._records.of_sandbox(key, include_destroyed=False))
-        if live + self._creating.get(key, 0) >= self._options.max_experiments:
-            raise TooManyExperiments(
-                f"Your sandbox already has {self._options.max_experiments} live experiments; "
-                "destroy one with destroy_experiment first.",
-                limit=self._options.max_experiments,
-            )
-        self._creating[key] = self._creating.get(key, 0) + 1
-        try:
-            return await self._create(call, request, copy_from, env)
-        finally:
-            self._creating[key] -= 1
-
-    async def _create(
-        self,
-        call: CallContext,
-        request: CreateRequest,
-        copy_from: ExperimentDirs | None,
-        env: dict[str, str],
-    ) -> CreatedExperiment:
-        assert call.slot_root is not None
-        now = self._clock()
-        experiment_id = "exp_" + uuid.uuid4().hex[:12]
-        image = request.image or self._options.default_image
-        record = Experiment(
-            experiment_id=experiment_id,
-            sandbox_key=call.sandbox_key,
-            name=(request.name or experiment_id)[:200],
-            goal=request.goal[:4000],
-            state=State.CREATING,
-            image=image,
-            container_id=None,
-            isolation={},
-            warnings=[],
-            source="empty",
-            created_at=now,
-            updated_at=now,
-            findings=None,
-        )
-        await self._records.add(record, "create_experiment called")
-        dirs = ExperimentDirs.of(call.slot_root, experiment_id)
-        try:
-            prepared = await workspace.prepare(
-                dirs,
-                files=request.files,
-                project_path=Path(request.project_path) if request.project_path else None,
-                copy_from=copy_from,
-                excludes=self._options.snapshot_excludes,
-                owner=self._options.owner,
-                clone=self._cloner(request) if request.git_url else None,
-            )
-            container = await self._backend.create(
-                ContainerSpec(
-                    experiment_id=experiment_id,
-                    sandbox_label=fingerprint(call.sandbox_key),
-                    image=image,
-                    workspace=dirs.workspace,
-                    network=request.network,
-                    limits=request.limits,
-                    env=env,
-                )
-            )
-        except Exception as exc:
-            await self._records.transition(
-                experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
-            )
-            await workspace.remove(dirs)
-            raise
-        await self._records.transition(
-            experiment_id,
-            State.READY,
-            "container started",
-            self._clock(),
-            container_id=container.container_id,
-            isolation=asdict(container.isolation),
-            warnings=list(container.warnings),
-            source=prepared.source,
-        )
-        setup: list[JobView] = []
-        for command in request.setup_commands:
-            job = await self._run_and_record(
-                call.sandbox_key,
-                experiment_id,
-                container.container_id,
-                command,
-                "setup",
-                self._options.default_timeout_s,
-                env,
-            )
-            setup.append(job)
-            if job.status != "completed":
-                break
-        view = await self.get(call, experiment_id)
-        return CreatedExperiment(
-            **view.model_dump(exclude={"notes", "idle_expiry_s"}),
-            setup=setup,
-            files_copied=prepared.files,
-            secrets_skipped=prepared.secrets_skipped,
-        )
-
-    def _cloner(self, request: CreateRequest) -> workspace.Cloner:
-        assert request.git_url is not None
-        url = request.git_url
-        # Local mode may clone a repository on this machine; it is mounted read-only.
-        source = (
-            GitSource(url="", ref=request.git_ref, local_path=Path(url))
-            if url.startswith("/")
-            else GitSource(url=url, ref=request.git_ref)
-        )
-
-        async def clone(target: Path) -> int:
-            result = await self._backend.clone(source, target)
-            if result.exit_code != 0:
-                tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-                raise ProjectSourceError(
-                    "git could not clone the repository"
-                    + (" (it timed out)" if result.timed_out else "")
-                    + (f": {' / '.join(tail)}" if tail else "")
-                    + "; check the URL and the ref.",
-                )
-            return await asyncio.to_thread(_count_files, target)
-
-        return clone
-
-    def _env(self, requests: Sequence[str]) -> dict[str, str]:
-        # A hosted server forwards nothing of its own environment: even the error for
-        # an unset name would tell a tenant which names the server has.
-        host_env: Mapping[str, str] = {} if self._options.hosted else os.environ
-        return resolve_env(list(requests), host_env, strict=self._options.strict_env)
+        return await self._creator.create(call, request)
 
     # -- run -----------------------------------------------------------------------
 
@@ -360,7 +164,13 @@ class ExperimentManager:
         timeout = self._timeout(timeout_s, warnings)
         running = await self._commands.start(
             Command(
-                call.sandbox_key, experiment, command, kind, timeout, self._env(env), background
+                call.sandbox_key,
+                experiment,
+                command,
+                kind,
+                timeout,
+                forwarded_env(self._options, env),
+                background,
             ),
             tests,
         )
@@ -378,27 +188,6 @@ class ExperimentManager:
                 f"wait with get_job_result using job_id {job_id}."
             )
         return view
-
-    async def _run_and_record(
-        self,
-        sandbox_key: str,
-        experiment_id: str,
-        container_id: str,
-        command: str,
-        kind: str,
-        timeout_s: float,
-        env: dict[str, str],
-    ) -> JobView:
-        experiment = await self._records.load(sandbox_key, experiment_id)
-        assert experiment is not None
-        running = await self._commands.start(
-            Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False)
-        )
-        with contextlib.suppress(Exception):
-            await running.task
-        row = await self._records.load_job(sandbox_key, running.job_id)
-        assert row is not None
-        return JobView.of(row)
 
     async def runtime(self) -> RuntimeView:
         info = await self._backend.info()
@@ -602,7 +391,3 @@ class ExperimentManager:
             log.warning("experiments.sweep_skipped", code=exc.code, reason=exc.message)
             swept = 0
         return {"lost_jobs": lost, "experiments_gone": gone, "orphans_swept": swept}
-
-
-def _count_files(root: Path) -> int:
-    return sum(1 for path in root.rglob("*") if ".git" not in path.relative_to(root).parts)

@@ -1,0 +1,256 @@
+"""Creating an experiment: check the request, prepare its workspace, start its
+container, run its setup commands; every step recorded before the caller hears of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from app.experiments import workspace
+from app.experiments.commands import Command, CommandRunner
+from app.experiments.errors import (
+    ExperimentNotFound,
+    InvalidTransition,
+    ModeRefused,
+    ProjectSourceError,
+    TooManyExperiments,
+)
+from app.experiments.options import ExperimentOptions
+from app.experiments.records import Experiment, ExperimentRecords
+from app.experiments.shelf import fingerprint
+from app.experiments.states import State
+from app.experiments.views import CreatedExperiment, ExperimentView, JobView
+from app.experiments.workspace import ExperimentDirs
+from app.runtime.backend import ContainerSpec, GitSource, Limits, NetworkMode, SandboxBackend
+from jail import CallContext, resolve_env
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    name: str = ""
+    goal: str = ""
+    image: str | None = None
+    files: Mapping[str, str] | None = None
+    project_path: str | None = None
+    from_experiment: str | None = None
+    git_url: str | None = None
+    git_ref: str | None = None
+    setup_commands: Sequence[str] = ()
+    network: NetworkMode = "none"
+    limits: Limits = field(default_factory=Limits)
+    env: Sequence[str] = ()
+
+
+def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
+    """The environment a command asked for, after the credential policy."""
+    # A hosted server forwards nothing of its own environment: even the error for
+    # an unset name would tell a tenant which names the server has.
+    host_env: Mapping[str, str] = {} if options.hosted else os.environ
+    return resolve_env(list(requests), host_env, strict=options.strict_env)
+
+
+class ExperimentCreator:
+    def __init__(
+        self,
+        records: ExperimentRecords,
+        backend: SandboxBackend,
+        commands: CommandRunner,
+        options: ExperimentOptions,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._records = records
+        self._backend = backend
+        self._commands = commands
+        self._options = options
+        self._clock = clock
+        # Creations in flight per sandbox key: they count against max_experiments too.
+        self._creating: dict[str, int] = {}
+
+    async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
+        key = call.sandbox_key
+        assert call.slot_root is not None, "create_experiment takes a slot"
+        given = (request.files, request.project_path, request.from_experiment, request.git_url)
+        if len([source for source in given if source]) > 1:
+            raise ProjectSourceError(
+                "Give at most one project source: files, project_path, from_experiment or git."
+            )
+        if request.git_url and request.git_url.startswith("/") and self._options.hosted:
+            raise ModeRefused(
+                "A git repository on the server's own disk is refused on a hosted server; "
+                "give an https URL."
+            )
+        if request.project_path and self._options.hosted:
+            raise ModeRefused(
+                "project_path reads the server's own disk and is refused on a hosted server; "
+                "send the project as files instead."
+            )
+        copy_from = None
+        if request.from_experiment:
+            source = await self._owned(call, request.from_experiment)
+            if source.state is State.DESTROYED:
+                raise InvalidTransition(
+                    "That experiment was destroyed; its files are gone.", state=source.state.value
+                )
+            copy_from = ExperimentDirs.of(call.slot_root, source.experiment_id)
+        env = forwarded_env(self._options, request.env)
+        live = len(await self._records.of_sandbox(key, include_destroyed=False))
+        if live + self._creating.get(key, 0) >= self._options.max_experiments:
+            raise TooManyExperiments(
+                f"Your sandbox already has {self._options.max_experiments} live experiments; "
+                "destroy one with destroy_experiment first.",
+                limit=self._options.max_experiments,
+            )
+        self._creating[key] = self._creating.get(key, 0) + 1
+        try:
+            return await self._create(call, request, copy_from, env)
+        finally:
+            self._creating[key] -= 1
+
+    async def _create(
+        self,
+        call: CallContext,
+        request: CreateRequest,
+        copy_from: ExperimentDirs | None,
+        env: dict[str, str],
+    ) -> CreatedExperiment:
+        assert call.slot_root is not None
+        now = self._clock()
+        experiment_id = "exp_" + uuid.uuid4().hex[:12]
+        image = request.image or self._options.default_image
+        record = Experiment(
+            experiment_id=experiment_id,
+            sandbox_key=call.sandbox_key,
+            name=(request.name or experiment_id)[:200],
+            goal=request.goal[:4000],
+            state=State.CREATING,
+            image=image,
+            container_id=None,
+            isolation={},
+            warnings=[],
+            source="empty",
+            created_at=now,
+            updated_at=now,
+            findings=None,
+        )
+        await self._records.add(record, "create_experiment called")
+        dirs = ExperimentDirs.of(call.slot_root, experiment_id)
+        try:
+            prepared = await workspace.prepare(
+                dirs,
+                files=request.files,
+                project_path=Path(request.project_path) if request.project_path else None,
+                copy_from=copy_from,
+                excludes=self._options.snapshot_excludes,
+                owner=self._options.owner,
+                clone=self._cloner(request) if request.git_url else None,
+            )
+            container = await self._backend.create(
+                ContainerSpec(
+                    experiment_id=experiment_id,
+                    sandbox_label=fingerprint(call.sandbox_key),
+                    image=image,
+                    workspace=dirs.workspace,
+                    network=request.network,
+                    limits=request.limits,
+                    env=env,
+                )
+            )
+        except Exception as exc:
+            await self._records.transition(
+                experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
+            )
+            await workspace.remove(dirs)
+            raise
+        await self._records.transition(
+            experiment_id,
+            State.READY,
+            "container started",
+            self._clock(),
+            container_id=container.container_id,
+            isolation=asdict(container.isolation),
+            warnings=list(container.warnings),
+            source=prepared.source,
+        )
+        setup: list[JobView] = []
+        for command in request.setup_commands:
+            job = await self._run_and_record(
+                call.sandbox_key,
+                experiment_id,
+                container.container_id,
+                command,
+                "setup",
+                self._options.default_timeout_s,
+                env,
+            )
+            setup.append(job)
+            if job.status != "completed":
+                break
+        created = await self._owned(call, experiment_id)
+        view = ExperimentView.of(created, await self._records.jobs_of(experiment_id))
+        return CreatedExperiment(
+            **view.model_dump(exclude={"notes", "idle_expiry_s"}),
+            setup=setup,
+            files_copied=prepared.files,
+            secrets_skipped=prepared.secrets_skipped,
+        )
+
+    def _cloner(self, request: CreateRequest) -> workspace.Cloner:
+        assert request.git_url is not None
+        url = request.git_url
+        # Local mode may clone a repository on this machine; it is mounted read-only.
+        source = (
+            GitSource(url="", ref=request.git_ref, local_path=Path(url))
+            if url.startswith("/")
+            else GitSource(url=url, ref=request.git_ref)
+        )
+
+        async def clone(target: Path) -> int:
+            result = await self._backend.clone(source, target)
+            if result.exit_code != 0:
+                tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+                raise ProjectSourceError(
+                    "git could not clone the repository"
+                    + (" (it timed out)" if result.timed_out else "")
+                    + (f": {' / '.join(tail)}" if tail else "")
+                    + "; check the URL and the ref.",
+                )
+            return await asyncio.to_thread(_count_files, target)
+
+        return clone
+
+    async def _run_and_record(
+        self,
+        sandbox_key: str,
+        experiment_id: str,
+        container_id: str,
+        command: str,
+        kind: str,
+        timeout_s: float,
+        env: dict[str, str],
+    ) -> JobView:
+        experiment = await self._records.load(sandbox_key, experiment_id)
+        assert experiment is not None
+        running = await self._commands.start(
+            Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False)
+        )
+        with contextlib.suppress(Exception):
+            await running.task
+        row = await self._records.load_job(sandbox_key, running.job_id)
+        assert row is not None
+        return JobView.of(row)
+
+    async def _owned(self, call: CallContext, experiment_id: str) -> Experiment:
+        experiment = await self._records.load(call.sandbox_key, experiment_id)
+        if experiment is None:
+            raise ExperimentNotFound("experiment", experiment_id)
+        return experiment
+
+
+def _count_files(root: Path) -> int:
+    return sum(1 for path in root.rglob("*") if ".git" not in path.relative_to(root).parts)

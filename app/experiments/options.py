@@ -1,0 +1,27 @@
+"""What the operator configured for experiments (built from Settings in app/main.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.experiments.workspace import Owner
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    hosted: bool
+    default_image: str
+    max_experiments: int = 3
+    sync_wait_s: float = 45.0
+    default_timeout_s: float = 600.0
+    max_timeout_s: float = 1800.0
+    max_output_bytes: int = 1_048_576
+    owner: Owner | None = None
+    snapshot_excludes: tuple[str, ...] = ()
+    strict_env: bool = True
+    egress_allowed: bool = False
+    ceilings: Mapping[str, float] = field(default_factory=dict)
+    artifact_dir: Path = Path("/nonexistent")
+    artifact_ttl_s: float = 86_400
