@@ -36,6 +36,7 @@ from app.experiments.workspace import Owner
 from app.file_tools import register_file_tools
 from app.health import HealthEndpoint, PoolStats
 from app.hsts import StrictTransportSecurity
+from app.mcp_server import SandboxMCPServer
 from app.metrics import Metrics, MetricsEndpoint
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
@@ -295,7 +296,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         queue_wait_s=settings.queue_wait_s,
         on_call=metrics.tool_call,
     )
-    mcp = MCPServer(
+    mcp = SandboxMCPServer(
         "sandbox-mcp",
         version=service_version(),
         instructions=INSTRUCTIONS,
