@@ -195,3 +195,42 @@ async def test_every_tool_refuses_hostile_input_with_a_code_and_a_sentence(
     assert "INVALID_ARGUMENT" in codes
     ran_on_host = await asyncio.to_thread(PWNED.exists)
     assert not ran_on_host, "a command ran on the host, not in the container"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "sandbox://experiments/../../etc/passwd",
+        "sandbox://experiments/%2e%2e/logs",
+        "sandbox://experiments/exp_x/artifacts/../../../etc/shadow",
+        "sandbox://experiments/exp_x/artifacts/%00",
+        "sandbox://experiments/" + "x" * 10_000,
+        "sandbox://experiments/exp_000000000000/logs",
+        "file:///etc/passwd",
+        "http://169.254.169.254/latest/meta-data",
+    ],
+)
+async def test_hostile_resource_uris_are_json_rpc_errors(server: RunningServer, uri: str) -> None:
+    async with httpx2.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            server.mcp_url,
+            json={
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "resources/read",
+                "params": {"uri": uri, "_meta": META},
+            },
+            headers={
+                "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2026-07-28",
+                "mcp-method": "resources/read",
+                "mcp-name": uri,
+            },
+        )
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert error["code"] == -32602, error
+    assert isinstance(error["message"], str)
+    for leak in LEAKS:
+        assert leak not in response.text
+    assert "Traceback" not in server.log()
