@@ -26,9 +26,14 @@ RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv \
     && rm -rf /opt/uv /root/.cache
 
 # A non-root user; it reaches the engine through the socket's group at run time
-# (docker run --group-add $(stat -c %g /var/run/docker.sock) ...).
-RUN useradd --system --uid 10001 --home-dir /state --shell /usr/sbin/nologin sandbox-mcp \
+# (docker run --group-add $(stat -c %g /var/run/docker.sock) ...). Only root can
+# hand files to another uid, so sandbox commands run as this same uid: they own
+# the workspaces this server creates (each sandbox sees only its own).
+RUN groupadd --system --gid 10001 sandbox-mcp \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /state \
+       --shell /usr/sbin/nologin sandbox-mcp \
     && mkdir -p /state && chown sandbox-mcp /state && chmod 0700 /state
+ENV SANDBOX_MCP_SANDBOX_USER=10001:10001
 USER sandbox-mcp
 VOLUME /state
 EXPOSE 8000

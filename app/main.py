@@ -365,6 +365,9 @@ def build_backend(settings: Settings) -> DockerBackend:
     return DockerBackend(
         slots_base=slots_base(settings),
         allowed_images=settings.image_list,
+        host_paths=(
+            (settings.state_dir, settings.host_state_dir) if settings.host_state_dir else None
+        ),
         default_image=settings.default_image,
         ceilings=Ceilings(
             cpus=settings.max_cpus,

@@ -189,6 +189,13 @@ class Settings(BaseSettings):
             "default: a key created 0600 in the state dir at first start."
         ),
     )
+    host_state_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Where the state dir is on the Docker host, when this server runs in a container "
+            "that mounts it under another path; unset: the same path."
+        ),
+    )
     metrics_token: SecretStr | None = Field(
         default=None,
         description=(
@@ -247,6 +254,13 @@ class Settings(BaseSettings):
             raise ValueError("must use https unless the host is loopback (OAuth 2.1 requires TLS)")
         # The issuer is derived from it and must not end with a slash (RFC 8414 section 2).
         return value.rstrip("/")
+
+    @field_validator("host_state_dir")
+    @classmethod
+    def _check_host_state_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError("must be an absolute path on the Docker host")
+        return value
 
     @field_validator("metrics_token")
     @classmethod

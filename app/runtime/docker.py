@@ -142,6 +142,7 @@ class DockerBackend:
         *,
         slots_base: Path,
         allowed_images: tuple[str, ...],
+        host_paths: tuple[Path, Path] | None = None,
         default_image: str | None = None,
         ceilings: Ceilings | None = None,
         max_containers: int = 300,
@@ -173,6 +174,9 @@ class DockerBackend:
         if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
             raise ConfigurationError("home must be an absolute path other than / and /tmp.")
         self._slots_base = slots_base
+        # (as this process sees it, as the Docker engine sees it): bind-mount sources
+        # are the engine's paths, which differ when this server runs in a container.
+        self._host_paths = host_paths
         self._allowed = allowed_images
         self._default_image = default_image or allowed_images[0]
         self._ceilings = ceilings or Ceilings()
@@ -196,6 +200,16 @@ class DockerBackend:
         self._host_cpus: float | None = None
         self._jobs = JobTable()
         self._helpers: set[str] = set()  # clone helpers running in this process
+
+    def _engine_path(self, path: Path) -> str:
+        """``path`` as the Docker engine sees it (see ``host_paths``)."""
+        if self._host_paths is None:
+            return str(path)
+        ours, engines = self._host_paths
+        for base in (ours, ours.resolve()):
+            if path.is_relative_to(base):
+                return str(engines / path.relative_to(base))
+        return str(path)
 
     # -- seam ------------------------------------------------------------------------
 
@@ -225,7 +239,7 @@ class DockerBackend:
         workspace = await self._offload.call(check_workspace, spec.workspace, self._slots_base)
         api = await self._api()
         limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._cpus(api))
-        mounts = [Mount(target=WORKSPACE, source=str(workspace), type="bind")]
+        mounts = [Mount(target=WORKSPACE, source=self._engine_path(workspace), type="bind")]
         labels = {
             self._managed: "1",
             f"{self._prefix}.experiment": spec.experiment_id,
@@ -410,7 +424,7 @@ class DockerBackend:
         await self._offload.call(require_empty, real_workspace)
         api = await self._api()
         limits, _ = clamp_limits(GIT_LIMITS, self._ceilings, await self._cpus(api))
-        mounts = [Mount(target=WORKSPACE, source=str(real_workspace), type="bind")]
+        mounts = [Mount(target=WORKSPACE, source=self._engine_path(real_workspace), type="bind")]
         if plan.local_source is not None:
             source_mount = Mount(
                 target=SOURCE, source=str(plan.local_source), type="bind", read_only=True
@@ -704,6 +718,14 @@ def _translate(exc: BaseException, container_id: str | None) -> RuntimeFailure:
     if isinstance(exc, docker.errors.APIError):
         if container_id is not None and exc.status_code == 409:
             return ContainerGone(container_id)  # "container ... is not running"
+        if "bind source path does not exist" in str(exc.explanation or ""):
+            # The engine looks for the workspace on its own filesystem: a server in a
+            # container whose state dir is mounted from another path must say where.
+            return RuntimeUnavailable(
+                "the Docker engine cannot see the sandbox folders at the path this server "
+                "uses; the operator must mount the state dir at the same path on both "
+                "sides or set SANDBOX_MCP_HOST_STATE_DIR"
+            )
         return RuntimeUnavailable(f"the Docker engine refused the request (HTTP {exc.status_code})")
     return RuntimeUnavailable("the Docker engine cannot be reached")
 

@@ -1,0 +1,160 @@
+"""The server's own image (Dockerfile): built here, run as documented, an experiment through it.
+
+No registry is reachable, so the image is built FROM the locally built
+``sandbox-mcp/python:3`` (``deploy/build-base-image``; the Dockerfile takes any
+Debian 12 image with python3 as BASE). Its dependencies come from PyPI during the
+build (``--network host``: the build steps use the host's network, as `pip` on
+the host does); a thin layer adds the host's CA bundle, because PyPI may be
+reached through a TLS-inspecting proxy that only the host trusts.
+
+Then the image runs as the README says (non-root, the state dir mounted from a
+host folder under another path, SANDBOX_MCP_HOST_STATE_DIR, the Docker socket),
+and an agent signs in and runs a command in an experiment the containerized
+server creates: the docker-out-of-docker paths and the file ownership are what
+this proves.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import httpx2
+import pytest
+from e2e_server import RunningServer, free_port
+from oauth_browser import ManualClient, tool
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_IMAGE = "sandbox-mcp/python:3"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+TAG = "sandbox-mcp:e2e-image"
+
+
+def sh(*args: str, timeout: float = 900) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, (
+        f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    client = docker.from_env()
+    try:
+        client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{BASE_IMAGE} is missing: run deploy/build-base-image (.ci/run does)")
+    finally:
+        client.close()
+    base = tmp_path_factory.mktemp("ca-base")
+    shutil.copy(CA_BUNDLE, base / "ca-certificates.crt")
+    (base / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\n"
+        "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
+        "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt "
+        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt UV_NATIVE_TLS=1\n"
+    )
+    sh("docker", "build", "-q", "-t", "sandbox-mcp/python-ca:e2e", str(base))
+    started = time.monotonic()
+    sh(
+        "docker", "build", "-q", "--network", "host",
+        "--build-arg", "BASE=sandbox-mcp/python-ca:e2e", "-t", TAG, str(REPO),
+    )  # fmt: skip
+    print(f"server image built in {time.monotonic() - started:.1f} s")
+    return TAG
+
+
+@pytest.fixture
+def served(image: str, tmp_path: Path) -> Iterator[RunningServer]:
+    """The image, run as the README says; the host's state folder is not /state."""
+    state = tmp_path / "host-state"
+    state.mkdir()
+    os.chown(state, 10001, 10001)
+    state.chmod(0o700)
+    port = free_port()
+    socket_gid = os.stat("/var/run/docker.sock").st_gid
+    container_id = sh(
+        "docker", "run", "-d", "--network", "host",
+        "-e", "SANDBOX_MCP_HOST=127.0.0.1", "-e", f"SANDBOX_MCP_PORT={port}",
+        "-e", f"SANDBOX_MCP_PUBLIC_URL=http://127.0.0.1:{port}",
+        "-e", "SANDBOX_MCP_POOL_SIZE=2",
+        "-v", f"{state}:/state", "-e", f"SANDBOX_MCP_HOST_STATE_DIR={state}",
+        "-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", str(socket_gid),
+        image,
+    ).strip()  # fmt: skip
+    server = RunningServer(f"http://127.0.0.1:{port}", None, state / "unused.log")  # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx2.get(f"{server.base_url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError(sh("docker", "logs", container_id))
+        yield server
+    finally:
+        logs = subprocess.run(["docker", "logs", container_id], capture_output=True, text=True)
+        subprocess.run(["docker", "rm", "-f", container_id], capture_output=True, check=False)
+        client = docker.from_env()
+        for leftover in client.containers.list(
+            all=True, filters={"label": "io.sandbox-mcp.managed"}
+        ):
+            if leftover.attrs["HostConfig"]["Binds"] is None and any(
+                str(m.get("Source", "")).startswith(str(state)) for m in leftover.attrs["Mounts"]
+            ):
+                leftover.remove(force=True)
+        client.close()
+        print(logs.stderr[-2000:])
+
+
+def test_the_image_is_non_root_with_a_health_check_and_no_socket_inside(image: str) -> None:
+    client = docker.from_env()
+    try:
+        config = client.images.get(image).attrs["Config"]
+    finally:
+        client.close()
+    assert config["User"] == "sandbox-mcp"
+    assert "/health" in " ".join(config["Healthcheck"]["Test"])
+    assert config["Entrypoint"] == ["sandbox-mcp"]
+    assert "SANDBOX_MCP_SANDBOX_USER=10001:10001" in config["Env"]
+    listing = sh(
+        "docker", "run", "--rm", "--network", "none", "--entrypoint", "ls", image, "-a", "/var/run"
+    )
+    assert "docker.sock" not in listing
+
+
+async def test_an_agent_runs_a_command_through_the_containerized_server(
+    served: RunningServer,
+) -> None:
+    async with httpx2.AsyncClient(timeout=120) as http:
+        client = await ManualClient.register(http, served.base_url)
+        token = (await client.tokens(http))["access_token"]
+        made = await tool(http, served, token, "create_experiment", {"files": {"a.txt": "hello"}})
+        assert not made["is_error"], made
+        ran = await tool(
+            http,
+            served,
+            token,
+            "execute_experiment",
+            {"experiment_id": made["experiment_id"], "command": "cat a.txt; echo new > b.txt"},
+        )
+        assert ran["exit_code"] == 0, ran
+        assert ran["stdout"] == "hello"
+        read = await tool(
+            http,
+            served,
+            token,
+            "read_sandbox_file",
+            {"experiment_id": made["experiment_id"], "path": "b.txt"},
+        )
+        assert read["content"] == "new\n"
