@@ -1,29 +1,35 @@
 # The server's own image. It talks to the host's Docker engine through the
 # socket mounted at run time (never baked in, never passed on to a sandbox).
 #   docker build -t sandbox-mcp .
-#   docker run -v /var/run/docker.sock:/var/run/docker.sock -v /srv/sandbox-mcp:/state ... sandbox-mcp
+#   docker run -v /var/run/docker.sock:/var/run/docker.sock -v /srv/sandbox-mcp:/state \
+#     -e SANDBOX_MCP_HOST_STATE_DIR=/srv/sandbox-mcp ... sandbox-mcp   (README: Deploying)
 # BASE can name any Debian 12 image with python3 (3.11), e.g. a locally built one
 # where no registry is reachable: --build-arg BASE=sandbox-mcp/python:3
 ARG BASE=python:3.11-slim-bookworm
-FROM ${BASE}
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    UV_PROJECT_ENVIRONMENT=/opt/sandbox-mcp \
-    PATH=/opt/sandbox-mcp/bin:$PATH \
-    SANDBOX_MCP_STATE_DIR=/state \
-    SANDBOX_MCP_HOST=0.0.0.0 \
-    SANDBOX_MCP_PORT=8000
-
+# Build stage: uv resolves the locked dependencies into /opt/sandbox-mcp. The
+# dependencies are their own layer, so a code change does not download them again.
+FROM ${BASE} AS build
+ENV UV_PROJECT_ENVIRONMENT=/opt/sandbox-mcp UV_LINK_MODE=copy
+RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
+RUN /opt/uv/bin/uv sync --frozen --no-dev --no-install-project --no-editable
 COPY app ./app
 COPY auth ./auth
 COPY pool ./pool
 COPY jail ./jail
-RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv \
-    && /opt/uv/bin/uv sync --frozen --no-dev --no-editable \
-    && rm -rf /opt/uv /root/.cache
+RUN /opt/uv/bin/uv sync --frozen --no-dev --no-editable
+
+# The image: the same base, the environment, no uv, no sources, no build caches.
+FROM ${BASE}
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/sandbox-mcp/bin:$PATH \
+    SANDBOX_MCP_STATE_DIR=/state \
+    SANDBOX_MCP_HOST=0.0.0.0 \
+    SANDBOX_MCP_PORT=8000
+COPY --from=build /opt/sandbox-mcp /opt/sandbox-mcp
 
 # A non-root user; it reaches the engine through the socket's group at run time
 # (docker run --group-add $(stat -c %g /var/run/docker.sock) ...). Only root can

@@ -256,6 +256,7 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
 def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None) -> Services:
     metrics = Metrics()
     configure_logging(settings.log_level, count_events=metrics.count_event)
+    warn_if_sandboxes_cannot_write(settings)
     engine = create_engine(settings.effective_database_url)
     repository = Repository(engine)
     memory = SandboxMemory()
@@ -382,6 +383,19 @@ def build_backend(settings: Settings) -> DockerBackend:
         # DOCKER_HOST and friends are honoured, as by `docker` itself and `check`.
         client_factory=lambda: docker.from_env(timeout=60),
     )
+
+
+def warn_if_sandboxes_cannot_write(settings: Settings) -> None:
+    """Only root can hand a workspace to another uid: a server that is not root must run
+    sandbox commands as its own uid, or they can read their workspace but not write it."""
+    uid = int(settings.sandbox_user.split(":")[0])
+    if os.geteuid() != 0 and uid != os.geteuid():
+        log.warning(
+            "config.sandbox_user_cannot_write",
+            sandbox_user=settings.sandbox_user,
+            server_uid=os.geteuid(),
+            fix=f"set SANDBOX_MCP_SANDBOX_USER={os.geteuid()}:{os.getegid()} or run as root",
+        )
 
 
 def experiment_options(settings: Settings) -> ExperimentOptions:

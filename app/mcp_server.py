@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult
 from pydantic import ValidationError
 
@@ -33,8 +33,8 @@ class SandboxMCPServer(MCPServer):
         self._parameters: dict[str, list[str]] | None = None
 
     async def _parameters_of(self, name: str) -> list[str] | None:
-        # Tools are all registered before the first call; read their schemas once.
-        if self._parameters is None:
+        # Schemas are read once, and again when a tool appears that was added later.
+        if self._parameters is None or name not in self._parameters:
             self._parameters = {
                 tool.name: list(tool.input_schema.get("properties", {}))
                 for tool in await self.list_tools()
@@ -48,32 +48,52 @@ class SandboxMCPServer(MCPServer):
         if parameters is not None:
             unknown = [key for key in arguments if key not in parameters]
             if unknown:
-                return _invalid(name, [_unknown(key, parameters) for key in unknown], unknown)
+                # A body may carry thousands of keys: say what is wrong with a few.
+                problems = [_unknown(key, parameters) for key in unknown[:MAX_PROBLEMS]]
+                shown = [_short(key) for key in unknown[:MAX_PROBLEMS]]
+                return _invalid(name, problems, len(unknown), shown)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            if not isinstance(exc.__cause__, ValidationError):
+            # A crash whose cause happens to be a ValidationError (a bad result, a model
+            # built inside the tool) is the server's fault, not the caller's.
+            if isinstance(exc, UnexpectedToolError) or not isinstance(
+                exc.__cause__, ValidationError
+            ):
                 raise
-            problems = [_problem(error) for error in exc.__cause__.errors()]
-            fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.__cause__.errors()})
-            return _invalid(name, problems, fields)
+            errors = exc.__cause__.errors()
+            problems = [_problem(error) for error in errors[:MAX_PROBLEMS]]
+            fields = sorted({_where(e["loc"]) for e in errors})
+            return _invalid(name, problems, len(errors), fields)
+
+
+MAX_PROBLEMS = 10
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """Names come from the caller: never repeat more than a few dozen characters of one."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _where(loc: Any) -> str:
+    return ".".join(_short(str(part)) for part in loc) or "arguments"
 
 
 def _unknown(key: str, parameters: list[str]) -> str:
-    shown = key if len(key) <= 60 else key[:60] + "..."
-    close = difflib.get_close_matches(key, parameters, n=1)
+    shown = _short(key)
+    close = difflib.get_close_matches(key[:100], parameters, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     takes = ", ".join(parameters) if parameters else "none"
     return f"{shown!r} is not a parameter of this tool{hint}; it takes: {takes}"
 
 
 def _problem(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "arguments"
-    return f"{where}: {error['msg']}"
+    return f"{_where(error['loc'])}: {error['msg']}"
 
 
-def _invalid(tool: str, problems: list[str], fields: list[str]) -> CallToolResult:
-    log.info("tool.invalid_arguments", tool=tool, fields=fields[:20])
-    message = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
+def _invalid(tool: str, problems: list[str], count: int, fields: list[str]) -> CallToolResult:
+    log.info("tool.invalid_arguments", tool=tool, count=count, fields=fields[:MAX_PROBLEMS])
+    more = count - len(problems)
+    message = "; ".join(problems) + (f"; and {more} more" if more > 0 else "")
     failure = ToolFailure("INVALID_ARGUMENT", f"{message}.", {"tool": tool})
     return error_result(failure, uuid.uuid4().hex)

@@ -16,6 +16,7 @@ this proves.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -75,6 +76,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture
 def served(image: str, tmp_path: Path) -> Iterator[RunningServer]:
     """The image, run as the README says; the host's state folder is not /state."""
+    if os.geteuid() != 0:
+        pytest.fail("this test hands a folder to uid 10001: run it as root (CI does)")
     state = tmp_path / "host-state"
     state.mkdir()
     os.chown(state, 10001, 10001)
@@ -98,7 +101,8 @@ def served(image: str, tmp_path: Path) -> Iterator[RunningServer]:
                 if httpx2.get(f"{server.base_url}/health", timeout=1).status_code == 200:
                     break
             except httpx2.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         else:
             raise AssertionError(sh("docker", "logs", container_id))
         yield server
@@ -106,13 +110,14 @@ def served(image: str, tmp_path: Path) -> Iterator[RunningServer]:
         logs = subprocess.run(["docker", "logs", container_id], capture_output=True, text=True)
         subprocess.run(["docker", "rm", "-f", container_id], capture_output=True, check=False)
         client = docker.from_env()
-        for leftover in client.containers.list(
-            all=True, filters={"label": "io.sandbox-mcp.managed"}
-        ):
-            if leftover.attrs["HostConfig"]["Binds"] is None and any(
-                str(m.get("Source", "")).startswith(str(state)) for m in leftover.attrs["Mounts"]
-            ):
-                leftover.remove(force=True)
+        managed = client.containers.list(
+            all=True, filters={"label": "io.sandbox-mcp.managed"}, ignore_removed=True
+        )
+        for leftover in managed:
+            sources = [str(m.get("Source", "")) for m in leftover.attrs["Mounts"]]
+            if any(source.startswith(str(state)) for source in sources):
+                with contextlib.suppress(docker.errors.NotFound):
+                    leftover.remove(force=True)
         client.close()
         print(logs.stderr[-2000:])
 

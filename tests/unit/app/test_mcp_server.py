@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import pytest
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import UnexpectedToolError
+from pydantic import BaseModel, Field
 
 from app.mcp_server import SandboxMCPServer
 
@@ -13,6 +14,14 @@ from app.mcp_server import SandboxMCPServer
 @pytest.fixture
 def server() -> SandboxMCPServer:
     mcp = SandboxMCPServer("test")
+
+    class Shape(BaseModel):
+        size: int
+
+    @mcp.tool()
+    async def broken() -> str:
+        # A bug: a model built inside the tool fails validation. Not the caller's fault.
+        return str(Shape.model_validate({"size": "big"}))
 
     @mcp.tool()
     async def run_command(
@@ -64,3 +73,29 @@ async def test_good_arguments_still_reach_the_tool(server: SandboxMCPServer) -> 
     result = await server.call_tool("run_command", {"command": "ls", "timeout_s": 2})
     assert not result.is_error
     assert "ran ls for 2.0" in result.content[0].text
+
+
+async def test_thousands_of_unknown_keys_get_a_bounded_answer(server: SandboxMCPServer) -> None:
+    arguments: dict[str, Any] = {f"k{i}": i for i in range(50_000)}
+    arguments["command"] = "ls"
+    error = error_of(await server.call_tool("run_command", arguments))
+    assert error["message"].endswith("; and 49990 more.")
+    assert len(error["message"]) < 2_000
+
+
+async def test_a_long_name_is_shortened_in_the_answer(server: SandboxMCPServer) -> None:
+    long_key = "z" * 300_000
+    error = error_of(await server.call_tool("run_command", {"command": "ls", long_key: 1}))
+    assert long_key not in error["message"]
+    assert len(error["message"]) < 500
+    nested = error_of(
+        await server.call_tool("run_command", {"command": "ls", "files": {long_key: 1}})
+    )
+    assert long_key not in nested["message"]
+
+
+async def test_a_crash_inside_a_tool_is_not_blamed_on_the_caller(
+    server: SandboxMCPServer,
+) -> None:
+    with pytest.raises(UnexpectedToolError):
+        await server.call_tool("broken", {})
