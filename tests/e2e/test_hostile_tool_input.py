@@ -15,7 +15,6 @@ server healthy afterwards; and the experiment's files untouched.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,14 +22,10 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import read_jsonrpc, tool
+from oauth_browser import post_rpc, read_jsonrpc, tool
 
 pytestmark = pytest.mark.e2e
 
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 HOSTILE_STRINGS = [
     "../../../../etc/passwd",
     "/etc/shadow",
@@ -65,27 +60,8 @@ PWNED = Path("/tmp/pwned")
 async def call(
     http: httpx2.AsyncClient, server: RunningServer, name: str, args: Any
 ) -> dict[str, Any]:
-    response = await http.post(
-        server.mcp_url,
-        content=json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 7,
-                "method": "tools/call",
-                "params": {
-                    "name": name,
-                    "arguments": args,
-                    "_meta": META,
-                },
-            }
-        ),
-        headers={
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tools/call",
-            "mcp-name": name,
-        },
+    response = await post_rpc(
+        http, server.mcp_url, "tools/call", {"name": name, "arguments": args}, name=name
     )
     assert response.status_code in (200, 400, 413), (
         name,
@@ -120,15 +96,7 @@ async def test_every_tool_refuses_hostile_input_with_a_code_and_a_sentence(
         )
         assert not created["is_error"], created
         experiment = created["experiment_id"]
-        listed = await http.post(
-            server.mcp_url,
-            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}},
-            headers={
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": "2026-07-28",
-                "mcp-method": "tools/list",
-            },
-        )
+        listed = await post_rpc(http, server.mcp_url, "tools/list", {})
         tools = read_jsonrpc(listed)["result"]["tools"]
         assert len(tools) >= 15
         calls = refused = 0
@@ -229,21 +197,7 @@ async def test_every_tool_refuses_hostile_input_with_a_code_and_a_sentence(
 )
 async def test_hostile_resource_uris_are_json_rpc_errors(server: RunningServer, uri: str) -> None:
     async with httpx2.AsyncClient(timeout=30) as http:
-        response = await http.post(
-            server.mcp_url,
-            json={
-                "jsonrpc": "2.0",
-                "id": 3,
-                "method": "resources/read",
-                "params": {"uri": uri, "_meta": META},
-            },
-            headers={
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": "2026-07-28",
-                "mcp-method": "resources/read",
-                "mcp-name": uri,
-            },
-        )
+        response = await post_rpc(http, server.mcp_url, "resources/read", {"uri": uri}, name=uri)
     assert response.status_code == 400, response.text[:300]
     error = response.json()["error"]
     assert error["code"] == -32602, error

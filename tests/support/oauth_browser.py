@@ -202,6 +202,42 @@ async def probe(
     return await tool(http, server, token, "probe_sandbox", {"write": write})
 
 
+SESSIONLESS_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+async def post_rpc(
+    http: httpx2.AsyncClient,
+    mcp_url: str,
+    method: str,
+    params: dict[str, Any],
+    *,
+    token: str = "",
+    name: str | None = None,
+) -> httpx2.Response:
+    """One sessionless (2026-07-28) JSON-RPC request; ``name`` fills the Mcp-Name header.
+
+    ``params`` goes out as given (plus the protocol ``_meta``), so tests can send
+    arguments of any shape, hostile ones included."""
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": method,
+        **({"mcp-name": name} if name is not None else {}),
+        **({"authorization": f"Bearer {token}"} if token else {}),
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {**params, "_meta": SESSIONLESS_META},
+    }
+    return await http.post(mcp_url, content=json.dumps(body), headers=headers)
+
+
 def read_jsonrpc(response: httpx2.Response) -> dict[str, Any]:
     """The JSON-RPC answer, whether sent as JSON or as an SSE stream (after progress)."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
