@@ -65,39 +65,21 @@ def clamp_limits(
             return floor
         return value
 
+    def whole(name: str) -> int:
+        """A whole-number limit against its floor and the operator's ceiling."""
+        value = _check_number(name, getattr(requested, name))
+        floor, ceiling = getattr(FLOORS, name), getattr(ceilings, name)
+        return int(clamp(name, value, floor, ceiling, "the ceiling"))
+
     cpus = _check_number("cpus", requested.cpus)
     cpu_ceiling, cpu_above = float(ceilings.cpus), "the ceiling"
     if host_cpus is not None and 0 < host_cpus < cpu_ceiling and cpus > host_cpus:
         cpu_ceiling, cpu_above = float(host_cpus), f"the {_num(host_cpus)} CPUs of this host"
     applied = Limits(
         cpus=round(clamp("cpus", cpus, FLOORS.cpus, cpu_ceiling, cpu_above), 2),
-        memory_mb=int(
-            clamp(
-                "memory_mb",
-                _check_number("memory_mb", requested.memory_mb),
-                FLOORS.memory_mb,
-                ceilings.memory_mb,
-                "the ceiling",
-            )
-        ),
-        pids=int(
-            clamp(
-                "pids",
-                _check_number("pids", requested.pids),
-                FLOORS.pids,
-                ceilings.pids,
-                "the ceiling",
-            )
-        ),
-        tmp_mb=int(
-            clamp(
-                "tmp_mb",
-                _check_number("tmp_mb", requested.tmp_mb),
-                FLOORS.tmp_mb,
-                ceilings.tmp_mb,
-                "the ceiling",
-            )
-        ),
+        memory_mb=whole("memory_mb"),
+        pids=whole("pids"),
+        tmp_mb=whole("tmp_mb"),
     )
     return applied, tuple(warnings)
 

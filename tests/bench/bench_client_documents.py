@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
+from fetch_testkit import loopback_too
 from oauth_browser import pkce_pair
 from tls_testkit import Answer, DocumentServer, make_ca
 
@@ -39,16 +40,12 @@ from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.pending import ExpiringMap
 from auth.registration import Registrar
-from auth.safe_fetch import IPAddress, PublicFetcher, is_public_address
+from auth.safe_fetch import PublicFetcher
 from auth.signin import LocalError, SigninFlow
 from auth.tokens import TokenHasher
 
 N = 300
 REDIRECT = "http://127.0.0.1:9/cb"
-
-
-def loopback_too(address: IPAddress) -> bool:
-    return address.is_loopback or is_public_address(address)
 
 
 async def median_ms(action: Callable[[], Awaitable[object]], n: int = N) -> float:

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from fetch_testkit import Clock, documents
 from oauth_browser import pkce_pair, query_of
-from test_client_documents import Clock, documents
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from app.auth_store import SqlAuthStore

@@ -10,7 +10,7 @@ import asyncio
 import json
 
 import pytest
-from test_safe_fetch import Resolver, SpyNetwork, loopback_too
+from fetch_testkit import Clock, SpyNetwork, documents
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from auth.client_documents import (
@@ -21,14 +21,6 @@ from auth.client_documents import (
     parse_document,
 )
 from auth.safe_fetch import PublicFetcher
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.parametrize(
@@ -138,20 +130,6 @@ def publish(server: DocumentServer, path: str, *, cache: str | None = None) -> s
         body=json.dumps({**GOOD, "client_id": url}).encode(), headers=headers
     )
     return url
-
-
-def documents(
-    ca: ThrowawayCA, clock: Clock, *, timeout_s: float = 10.0, **kw: float
-) -> ClientDocuments:
-    fetcher = PublicFetcher(
-        resolver=Resolver({"client.test": ["127.0.0.1"]}),
-        allow=loopback_too,
-        ssl_context=ca.client_context(),
-        network=SpyNetwork(),
-        ports=None,  # the test server listens on a random port
-        timeout_s=timeout_s,
-    )
-    return ClientDocuments(fetcher, clock=clock, **kw)  # type: ignore[arg-type]
 
 
 async def test_a_document_is_fetched_once_and_cached_for_its_max_age(

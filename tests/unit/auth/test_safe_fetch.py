@@ -9,15 +9,14 @@ URL's host name, the limits. The refusals use the production policy.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
 
 import httpcore2
 import pytest
+from fetch_testkit import Resolver, SpyNetwork, loopback_too
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from auth.safe_fetch import (
     FetchRefused,
-    IPAddress,
     PublicFetcher,
     is_public_address,
     system_resolver,
@@ -59,44 +58,6 @@ def test_non_public_addresses_are_refused(address: str) -> None:
 @pytest.mark.parametrize("address", PUBLIC)
 def test_public_addresses_are_allowed(address: str) -> None:
     assert is_public_address(ipaddress.ip_address(address))
-
-
-class SpyNetwork(httpcore2.AsyncNetworkBackend):
-    """The real network, recording which address each connection went to."""
-
-    def __init__(self) -> None:
-        self.connected_to: list[str] = []
-        self._real = httpcore2.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's interface
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        self.connected_to.append(host)
-        return await self._real.connect_tcp(host, port, timeout, local_address, socket_options)
-
-    async def sleep(self, seconds: float) -> None:
-        await self._real.sleep(seconds)
-
-
-class Resolver:
-    def __init__(self, answers: dict[str, list[str]]) -> None:
-        self.answers = answers
-        self.asked: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        self.asked.append(host)
-        if host not in self.answers:
-            raise OSError("Name or service not known")
-        return self.answers[host]
-
-
-def loopback_too(address: IPAddress) -> bool:
-    return address.is_loopback or is_public_address(address)
 
 
 def fetcher(ca: ThrowawayCA, resolver: Resolver, network: SpyNetwork, **kw: float) -> PublicFetcher:
