@@ -22,28 +22,28 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 
-from app.auth_store import SqlAuthStore
-from app.calls import Identity, LocalIdentity, TokenIdentity, ToolRunner
-from app.db import Repository, create_engine, upgrade_schema
 from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
-from app.evidence_tools import ResourceReader, register_evidence_tools, register_resources
-from app.experiment_tools import register_experiment_tools
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import ExperimentRecords
 from app.experiments.workspace import Owner
-from app.file_tools import register_file_tools
-from app.health import HealthEndpoint, PoolStats
-from app.hsts import StrictTransportSecurity
-from app.mcp_server import SandboxMCPServer
-from app.metrics import Metrics, MetricsEndpoint
+from app.http.health import HealthEndpoint, PoolStats
+from app.http.hsts import StrictTransportSecurity
+from app.http.metrics import Metrics, MetricsEndpoint
+from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
+from app.mcp.server import SandboxMCPServer
+from app.mcp.tools.evidence import ResourceReader, register_evidence_tools, register_resources
+from app.mcp.tools.experiments import register_experiment_tools
+from app.mcp.tools.files import register_file_tools
+from app.mcp.tools.status import register_tools
 from app.observability import configure_logging
-from app.pool_store import SqlPoolState
 from app.runtime.docker import Ceilings, DockerBackend
 from app.runtime.probe import probe_docker
 from app.settings import Settings, is_loopback_host
-from app.tools import register_tools
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import Repository, create_engine, upgrade_schema
+from app.storage.experiment_store import ExperimentRecords
+from app.storage.pool_store import SqlPoolState
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import ProjectSourceError
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
 from jail import Jail, JailError
 
 MAX_PATTERNS = 20

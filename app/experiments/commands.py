@@ -20,10 +20,10 @@ from typing import Any
 from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
 from app.experiments.jobs import JobRegistry, RunningJob
-from app.experiments.records import Experiment, ExperimentRecords, JobRow
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
 from app.runtime.backend import ExecResult, SandboxBackend
+from app.storage.experiment_store import Experiment, ExperimentRecords, JobRow
 
 # run_tests: the workspace to read the report from, and the plan detection chose.
 TestContext = tuple[Path, TestPlan | None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
 
 
 class ExperimentEvidence(BaseModel):

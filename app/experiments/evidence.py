@@ -11,8 +11,8 @@ import json
 
 from app.experiments import changes
 from app.experiments.compare import ExperimentEvidence
-from app.experiments.records import Experiment, ExperimentRecords
 from app.experiments.workspace import ExperimentDirs
+from app.storage.experiment_store import Experiment, ExperimentRecords
 
 # Test reports and dependency folders are not the agent's changes.
 EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}

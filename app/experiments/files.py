@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import EditNotFound, EditNotUnique, ProjectSourceError
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
 from jail import EditState, Jail, JailError, PathInfo
 
 MAX_READ_BYTES = 1_048_576

@@ -29,7 +29,6 @@ from app.experiments.errors import (
 )
 from app.experiments.jobs import JobRegistry
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import ArtifactRow, Experiment, ExperimentRecords, JobRow
 from app.experiments.shelf import ArtifactShelf
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
@@ -45,6 +44,7 @@ from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import (
     SandboxBackend,
 )
+from app.storage.experiment_store import ArtifactRow, Experiment, ExperimentRecords, JobRow
 from jail import CallContext
 
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field
 
 from app.experiments import testing
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
 from jail import Jail, JailError
 
 WALK_LIMIT = 20_000

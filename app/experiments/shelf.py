@@ -15,7 +15,7 @@ from pathlib import Path
 from app.experiments import artifacts
 from app.experiments.artifacts import Artifact, ArtifactList
 from app.experiments.errors import ExperimentNotFound
-from app.experiments.records import ArtifactRow, ExperimentRecords
+from app.storage.experiment_store import ArtifactRow, ExperimentRecords
 
 
 def fingerprint(sandbox_key: str) -> str:

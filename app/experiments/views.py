@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import Field
 
 from app.experiments.changes import FileChange
-from app.experiments.records import Experiment, JobRow
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
+from app.storage.experiment_store import Experiment, JobRow
 
 
 class JobView(ToolOutput):

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from e2e_server import start_server, stop_server
 from oauth_browser import ManualClient, call_tool
 
-from app.auth_store import SqlAuthStore
-from app.db import create_engine, upgrade_schema
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import create_engine, upgrade_schema
 from auth.bearer import BearerGate
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig

@@ -32,9 +32,9 @@ from fetch_testkit import loopback_too
 from oauth_browser import pkce_pair
 from tls_testkit import Answer, DocumentServer, make_ca
 
-from app.auth_store import SqlAuthStore
-from app.db import create_engine, upgrade_schema
 from app.observability import configure_logging
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import create_engine, upgrade_schema
 from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.db import create_engine, upgrade_schema
-from app.pool_store import SqlPoolState
+from app.storage.db import create_engine, upgrade_schema
+from app.storage.pool_store import SqlPoolState
 from pool.leases import Queued, SlotPool
 from pool.provision import provision_dir
 from pool.slots_dir import DirSlotStore

@@ -16,9 +16,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.calls import ToolRunner
 from app.main import build_app, preflight
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
+from app.mcp.runner import ToolRunner
 from app.settings import load_settings
 from jail import CallContext, Jail
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.auth_store import SqlAuthStore
-from app.db import Repository, create_engine, upgrade_schema
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import Repository, create_engine, upgrade_schema
 from auth.client_documents import MAX_URL_LENGTH
 from auth.store import Client, Grant, TokenRecord
 

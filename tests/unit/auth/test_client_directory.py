@@ -16,8 +16,8 @@ from fetch_testkit import Clock, documents
 from oauth_browser import pkce_pair, query_of
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
-from app.auth_store import SqlAuthStore
-from app.db import create_engine, upgrade_schema
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import create_engine, upgrade_schema
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from oauth_browser import pkce_pair, query_of
 
-from app.auth_store import SqlAuthStore
-from app.db import create_engine, upgrade_schema
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import create_engine, upgrade_schema
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.errors import OAuthError

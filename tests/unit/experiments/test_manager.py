@@ -11,14 +11,14 @@ import pytest
 from runtime_fakes import FakeBackend
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import create_engine, upgrade_schema
 from app.errors import ServiceError
 from app.experiments.creation import CreateRequest
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import ExperimentRecords
 from app.experiments.states import State, check_transition
+from app.storage.db import create_engine, upgrade_schema
+from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, JailError, SandboxMemory, new_call_context
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pool_fakes import FakeSlotStore, MemoryPoolState
 
-from app.calls import LocalIdentity, ToolRunner
-from app.db import Repository, create_engine, upgrade_schema
 from app.errors import InvalidArgument
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
+from app.mcp.runner import LocalIdentity, ToolRunner
+from app.storage.db import Repository, create_engine, upgrade_schema
 from jail import CallContext, JailError, SandboxMemory, current_call
 from pool.errors import PoolError
 from pool.leases import SlotPool

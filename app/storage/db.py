@@ -1,7 +1,7 @@
 """The database: SQLAlchemy 2 models and the repository that is the audit trail.
 
 SQLite (aiosqlite, WAL, foreign keys on) by default; PostgreSQL (asyncpg) by URL.
-The schema is owned by Alembic (``app/migrations``) and upgraded at start-up.
+The schema is owned by Alembic (``app/storage/migrations``) and upgraded at start-up.
 Never stored here: token values, e-mail addresses, environment variable values.
 """
 

@@ -20,9 +20,9 @@ import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.types import CallToolResult, TextContent
 
-from app.db import Repository
 from app.errors import DatabaseUnavailable, ServiceError
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
+from app.storage.db import Repository
 from jail.context import CallContext, SandboxMemory, bind_call, new_call_context
 from jail.errors import JailError
 from pool.errors import PoolError

@@ -13,9 +13,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.calls import ToolRunner
 from app.experiments import files
 from app.experiments.manager import ExperimentManager
+from app.mcp.runner import ToolRunner
 from jail import CallContext
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)

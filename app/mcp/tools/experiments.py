@@ -13,7 +13,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from app.calls import Progress, ToolRunner
 from app.experiments.creation import CreateRequest
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import (
@@ -24,6 +23,7 @@ from app.experiments.views import (
     JobView,
     RuntimeView,
 )
+from app.mcp.runner import Progress, ToolRunner
 from app.runtime.backend import Limits
 from jail import CallContext
 

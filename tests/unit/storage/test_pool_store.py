@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pool_fakes import FakeSlotStore
 
-from app.db import create_engine, upgrade_schema
-from app.pool_store import SqlPoolState
+from app.storage.db import create_engine, upgrade_schema
+from app.storage.pool_store import SqlPoolState
 from pool.leases import Queued, SlotPool
 from pool.state import NoteRecord, PoolChanges, QueueRecord, SlotRecord
 

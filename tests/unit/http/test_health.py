@@ -6,9 +6,9 @@ import httpx2
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from app.db import Repository, create_engine, upgrade_schema
-from app.health import HealthEndpoint, PoolStats
+from app.http.health import HealthEndpoint, PoolStats
 from app.runtime.probe import RuntimeStatus
+from app.storage.db import Repository, create_engine, upgrade_schema
 
 
 async def pool_stats() -> PoolStats:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from app.db import Repository, create_engine, upgrade_schema
 from app.errors import DatabaseUnavailable
+from app.storage.db import Repository, create_engine, upgrade_schema
 
 
 async def test_migrations_create_the_schema_on_sqlite_with_wal_and_foreign_keys(

@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, transaction
+from app.storage.db import Base, transaction
 from auth.store import Client, Grant, TokenRecord, TokenRole
 
 

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, transaction
 from app.experiments.states import State, check_transition
+from app.storage.db import Base, transaction
 
 
 class ExperimentRow(Base):

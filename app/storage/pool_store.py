@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, transaction
+from app.storage.db import Base, transaction
 from pool.state import (
     NoteKind,
     NoteRecord,

@@ -15,13 +15,13 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.calls import Identity, Progress, ToolRunner
 from app.errors import ServiceError
 from app.experiments import project
 from app.experiments.artifacts import ArtifactList
 from app.experiments.compare import Comparison
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
+from app.mcp.runner import Identity, Progress, ToolRunner
 from jail import CallContext, SandboxMemory, bind_call, new_call_context
 from pool.leases import SlotPool
 

@@ -8,8 +8,8 @@ import structlog
 from starlette.requests import Request
 
 from app.errors import DatabaseUnavailable
-from app.health import PoolStats
-from app.metrics import Metrics, MetricsEndpoint
+from app.http.health import PoolStats
+from app.http.metrics import Metrics, MetricsEndpoint
 from app.observability import configure_logging
 
 

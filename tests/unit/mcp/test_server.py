@@ -8,7 +8,7 @@ import pytest
 from mcp.server.mcpserver.exceptions import UnexpectedToolError
 from pydantic import BaseModel, Field
 
-from app.mcp_server import SandboxMCPServer
+from app.mcp.server import SandboxMCPServer
 
 
 @pytest.fixture

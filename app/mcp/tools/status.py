@@ -13,9 +13,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.calls import ToolRunner
 from app.experiments.shelf import fingerprint
-from app.output import ToolOutput
+from app.mcp.envelope import ToolOutput
+from app.mcp.runner import ToolRunner
 from jail.context import CallContext
 from pool.leases import SlotPool
 

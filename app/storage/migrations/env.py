@@ -1,8 +1,8 @@
-"""Alembic environment: runs on the connection that ``app.db.upgrade_schema`` hands it."""
+"""Alembic environment: runs on the connection that ``app.storage.db.upgrade_schema`` hands it."""
 
 from alembic import context
 
-from app.db import Base
+from app.storage.db import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

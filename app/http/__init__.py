@@ -1,0 +1,1 @@
+"""The HTTP endpoints beside ``/mcp``: health, metrics, and the security headers."""

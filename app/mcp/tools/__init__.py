@@ -1,0 +1,1 @@
+"""One module per family of tools; each exports a ``register_*`` function the root calls."""
