@@ -105,14 +105,16 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
     settings = _load(host=host, port=port, auth="none" if transport == "stdio" else None)
     if settings is None:
         return EXIT_USAGE
-    from app import main as root  # imported late: the heavy SDK imports only when serving
+    # Imported late: the heavy SDK imports only when serving.
+    from app import admin
+    from app import main as root
 
     try:
         if transport == "stdio":
             asyncio.run(root.run_stdio(settings))
             return EXIT_OK
         app = root.build_app(settings)
-        asyncio.run(root.preflight(settings))
+        asyncio.run(admin.preflight(settings))
         sock = _bind(settings.host, settings.port)
     except (ServiceError, PoolError) as exc:
         return _fail(exc.message)
@@ -155,9 +157,9 @@ def _check() -> int:
     settings = _load()
     if settings is None:
         return EXIT_USAGE
-    from app import main as root
+    from app import admin
 
-    report = asyncio.run(root.check(settings))
+    report = asyncio.run(admin.check(settings))
     report = {"config": public_config(settings), **report}
     print(json.dumps(report, indent=2, default=str))
     return EXIT_OK if report["ok"] else EXIT_FAILED
@@ -167,10 +169,10 @@ def _provision(slots: int, zfs_parent: str | None, quota: str | None, owner: str
     settings = _load()
     if settings is None:
         return EXIT_USAGE
-    from app import main as root
+    from app import admin
 
     try:
-        report = asyncio.run(root.provision(settings, slots, zfs_parent, quota, owner))
+        report = asyncio.run(admin.provision(settings, slots, zfs_parent, quota, owner))
     except (ServiceError, PoolError) as exc:
         return _fail(exc.message)
     print(json.dumps(report, indent=2))

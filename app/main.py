@@ -1,49 +1,53 @@
-"""The composition root: the only place where the service's objects are wired together."""
+"""The composition root: the only place where the service's objects are wired together.
+
+Read top to bottom it is the wiring diagram: storage, the pool and its slots, the
+runtime and the experiments, the sign-in, the tool layer, then the HTTP app. How a
+setting becomes a part's options is in ``app/options.py``; the operator's commands
+are in ``app/admin.py``.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
-from pathlib import Path
-from urllib.parse import urlsplit
+from dataclasses import dataclass
 
 import docker
 import structlog
 from mcp.server.mcpserver import MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 
-from app.errors import ConfigurationError, DatabaseUnavailable, ServiceError
+from app import options
+from app.errors import ConfigurationError
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
-from app.experiments.options import ExperimentOptions
-from app.experiments.workspace import Owner
-from app.http.health import HealthEndpoint, PoolStats
+from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
+from app.mcp.allowed_hosts import transport_security
+from app.mcp.resources import register_resources
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.mcp.server import SandboxMCPServer
-from app.mcp.tools.evidence import ResourceReader, register_evidence_tools, register_resources
+from app.mcp.tools.evidence import register_evidence_tools
 from app.mcp.tools.experiments import register_experiment_tools
 from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
 from app.observability import configure_logging
-from app.runtime.docker import Ceilings, DockerBackend
+from app.runtime._limits import Ceilings
+from app.runtime.docker import DockerBackend
 from app.runtime.probe import probe_docker
-from app.settings import Settings, is_loopback_host
+from app.settings import Settings
+from app.slot_storage import open_slots, slot_store
+from app.state_dir import prepare_state_dir
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine, upgrade_schema
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_store import SqlPoolState
+from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
@@ -56,12 +60,9 @@ from auth.safe_fetch import PublicFetcher
 from auth.signin import SigninFlow
 from auth.tokens import TokenHasher, load_or_create_key
 from jail.context import SandboxMemory
-from pool.leases import SlotPool
-from pool.mailer import ReadyMailer, SmtpOptions
-from pool.provision import provision_dir, provision_zfs
+from pool.leases import PoolStats, SlotPool
+from pool.mailer import ReadyMailer
 from pool.slots import SlotStore
-from pool.slots_dir import DirSlotStore
-from pool.slots_zfs import ZfsSlotStore
 from pool.watchdog import IdleWatchdog
 
 log = structlog.get_logger(__name__)
@@ -71,21 +72,6 @@ INSTRUCTIONS = (
     "Every result carries `notes`: read them, they tell you when your sandbox was "
     "emptied, is ready, or how long it survives without activity."
 )
-
-
-def service_version() -> str:
-    try:
-        return package_version("sandbox-mcp")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown"
-
-
-class StateDirUnusable(ServiceError):
-    code = "STATE_DIR_UNUSABLE"
-
-
-class SlotsMissing(ServiceError):
-    code = "SLOTS_MISSING"
 
 
 ToolRegistrar = Callable[[MCPServer, ToolRunner], None]
@@ -109,7 +95,7 @@ class Services:
     jobs: JobRegistry
     backend: DockerBackend
     metrics: Metrics
-    store: SlotStore | None = None
+    store: SlotStore
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -122,8 +108,8 @@ class Services:
         """
         prepare_state_dir(self.settings)
         await upgrade_schema(self.engine)
-        self.store = await open_slot_store(self.settings)
-        await self.pool.open(self.store)
+        await open_slots(self.store, self.settings)
+        await self.pool.open()
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
         self.watchdog.start()
@@ -142,63 +128,11 @@ class Services:
         await self.jobs.close()
         await self.backend.aclose()
         await self.mailer.close()
-        if self.store is not None:
-            await self.store.close()
+        await self.store.close()
         await self.engine.dispose()
 
     async def pool_stats(self) -> PoolStats:
-        stats = self.pool.stats()
-        return PoolStats(
-            size=stats.size,
-            busy=stats.busy,
-            free=stats.free,
-            reserved=stats.reserved,
-            queued=stats.queued,
-            oldest_wait_s=stats.oldest_wait_s,
-        )
-
-
-def prepare_state_dir(settings: Settings) -> None:
-    state_dir = settings.state_dir
-    try:
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        probe = state_dir / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise StateDirUnusable(
-            f"The state dir {state_dir} cannot be written ({exc.strerror}); set "
-            "SANDBOX_MCP_STATE_DIR to a folder this user owns.",
-            reason=exc.strerror,
-        ) from exc
-
-
-async def open_slot_store(settings: Settings) -> SlotStore:
-    """Open the configured slot storage and make sure every slot of the pool exists.
-
-    The dir backend lives in the server's own state dir, so the server creates
-    missing folders itself; ZFS datasets are created only by `sandbox-mcp
-    provision`, which needs administrator rights.
-    """
-    size = settings.pool_size
-    if settings.slot_backend == "dir":
-        await provision_dir(settings.state_dir, size, owner=None)
-        store: SlotStore = await DirSlotStore.open(settings.state_dir)
-    else:
-        assert settings.zfs_parent is not None  # validated by Settings
-        store = await ZfsSlotStore.open(settings.zfs_parent)
-    missing = await store.missing(size)
-    if missing:
-        await store.close()
-        shown = ", ".join(missing[:5]) + (
-            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        )
-        raise SlotsMissing(
-            f"{len(missing)} of {size} slots are missing or unusable ({shown}); run "
-            f"`sandbox-mcp provision --slots {size} --zfs-parent {settings.zfs_parent}` as root "
-            "(it repairs, and never touches a leased slot)."
-        )
-    return store
+        return self.pool.stats()
 
 
 @dataclass
@@ -256,23 +190,26 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
 def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None) -> Services:
     metrics = Metrics()
     configure_logging(settings.log_level, count_events=metrics.count_event)
-    warn_if_sandboxes_cannot_write(settings)
+    options.warn_if_sandboxes_cannot_write(settings)
     engine = create_engine(settings.effective_database_url)
     repository = Repository(engine)
     memory = SandboxMemory()
     mailer = ReadyMailer(
-        smtp_options(settings),
+        options.smtp_options(settings),
         public_url=settings.effective_public_url,
         max_per_hour=settings.smtp_max_per_hour,
     )
+    store = slot_store(settings)  # opened first thing in the lifespan
+    ceilings = options.ceilings(settings)
     jobs = JobRegistry()
-    backend = build_backend(settings)
+    backend = build_backend(settings, store, ceilings)
     manager = ExperimentManager(
-        ExperimentRecords(engine), backend, jobs, experiment_options(settings)
+        ExperimentRecords(engine), backend, jobs, options.experiment_options(settings, ceilings)
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
         SqlPoolState(engine),
+        store,
         size=settings.pool_size,
         idle_timeout_s=settings.idle_timeout_s,
         before_reset=hooks.before_reset,
@@ -307,7 +244,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     register_experiment_tools(mcp, runner, manager)
     register_file_tools(mcp, runner, manager)
     register_evidence_tools(mcp, runner, manager)
-    register_resources(mcp, ResourceReader(identity, memory, pool), manager)
+    register_resources(mcp, runner, manager)
     if extra_tools is not None:
         extra_tools(mcp, runner)
     return Services(
@@ -325,6 +262,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         jobs=jobs,
         backend=backend,
         metrics=metrics,
+        store=store,
     )
 
 
@@ -341,41 +279,15 @@ class _Hooks:
         self.memory.drop(sandbox_key)
 
 
-def slots_base(settings: Settings) -> Path:
-    """The folder every slot lies under: a workspace outside it is never mounted."""
-    if settings.slot_backend == "dir":
-        return settings.state_dir / "slots"
-    assert settings.zfs_parent is not None
-    try:
-        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            ["zfs", "get", "-H", "-o", "value", "mountpoint", settings.zfs_parent],  # noqa: S607
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ConfigurationError(
-            f"Cannot read the mountpoint of {settings.zfs_parent}; is ZFS running and the "
-            "dataset provisioned (sandbox-mcp provision)?"
-        ) from exc
-    return Path(done.stdout.strip())
-
-
-def build_backend(settings: Settings) -> DockerBackend:
+def build_backend(settings: Settings, slots: SlotStore, ceilings: Ceilings) -> DockerBackend:
     return DockerBackend(
-        slots_base=slots_base(settings),
+        slots=slots,
         allowed_images=settings.image_list,
         host_paths=(
             (settings.state_dir, settings.host_state_dir) if settings.host_state_dir else None
         ),
         default_image=settings.default_image,
-        ceilings=Ceilings(
-            cpus=settings.max_cpus,
-            memory_mb=settings.max_memory_mb,
-            pids=settings.max_pids,
-            timeout_s=settings.max_command_timeout_s,
-        ),
+        ceilings=ceilings,
         max_containers=settings.max_containers,
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
@@ -383,77 +295,6 @@ def build_backend(settings: Settings) -> DockerBackend:
         # DOCKER_HOST and friends are honoured, as by `docker` itself and `check`.
         client_factory=lambda: docker.from_env(timeout=60),
     )
-
-
-def warn_if_sandboxes_cannot_write(settings: Settings) -> None:
-    """Only root can hand a workspace to another uid: a server that is not root must run
-    sandbox commands as its own uid, or they can read their workspace but not write it."""
-    uid = int(settings.sandbox_user.split(":")[0])
-    if os.geteuid() != 0 and uid != os.geteuid():
-        log.warning(
-            "config.sandbox_user_cannot_write",
-            sandbox_user=settings.sandbox_user,
-            server_uid=os.geteuid(),
-            fix=f"set SANDBOX_MCP_SANDBOX_USER={os.geteuid()}:{os.getegid()} or run as root",
-        )
-
-
-def experiment_options(settings: Settings) -> ExperimentOptions:
-    uid, gid = (int(part) for part in settings.sandbox_user.split(":"))
-    return ExperimentOptions(
-        hosted=settings.auth == "oauth",
-        default_image=settings.default_image,
-        max_experiments=settings.max_experiments,
-        sync_wait_s=settings.sync_wait_s,
-        max_timeout_s=settings.max_command_timeout_s,
-        # Only root can hand files to the container's user; otherwise run the server
-        # as that user (SANDBOX_MCP_SANDBOX_USER = the server's uid:gid).
-        owner=Owner(uid, gid) if os.geteuid() == 0 else None,
-        snapshot_excludes=settings.snapshot_exclude_list,
-        strict_env=settings.strict_env_denylist,
-        egress_allowed=settings.allow_egress,
-        ceilings={
-            "cpus": settings.max_cpus,
-            "memory_mb": settings.max_memory_mb,
-            "pids": settings.max_pids,
-            "timeout_s": settings.max_command_timeout_s,
-        },
-        artifact_dir=settings.state_dir / "artifacts",
-        artifact_ttl_s=settings.artifact_ttl_s,
-    )
-
-
-def smtp_options(settings: Settings) -> SmtpOptions | None:
-    if not settings.smtp_host:
-        return None
-    return SmtpOptions(
-        host=settings.smtp_host,
-        port=settings.smtp_port,
-        security=settings.smtp_security,
-        sender=settings.smtp_sender,
-        username=settings.smtp_user,
-        password=settings.smtp_password.get_secret_value() if settings.smtp_password else None,
-    )
-
-
-def transport_security(settings: Settings) -> TransportSecuritySettings:
-    """Host and Origin allow-lists derived from PUBLIC_URL (DNS-rebinding protection)."""
-    public = urlsplit(settings.effective_public_url)
-    assert public.hostname is not None  # validated by Settings
-    default_port = 443 if public.scheme == "https" else 80
-    port = public.port or default_port
-    host = f"[{public.hostname}]" if ":" in public.hostname else public.hostname
-    hosts = {f"{host}:{port}"}
-    origins = {f"{public.scheme}://{host}:{port}"}
-    if port == default_port:
-        hosts.add(host)
-        origins.add(f"{public.scheme}://{host}")
-    if is_loopback_host(settings.host) and is_loopback_host(public.hostname):
-        # Local use: any loopback spelling of this server is the same server.
-        for name in ("127.0.0.1", "localhost", "[::1]"):
-            hosts.add(f"{name}:{settings.port}")
-            origins.add(f"http://{name}:{settings.port}")
-    return TransportSecuritySettings(allowed_hosts=sorted(hosts), allowed_origins=sorted(origins))
 
 
 def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -> Starlette:
@@ -520,76 +361,3 @@ async def run_stdio(settings: Settings) -> None:
         await services.mcp.run_stdio_async()
     finally:
         await services.stop()
-
-
-async def preflight(settings: Settings) -> None:
-    """Fail before listening if the state dir, the database or the slots are unusable.
-
-    Raises:
-        StateDirUnusable: the state dir cannot be written.
-        DatabaseUnavailable: the database cannot be reached or migrated.
-        SlotsMissing: slots of the pool were never provisioned.
-        PoolError: the slot storage cannot be opened.
-    """
-    await prepare_storage(settings)
-    store = await open_slot_store(settings)
-    await store.close()
-
-
-async def prepare_storage(settings: Settings) -> None:
-    """Create the state dir and bring the schema up to date."""
-    prepare_state_dir(settings)
-    engine = create_engine(settings.effective_database_url)
-    try:
-        await upgrade_schema(engine)
-    finally:
-        await engine.dispose()
-
-
-async def check(settings: Settings) -> dict[str, object]:
-    """What `sandbox-mcp check` reports: can this configuration serve? (changes nothing)."""
-    state: dict[str, object] = {"path": str(settings.state_dir), "ok": True}
-    try:
-        prepare_state_dir(settings)
-    except StateDirUnusable as exc:
-        state = {"path": str(settings.state_dir), "ok": False, "reason": exc.message}
-    database: dict[str, object] = {"ok": True}
-    engine = create_engine(settings.effective_database_url)
-    try:
-        await Repository(engine).ping()
-    except DatabaseUnavailable as exc:
-        database = {"ok": False, "reason": exc.details["reason"]}
-    finally:
-        await engine.dispose()
-    runtime = await probe_docker()
-    ok = bool(state["ok"] and database["ok"] and runtime.reachable)
-    return {
-        "version": service_version(),
-        "state_dir": state,
-        "database": database,
-        "runtime": runtime.as_dict(),
-        "ok": ok,
-    }
-
-
-async def provision(
-    settings: Settings, slots: int, zfs_parent: str | None, quota: str | None, owner: str | None
-) -> dict[str, object]:
-    """Create or repair ``slots`` slots; the leased ones (from the database) are left alone.
-
-    Raises:
-        StateDirUnusable, DatabaseUnavailable: as for ``preflight``.
-        PoolError: provisioning failed (no pool, unknown owner, bad quota, ...).
-    """
-    await prepare_storage(settings)
-    engine = create_engine(settings.effective_database_url)
-    try:
-        snapshot = await SqlPoolState(engine).load()
-    finally:
-        await engine.dispose()
-    leased = {record.index for record in snapshot.slots}
-    if zfs_parent:
-        report = await provision_zfs(zfs_parent, slots, quota=quota, owner=owner, leased=leased)
-    else:
-        report = await provision_dir(settings.state_dir, slots, owner=owner, leased=leased)
-    return {"backend": "zfs" if zfs_parent else "dir", "slots": slots, **asdict(report)}

@@ -288,6 +288,17 @@ class Settings(BaseSettings):
         return ",".join(names)
 
     @property
+    def sandbox_ids(self) -> tuple[int, int]:
+        """``sandbox_user`` as (uid, gid): parsed here once, validated above."""
+        uid, gid = self.sandbox_user.split(":")
+        return int(uid), int(gid)
+
+    @property
+    def hosted(self) -> bool:
+        """Anyone may sign in (OAuth): host paths are refused, limits matter."""
+        return self.auth == "oauth"
+
+    @property
     def image_list(self) -> tuple[str, ...]:
         return tuple(self.images.split(","))
 

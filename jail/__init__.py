@@ -9,8 +9,6 @@ from jail.context import (
     EditState,
     ProjectMapCache,
     SandboxMemory,
-    bind_call,
-    current_call,
     new_call_context,
 )
 from jail.env_policy import is_credential_shaped, resolve_env
@@ -28,8 +26,6 @@ __all__ = [
     "ProjectMapCache",
     "SandboxMemory",
     "SnapshotReport",
-    "bind_call",
-    "current_call",
     "is_credential_shaped",
     "new_call_context",
     "resolve_env",

@@ -1,21 +1,16 @@
-"""The per-call context: which sandbox a tool call acts for, set by the tool wrapper.
+"""The per-call context: which sandbox a tool call acts for, built by the tool runner.
 
-Tools take identity only from ``current_call()``, never from their arguments.
-The value lives in a ``ContextVar``, so concurrent asyncio tasks each see their
-own, and ``asyncio.to_thread`` carries it into the worker thread. With no
-context bound, ``current_call()`` fails closed (NO_CALL_CONTEXT) rather than
-falling back to some default sandbox.
+One mechanism carries it: explicit passing. The runner (``app/mcp/runner.py``)
+builds a ``CallContext`` for each call and hands it to the tool's body, which
+passes it on to every domain call that needs identity; tools never take identity
+from their arguments, and nothing reads it from ambient state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from jail.errors import JailError
 from jail.memory import EditState, ProjectMapCache, SandboxMemory
 
 __all__ = [
@@ -23,8 +18,6 @@ __all__ = [
     "EditState",
     "ProjectMapCache",
     "SandboxMemory",
-    "bind_call",
-    "current_call",
     "new_call_context",
 ]
 
@@ -46,34 +39,6 @@ class CallContext:
     slot_root: Path | None
     edit_state: EditState
     project_map: ProjectMapCache
-
-
-_current: ContextVar[CallContext | None] = ContextVar("sandbox_mcp_call", default=None)
-
-
-def current_call() -> CallContext:
-    """The context of the tool call in progress.
-
-    Raises:
-        JailError: NO_CALL_CONTEXT when called outside ``bind_call``.
-    """
-    ctx = _current.get()
-    if ctx is None:
-        raise JailError(
-            "NO_CALL_CONTEXT",
-            "This operation ran outside a tool call, so it has no sandbox; it was refused.",
-        )
-    return ctx
-
-
-@contextmanager
-def bind_call(ctx: CallContext) -> Iterator[CallContext]:
-    """Make ``ctx`` the current call for the duration of the ``with`` block."""
-    token = _current.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _current.reset(token)
 
 
 def new_call_context(

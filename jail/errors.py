@@ -30,7 +30,6 @@ ErrorCode = Literal[
     "IO_ERROR",
     "JAIL_CLOSED",
     # Per-call context and edits
-    "NO_CALL_CONTEXT",
     "STALE_EDIT",
     "EDIT_WITHOUT_READ",
     # Snapshot copy

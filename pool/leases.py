@@ -72,6 +72,7 @@ class SlotPool:
     def __init__(
         self,
         state: PoolState,
+        store: SlotStore,
         *,
         size: int,
         idle_timeout_s: float,
@@ -79,7 +80,7 @@ class SlotPool:
         before_reset: KeyHook | None = None,
         on_reserved: KeyHook | None = None,
     ) -> None:
-        self._store: SlotStore = _NoStore()
+        self._store = store
         self._state = state
         self.size = size
         self.idle_timeout_s = idle_timeout_s
@@ -105,13 +106,12 @@ class SlotPool:
 
     # -- start-up ---------------------------------------------------------
 
-    async def open(self, store: SlotStore) -> None:
-        """Bind to the slot storage, load the persisted state, finish interrupted resets.
+    async def open(self) -> None:
+        """Load the persisted state and finish interrupted resets (the store is open).
 
         Raises:
             PoolError: the storage fails while finishing a reset.
         """
-        self._store = store
         snapshot = await self._state.load()
         for record in snapshot.slots:
             if record.index >= self.size:
@@ -413,19 +413,3 @@ class SlotPool:
                 event.set()
             if self._on_reserved is not None:
                 await self._on_reserved(key)
-
-
-class _NoStore:
-    """Stands in until ``open``: the storage is opened asynchronously, in the lifespan."""
-
-    async def missing(self, size: int) -> list[str]:
-        raise PoolError("SLOT_STORE_CLOSED", "The slot pool is not open yet.")
-
-    def slot(self, index: int) -> Slot:
-        raise PoolError("SLOT_STORE_CLOSED", "The slot pool is not open yet.")
-
-    async def reset(self, slot: Slot) -> None:
-        raise PoolError("SLOT_STORE_CLOSED", "The slot pool is not open yet.")
-
-    async def close(self) -> None:
-        return None

@@ -38,8 +38,40 @@ class Slot:
     root: Path
 
 
-class SlotStore(Protocol):
-    """Storage for a fixed pool of slots, ``slot-000`` up to ``size - 1``."""
+class SlotsRoot(Protocol):
+    """Where slots live: all a container runtime needs to know of the storage."""
+
+    @property
+    def base(self) -> Path:
+        """The folder every slot lies under (a workspace outside it is never mounted).
+
+        Raises:
+            PoolError: ``SLOT_STORE_CLOSED`` before the store is opened.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class SlotsAt:
+    """A fixed slots root, for a runtime used without a slot store (tools, tests)."""
+
+    base: Path
+
+
+class SlotStore(SlotsRoot, Protocol):
+    """Storage for a fixed pool of slots, ``slot-000`` up to ``size - 1``.
+
+    Built without I/O by the composition root, opened once in the lifespan.
+    """
+
+    async def open(self) -> None:
+        """Get ready to serve: learn where the slots live, sweep what a crash left.
+
+        Raises:
+            PoolError: the storage cannot be reached (``ZFS_UNAVAILABLE``,
+                ``ZFS_DATASET_NOT_FOUND``, ``ZFS_BAD_MOUNTPOINT``).
+        """
+        ...
 
     async def missing(self, size: int) -> list[str]:
         """Check that slots ``0 .. size-1`` exist and are usable.

@@ -47,7 +47,7 @@ async def _in_thread(fn: Callable[[], T]) -> T:
 
 
 class DirSlotStore:
-    """Slots as plain folders; see the module docstring. Build it with :meth:`open`."""
+    """Slots as plain folders; see the module docstring. Call :meth:`open` before use."""
 
     def __init__(self, state_dir: Path, *, close_timeout: float = 30.0) -> None:
         self.slots_dir = slots_dir_of(state_dir)
@@ -61,16 +61,17 @@ class DirSlotStore:
         self._stop = threading.Event()
         self._closed = False
 
-    @classmethod
-    async def open(cls, state_dir: Path, *, close_timeout: float = 30.0) -> DirSlotStore:
-        """Create the store and start deleting trash left by an earlier run."""
-        store = cls(state_dir, close_timeout=close_timeout)
-        leftovers = await _in_thread(store._leftovers)
+    @property
+    def base(self) -> Path:
+        return self.slots_dir
+
+    async def open(self) -> None:
+        """Start deleting trash left by an earlier run."""
+        leftovers = await _in_thread(self._leftovers)
         for path in leftovers:
-            store._discard(path)
+            self._discard(path)
         if leftovers:
             logger.info("slot.trash_sweep", count=len(leftovers))
-        return store
 
     def _leftovers(self) -> list[Path]:
         try:

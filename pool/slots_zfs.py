@@ -47,33 +47,42 @@ def parent_root(parent: str, mountpoint: str) -> Path:
 class ZfsSlotStore:
     """Slots as ZFS datasets under ``parent``; see the module docstring.
 
-    Build it with :meth:`open`, which reads the parent's mountpoint once so
-    that :meth:`slot` needs no I/O.
+    :meth:`open` reads the parent's mountpoint once, so that :meth:`slot`
+    needs no I/O.
     """
 
-    def __init__(self, parent: str, mountpoint: Path) -> None:
+    def __init__(self, parent: str) -> None:
         self.parent = parent
-        self.mountpoint = mountpoint
+        self._mountpoint: Path | None = None
 
-    @classmethod
-    async def open(cls, parent: str) -> ZfsSlotStore:
-        """Create the store for the slots under dataset ``parent``.
+    @property
+    def mountpoint(self) -> Path:
+        if self._mountpoint is None:
+            raise PoolError("SLOT_STORE_CLOSED", "The slot store is not open yet.")
+        return self._mountpoint
+
+    @property
+    def base(self) -> Path:
+        return self.mountpoint
+
+    async def open(self) -> None:
+        """Read where the slots under dataset ``parent`` are mounted.
 
         Raises:
             PoolError: ``ZFS_DATASET_NOT_FOUND`` if ``parent`` does not exist
                 (run provisioning), ``ZFS_BAD_MOUNTPOINT``, ``ZFS_UNAVAILABLE``.
         """
         try:
-            ds = await _zfs.get_one(parent, ("mountpoint",))
+            ds = await _zfs.get_one(self.parent, ("mountpoint",))
         except PoolError as exc:
             if exc.code == "ZFS_DATASET_NOT_FOUND":
                 raise PoolError(
                     "ZFS_DATASET_NOT_FOUND",
-                    f"ZFS dataset {parent} does not exist; run `sandbox-mcp provision` first.",
+                    f"ZFS dataset {self.parent} does not exist; run `sandbox-mcp provision` first.",
                     exc.details,
                 ) from exc
             raise
-        return cls(parent, parent_root(parent, ds.get("mountpoint")))
+        self._mountpoint = parent_root(self.parent, ds.get("mountpoint"))
 
     def dataset(self, slot: Slot) -> str:
         return f"{self.parent}/{slot.name}"

@@ -10,16 +10,7 @@ from starlette.responses import JSONResponse
 
 from app.errors import DatabaseUnavailable
 from app.runtime.probe import RuntimeStatus
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    size: int
-    busy: int
-    free: int
-    reserved: int
-    queued: int
-    oldest_wait_s: float | None
+from pool.leases import PoolStats
 
 
 @dataclass

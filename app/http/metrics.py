@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.errors import DatabaseUnavailable
-from app.http.health import PoolStats
+from pool.leases import PoolStats
 
 # Tool calls span file reads (milliseconds) to test runs (minutes).
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)

@@ -1,10 +1,13 @@
-"""The tool wrapper: what happens around every MCP tool call.
+"""The tool runner: what happens around every MCP tool call and resource read.
 
 For each call it works out who is calling (the sandbox key, never an IP
-address), binds a per-call ``CallContext`` for the duration of the call, turns
-domain errors into ``isError`` results with a stable code and a sentence the
-agent can act on, records the call in the audit trail, and makes sure no
-traceback ever reaches the client.
+address), builds the call's ``CallContext`` and passes it to the body (explicit
+passing is the one way the context travels; nothing reads it from ambient
+state), turns domain errors into ``isError`` results with a stable code and a
+sentence the agent can act on, records the call in the audit trail and the
+metrics, and makes sure no traceback ever reaches the client. Resource reads go
+through the same runner (``read``), so they get the same identity, audit row,
+idle-clock touch and metrics as tools.
 """
 
 from __future__ import annotations
@@ -14,22 +17,25 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, TextContent
 
 from app.errors import DatabaseUnavailable, ServiceError
 from app.mcp.envelope import ToolOutput
 from app.storage.db import Repository
-from jail.context import CallContext, SandboxMemory, bind_call, new_call_context
+from jail.context import CallContext, SandboxMemory, new_call_context
 from jail.errors import JailError
 from pool.errors import PoolError
 from pool.leases import Lease, Queued, SlotPool
 from pool.state import NoteKind
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 # The key of the one implicit user of local mode (SANDBOX_MCP_AUTH=none).
 LOCAL_SANDBOX_KEY = "local"
@@ -165,8 +171,7 @@ class ToolRunner:
             held = lease.slot if lease else self._pool.lease_of(key)
             slot_root = held.root if held else None
             ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
-            with bind_call(ctx):
-                output = await body(ctx)
+            output = await body(ctx)
             self._pool.touch(key)  # every call is activity, however long it ran
             if lease is not None:
                 idle = int(self._pool.idle_timeout_s)
@@ -190,17 +195,56 @@ class ToolRunner:
                 failure.details["notes"] = [note_text(kind, idle) for kind in lease.notes]
             return error_result(failure, request_id)
         finally:
-            elapsed = time.time() - started
-            log.info(
-                "tool.call",
-                tool=tool,
-                request_id=request_id,
-                outcome=outcome,
-                ms=round(elapsed * 1000, 1),
+            await self._finish(request_id, key, tool, started, outcome)
+
+    async def read(self, resource: str, body: Callable[[CallContext], Awaitable[T]]) -> T:
+        """Read a resource for the calling sandbox key; never takes a slot.
+
+        Raises:
+            ResourceNotFoundError: no identity, or the domain refused; another key's
+                experiment reads exactly like one that never existed.
+        """
+        request_id = uuid.uuid4().hex
+        started = time.time()
+        key = self._identity.sandbox_key()
+        if key is None:
+            raise ResourceNotFoundError("Sign in to read sandbox resources.")
+        outcome = "ok"
+        try:
+            held = self._pool.lease_of(key)
+            ctx = new_call_context(
+                self._memory, key, request_id=request_id, slot_root=held.root if held else None
             )
-            if self._on_call is not None:
-                self._on_call(tool, outcome, elapsed)
-            await self._audit(request_id, key, tool, started, outcome)
+            value = await body(ctx)
+            self._pool.touch(key)
+            return value
+        except Exception as exc:
+            described = describe_failure(exc)
+            if described is None:
+                log.exception("resource.crashed", resource=resource, request_id=request_id)
+                outcome = "INTERNAL_ERROR"
+                raise ResourceNotFoundError(
+                    f"The server failed unexpectedly; report request id {request_id}."
+                ) from None
+            outcome = described.code
+            raise ResourceNotFoundError(described.message) from None
+        finally:
+            await self._finish(request_id, key, resource, started, outcome)
+
+    async def _finish(
+        self, request_id: str, key: str, name: str, started: float, outcome: str
+    ) -> None:
+        elapsed = time.time() - started
+        log.info(
+            "tool.call",
+            tool=name,
+            request_id=request_id,
+            outcome=outcome,
+            ms=round(elapsed * 1000, 1),
+        )
+        if self._on_call is not None:
+            self._on_call(name, outcome, elapsed)
+        await self._audit(request_id, key, name, started, outcome)
 
     async def _take_slot(self, key: str, progress: Progress | None) -> Lease:
         """Lease a slot, or wait in the queue up to ``queue_wait_s`` telling the client.

@@ -80,6 +80,7 @@ from app.runtime.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from pool.slots import SlotsRoot
 
 __all__ = [
     "CAPABILITIES",
@@ -117,7 +118,7 @@ class DockerBackend:
     """Hardened, throwaway experiment containers on a local Docker engine.
 
     Args:
-        slots_base: The folder holding every slot; a workspace must lie below it.
+        slots: Where the slots live (the slot store); a workspace must lie below its base.
         allowed_images: The images experiments may use (never pulled).
         default_image: Used when a spec names no image; must be allowed.
         ceilings: The most one experiment may get; requests above are clamped.
@@ -140,7 +141,7 @@ class DockerBackend:
     def __init__(
         self,
         *,
-        slots_base: Path,
+        slots: SlotsRoot,
         allowed_images: tuple[str, ...],
         host_paths: tuple[Path, Path] | None = None,
         default_image: str | None = None,
@@ -173,7 +174,7 @@ class DockerBackend:
             raise ConfigurationError("max_containers must be at least 1.")
         if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
             raise ConfigurationError("home must be an absolute path other than / and /tmp.")
-        self._slots_base = slots_base
+        self._slots = slots
         # (as this process sees it, as the Docker engine sees it): bind-mount sources
         # are the engine's paths, which differ when this server runs in a container.
         self._host_paths = host_paths
@@ -236,7 +237,7 @@ class DockerBackend:
         if image not in self._allowed:
             raise ImageNotAllowed(image, self._allowed)
         network_mode = self._network_mode(spec.network)
-        workspace = await self._offload.call(check_workspace, spec.workspace, self._slots_base)
+        workspace = await self._offload.call(check_workspace, spec.workspace, self._slots.base)
         api = await self._api()
         limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._cpus(api))
         mounts = [Mount(target=WORKSPACE, source=self._engine_path(workspace), type="bind")]
@@ -413,14 +414,14 @@ class DockerBackend:
         self, source: GitSource, workspace: Path, *, timeout_s: float = 300
     ) -> ExecResult:
         started = time.monotonic()
-        plan = await self._offload.call(plan_clone, source, self._slots_base)
+        plan = await self._offload.call(plan_clone, source, self._slots.base)
         if plan.local_source is not None:
             network_mode = "none"
         elif self._allow_git_egress:
             network_mode = self._egress_network
         else:
             raise GitEgressDisabled()
-        real_workspace = await self._offload.call(check_workspace, workspace, self._slots_base)
+        real_workspace = await self._offload.call(check_workspace, workspace, self._slots.base)
         await self._offload.call(require_empty, real_workspace)
         api = await self._api()
         limits, _ = clamp_limits(GIT_LIMITS, self._ceilings, await self._cpus(api))

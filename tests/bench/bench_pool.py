@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pool_fakes import opened
+
 from app.storage.db import create_engine, upgrade_schema
 from app.storage.pool_store import SqlPoolState
 from pool.leases import Queued, SlotPool
@@ -35,9 +37,9 @@ async def main() -> None:
         await provision_dir(state, SIZE, owner=None)
         engine = create_engine(f"sqlite+aiosqlite:///{state / 'db.sqlite'}")
         await upgrade_schema(engine)
-        store = await DirSlotStore.open(state)
-        pool = SlotPool(SqlPoolState(engine), size=SIZE, idle_timeout_s=600)
-        await pool.open(store)
+        store = await opened(DirSlotStore(state))
+        pool = SlotPool(SqlPoolState(engine), store, size=SIZE, idle_timeout_s=600)
+        await pool.open()
 
         # 1. Taking a free slot (the first call of a key): p50 / p99.
         take: list[float] = []

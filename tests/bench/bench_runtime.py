@@ -38,6 +38,7 @@ import structlog
 
 from app.runtime.backend import ContainerSpec, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
+from pool.slots import SlotsAt
 
 UID = 1000
 
@@ -116,7 +117,7 @@ async def main() -> None:
         return path
 
     backend = DockerBackend(
-        slots_base=slots,
+        slots=SlotsAt(slots),
         allowed_images=(args.image,),
         label_prefix=prefix,
         client_factory=lambda: docker.from_env(timeout=120),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
+from pool_fakes import opened
 
 from pool import _zfs
 from pool.provision import provision_dir, provision_zfs
@@ -95,7 +96,7 @@ async def bench_dir(base: Path, files: int, reps: int) -> Figures:
     figures = Figures()
     state = base / "dir-state"
     await provision_dir(state, 1, owner=None)
-    store = await DirSlotStore.open(state)
+    store = await opened(DirSlotStore(state))
     slot = store.slot(0)
     for _ in range(reps):
         started = await measure(slot, files, lambda: store.reset(slot), figures)
@@ -110,7 +111,7 @@ async def bench_zfs(parent: str, files: int, reps: int) -> Figures:
     dataset = f"{parent}/bench{uuid.uuid4().hex[:6]}"
     await provision_zfs(dataset, 1, quota=None, owner=None)
     try:
-        store = await ZfsSlotStore.open(dataset)
+        store = await opened(ZfsSlotStore(dataset))
         slot = store.slot(0)
         for _ in range(reps):
             started = await measure(slot, files, lambda: store.reset(slot), figures)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
-from pool.slots import Slot, name_of
+from pool.slots import Slot, SlotStore, name_of
 from pool.state import NoteRecord, PoolChanges, PoolSnapshot, QueueRecord, SlotRecord
 
 
@@ -53,6 +54,13 @@ class FakeSlotStore:
         self.root = root
         self.resets: list[int] = []
 
+    @property
+    def base(self) -> Path:
+        return self.root
+
+    async def open(self) -> None:
+        return None
+
     async def missing(self, size: int) -> list[str]:
         return []
 
@@ -64,3 +72,12 @@ class FakeSlotStore:
 
     async def close(self) -> None:
         return None
+
+
+StoreT = TypeVar("StoreT", bound=SlotStore)
+
+
+async def opened(store: StoreT) -> StoreT:
+    """``store``, opened: the one line every test of a real store starts with."""
+    await store.open()
+    return store

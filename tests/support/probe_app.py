@@ -16,7 +16,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.main import build_app, preflight
+from app.admin import preflight
+from app.main import build_app
 from app.mcp.envelope import ToolOutput
 from app.mcp.runner import ToolRunner
 from app.settings import load_settings

@@ -1,29 +1,21 @@
-"""The tools that turn a container into evidence: tests, changes, artifacts, comparison, map.
-
-Also the ``sandbox://`` resources, each scoped to the caller's sandbox key.
-"""
+"""The tools that turn a container into evidence: tests, changes, artifacts, comparison, map."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.errors import ServiceError
 from app.experiments import project
 from app.experiments.artifacts import ArtifactList
 from app.experiments.compare import Comparison
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
-from app.mcp.runner import Identity, Progress, ToolRunner
-from jail import CallContext, SandboxMemory, bind_call, new_call_context
-from pool.leases import SlotPool
+from app.mcp.runner import Progress, ToolRunner
+from jail import CallContext
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
@@ -126,93 +118,6 @@ def register_evidence_tools(
             return mapped
 
         return await runner.run("map_project", body, takes_slot=False)
-
-
-class ResourceReader:
-    """Resolves the caller for a resource read, exactly as the tool wrapper does for tools."""
-
-    def __init__(self, identity: Identity, memory: SandboxMemory, pool: SlotPool) -> None:
-        self._identity = identity
-        self._memory = memory
-        self._pool = pool
-
-    async def read(self, work: Callable[[CallContext], Awaitable[T]]) -> T:
-        key = self._identity.sandbox_key()
-        if key is None:
-            raise ResourceNotFoundError("Sign in to read sandbox resources.")
-        held = self._pool.lease_of(key)
-        ctx = new_call_context(
-            self._memory, key, request_id="resource", slot_root=held.root if held else None
-        )
-        try:
-            with bind_call(ctx):
-                return await work(ctx)
-        except ServiceError as exc:
-            # Another key's experiment reads exactly like one that never existed.
-            raise ResourceNotFoundError(exc.message) from None
-
-
-def register_resources(
-    server: MCPServer, reader: ResourceReader, manager: ExperimentManager
-) -> None:
-    """The sandbox:// resources; every one is scoped to the caller's sandbox key."""
-
-    @server.resource("sandbox://experiments", mime_type="application/json")
-    async def experiments() -> str:
-        async def work(call: CallContext) -> str:
-            found = await manager.list_all(call)
-            return json.dumps([e.model_dump(mode="json") for e in found], indent=2)
-
-        return await reader.read(work)
-
-    @server.resource("sandbox://experiments/{experiment_id}", mime_type="application/json")
-    async def experiment(experiment_id: str) -> str:
-        async def work(call: CallContext) -> str:
-            return (await manager.get(call, experiment_id)).model_dump_json(indent=2)
-
-        return await reader.read(work)
-
-    @server.resource("sandbox://experiments/{experiment_id}/logs", mime_type="text/plain")
-    async def logs(experiment_id: str) -> str:
-        async def work(call: CallContext) -> str:
-            view = await manager.get(call, experiment_id)
-            parts = []
-            for job in view.jobs:
-                result = await manager.job_result(call, job.job_id, 0)
-                parts.append(
-                    f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
-                    f"[{result.status}, exit {result.exit_code}]\n"
-                )
-            return "\n".join(parts)
-
-        return await reader.read(work)
-
-    @server.resource("sandbox://experiments/{experiment_id}/diff", mime_type="text/x-diff")
-    async def diff(experiment_id: str) -> str:
-        async def work(call: CallContext) -> str:
-            return (await manager.inspect_changes(call, experiment_id, True)).diff or ""
-
-        return await reader.read(work)
-
-    @server.resource(
-        "sandbox://experiments/{experiment_id}/artifacts", mime_type="application/json"
-    )
-    async def artifacts(experiment_id: str) -> str:
-        async def work(call: CallContext) -> str:
-            return (await manager.list_artifacts(call, experiment_id)).model_dump_json(indent=2)
-
-        return await reader.read(work)
-
-    @server.resource(
-        "sandbox://experiments/{experiment_id}/artifacts/{artifact_id}",
-        mime_type="application/octet-stream",
-    )
-    async def artifact(experiment_id: str, artifact_id: str) -> bytes:
-        async def work(call: CallContext) -> bytes:
-            _, data = await manager.read_artifact(call, experiment_id, artifact_id)
-            return data
-
-        return await reader.read(work)
 
 
 def _progress(ctx: Context | None) -> Progress | None:

@@ -52,8 +52,14 @@ async def pool_and_mailer(
         SmtpOptions("127.0.0.1", port, "none", "sandbox@example.test"),
         public_url="https://mcp.example.test",
     )
-    pool = SlotPool(MemoryPoolState(), size=1, idle_timeout_s=600, on_reserved=mailer.sandbox_ready)
-    await pool.open(FakeSlotStore())
+    pool = SlotPool(
+        MemoryPoolState(),
+        FakeSlotStore(),
+        size=1,
+        idle_timeout_s=600,
+        on_reserved=mailer.sandbox_ready,
+    )
+    await pool.open()
     yield pool, mailer, inbox
     await mailer.close()
 

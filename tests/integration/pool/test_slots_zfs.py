@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pool_fakes import opened
 
 from pool import _zfs
 from pool.errors import PoolError
@@ -91,7 +92,7 @@ async def test_provision_creates_locked_down_slots_with_empty_snapshots(parent: 
     report = await provision_zfs(parent, 5, quota=QUOTA, owner=OWNER)
 
     assert (report.created, report.repaired, report.untouched) == (5, 0, 0)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     for index in range(5):
         slot = store.slot(index)
         dataset = f"{parent}/{slot.name}"
@@ -118,13 +119,13 @@ async def test_reprovision_is_idempotent(parent: str) -> None:
 
 async def test_missing_names_the_slot_beyond_the_provisioned_ones(parent: str) -> None:
     await provision_zfs(parent, 5, quota=QUOTA, owner=OWNER)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     assert await store.missing(6) == ["slot-005"]
 
 
 async def test_a_leased_slot_is_never_repaired_or_rolled_back(parent: str) -> None:
     await provision_zfs(parent, 5, quota=QUOTA, owner=OWNER)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     slot = store.slot(2)
     (slot.root / "work.txt").write_text("agent's work")
     slot.root.chmod(0o755)
@@ -146,7 +147,7 @@ async def test_a_leased_slot_is_never_repaired_or_rolled_back(parent: str) -> No
 
 async def test_a_free_slot_without_its_snapshot_is_rebuilt_empty(parent: str) -> None:
     await provision_zfs(parent, 2, quota=QUOTA, owner=OWNER)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     slot = store.slot(1)
     (slot.root / "junk").write_text("x")
     zfs("destroy", f"{parent}/{slot.name}@empty")
@@ -162,7 +163,7 @@ async def test_a_free_slot_without_its_snapshot_is_rebuilt_empty(parent: str) ->
 
 async def test_reset_empties_5000_files(parent: str) -> None:
     await provision_zfs(parent, 2, quota=QUOTA, owner=OWNER)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     slot = store.slot(0)
     fill(slot.root, 5_000)
     assert sum(1 for _ in slot.root.rglob("*")) == 5_010
@@ -197,7 +198,7 @@ def write_until_refused(path: Path, limit: int) -> tuple[int, OSError | None]:
 
 async def test_quota_stops_writes(parent: str) -> None:
     await provision_zfs(parent, 1, quota=QUOTA, owner=OWNER)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     root = store.slot(0).root
 
     written, refused = write_until_refused(root / "big", 256 * 1024**2)
@@ -211,7 +212,7 @@ async def test_quota_stops_writes(parent: str) -> None:
 
 async def test_reset_of_an_unprovisioned_slot_says_so(parent: str) -> None:
     await provision_zfs(parent, 1, quota=QUOTA, owner=OWNER)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     with pytest.raises(PoolError) as caught:
         await store.reset(store.slot(3))
     assert caught.value.code == "SLOT_MISSING"
@@ -220,7 +221,7 @@ async def test_reset_of_an_unprovisioned_slot_says_so(parent: str) -> None:
 
 async def test_open_refuses_a_parent_that_does_not_exist(parent: str) -> None:
     with pytest.raises(PoolError) as caught:
-        await ZfsSlotStore.open(f"{parent}/never-made")
+        await opened(ZfsSlotStore(f"{parent}/never-made"))
     assert caught.value.code == "ZFS_DATASET_NOT_FOUND"
 
 
@@ -233,7 +234,7 @@ async def test_provision_refuses_a_pool_that_does_not_exist() -> None:
 
 async def test_destroy_retries_until_a_busy_dataset_is_released(parent: str) -> None:
     await provision_zfs(parent, 1, quota=None, owner=None)
-    store = await ZfsSlotStore.open(parent)
+    store = await opened(ZfsSlotStore(parent))
     holder = await asyncio.create_subprocess_exec("sleep", "30", cwd=store.slot(0).root)
 
     async def release() -> None:

@@ -37,6 +37,7 @@ from app.runtime.errors import (
     ImageNotAllowed,
     WorkspaceRefused,
 )
+from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,7 @@ def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
     backend = DockerBackend(
-        slots_base=slots,
+        slots=SlotsAt(slots),
         allowed_images=(IMAGE, "sandbox-mcp/base:bookworm", MISSING),
         label_prefix=PREFIX,
         client_factory=docker_client,
@@ -427,7 +428,7 @@ async def test_images_egress_and_capacity_are_checked(
 
     prefix = f"io.sandbox-mcp-cap-{RUN}"
     small = DockerBackend(
-        slots_base=slots,
+        slots=SlotsAt(slots),
         allowed_images=(IMAGE,),
         label_prefix=prefix,
         client_factory=docker_client,

@@ -26,6 +26,7 @@ import app.runtime.docker as runtime_docker
 from app.runtime.backend import GitSource
 from app.runtime.docker import CAPABILITIES, DockerBackend
 from app.runtime.errors import GitEgressDisabled, GitSourceRefused, WorkspaceRefused
+from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +59,7 @@ def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
     backend = DockerBackend(
-        slots_base=slots,
+        slots=SlotsAt(slots),
         allowed_images=("sandbox-mcp/python:3", IMAGE),
         git_image=IMAGE,
         label_prefix=PREFIX,

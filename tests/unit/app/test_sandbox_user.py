@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from app import main
+from app import options as main
 from app.settings import load_settings
 
 

@@ -6,9 +6,10 @@ import httpx2
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from app.http.health import HealthEndpoint, PoolStats
+from app.http.health import HealthEndpoint
 from app.runtime.probe import RuntimeStatus
 from app.storage.db import Repository, create_engine, upgrade_schema
+from pool.leases import PoolStats
 
 
 async def pool_stats() -> PoolStats:

@@ -8,9 +8,9 @@ import structlog
 from starlette.requests import Request
 
 from app.errors import DatabaseUnavailable
-from app.http.health import PoolStats
 from app.http.metrics import Metrics, MetricsEndpoint
 from app.observability import configure_logging
+from pool.leases import PoolStats
 
 
 def request(accept: str | None = None, authorization: str | None = None) -> Request:

@@ -18,8 +18,6 @@ from jail import (
     JailError,
     ProjectMapCache,
     SandboxMemory,
-    bind_call,
-    current_call,
     new_call_context,
 )
 
@@ -35,36 +33,8 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_no_context_fails_closed() -> None:
-    with pytest.raises(JailError) as excinfo:
-        current_call()
-    assert excinfo.value.code == "NO_CALL_CONTEXT"
-
-
-def test_bind_call_nests_and_always_resets(tmp_path: Path) -> None:
-    memory = SandboxMemory()
-    outer, inner = _context(memory, 1, tmp_path), _context(memory, 2, tmp_path)
-    with bind_call(outer):
-        with bind_call(inner):
-            assert current_call() is inner
-        assert current_call() is outer
-        with pytest.raises(RuntimeError), bind_call(inner):
-            raise RuntimeError
-        assert current_call() is outer
-    with pytest.raises(JailError):
-        current_call()
-
-
-async def test_context_follows_the_call_into_worker_threads(tmp_path: Path) -> None:
-    ctx = _context(SandboxMemory(), 7, tmp_path)
-    with bind_call(ctx):
-        seen = await asyncio.to_thread(lambda: current_call().sandbox_key)
-    assert seen == "key-7"
-
-
-def _write_own_note(step: int) -> None:
-    """What a tool does in its worker thread: identity comes from the context only."""
-    call = current_call()
+def _write_own_note(call: CallContext, step: int) -> None:
+    """What a tool does in its worker thread: identity comes from its context only."""
     assert call.slot_root is not None
     content = f"{call.sandbox_key}:{step}".encode()
     with Jail.open(call.slot_root) as jail:
@@ -73,8 +43,7 @@ def _write_own_note(step: int) -> None:
     call.edit_state.record_read(f"note-{step}.txt", _sha(content))
 
 
-def _read_own_notes() -> list[bytes]:
-    call = current_call()
+def _read_own_notes(call: CallContext) -> list[bytes]:
     assert call.slot_root is not None
     with Jail.open(call.slot_root) as jail:
         return [jail.read_bytes(f"note-{s}.txt", max_bytes=100) for s in range(STEPS)]
@@ -102,12 +71,11 @@ async def test_concurrent_tasks_each_see_only_their_own_sandbox(roots: list[Path
     memory = SandboxMemory()
 
     async def tenant(n: int) -> list[bytes]:
-        with bind_call(_context(memory, n, roots[n])):
-            for step in range(STEPS):
-                await asyncio.sleep(random.random() / 1000)  # shuffle the interleaving
-                assert current_call().sandbox_key == f"key-{n}"
-                await asyncio.to_thread(_write_own_note, step)
-            return await asyncio.to_thread(_read_own_notes)
+        call = _context(memory, n, roots[n])
+        for step in range(STEPS):
+            await asyncio.sleep(random.random() / 1000)  # shuffle the interleaving
+            await asyncio.to_thread(_write_own_note, call, step)
+        return await asyncio.to_thread(_read_own_notes, call)
 
     results = await asyncio.gather(*(tenant(n) for n in range(TENANTS)))
     for n, notes in enumerate(results):
@@ -120,11 +88,11 @@ def test_concurrent_threads_each_see_only_their_own_sandbox(roots: list[Path]) -
     start = threading.Barrier(TENANTS)
 
     def tenant(n: int) -> list[bytes]:
-        with bind_call(_context(memory, n, roots[n])):
-            start.wait()  # every thread bound before any works
-            for step in range(STEPS):
-                _write_own_note(step)
-            return _read_own_notes()
+        call = _context(memory, n, roots[n])
+        start.wait()  # every thread has its context before any works
+        for step in range(STEPS):
+            _write_own_note(call, step)
+        return _read_own_notes(call)
 
     with ThreadPoolExecutor(max_workers=TENANTS) as pool:
         results = list(pool.map(tenant, range(TENANTS)))

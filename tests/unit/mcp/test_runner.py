@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from pool_fakes import FakeSlotStore, MemoryPoolState
 
 from app.errors import InvalidArgument
 from app.mcp.envelope import ToolOutput
 from app.mcp.runner import LocalIdentity, ToolRunner
 from app.storage.db import Repository, create_engine, upgrade_schema
-from jail import CallContext, JailError, SandboxMemory, current_call
+from jail import CallContext, JailError, SandboxMemory
 from pool.errors import PoolError
 from pool.leases import SlotPool
 
@@ -28,8 +29,8 @@ class Nobody:
 async def parts(tmp_path: Path) -> AsyncIterator[tuple[Repository, SlotPool]]:
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     await upgrade_schema(engine)
-    pool = SlotPool(MemoryPoolState(), size=1, idle_timeout_s=600)
-    await pool.open(FakeSlotStore(tmp_path))
+    pool = SlotPool(MemoryPoolState(), FakeSlotStore(tmp_path), size=1, idle_timeout_s=600)
+    await pool.open()
     yield Repository(engine), pool
     await engine.dispose()
 
@@ -39,13 +40,13 @@ def runner(parts: tuple[Repository, SlotPool], key: str = "k1") -> ToolRunner:
     return ToolRunner(LocalIdentity(key), repository, SandboxMemory(), pool, queue_wait_s=0)
 
 
-async def test_success_carries_the_sandbox_lifetime_and_binds_the_context(
+async def test_success_carries_the_sandbox_lifetime_and_passes_the_context(
     parts: tuple[Repository, SlotPool],
 ) -> None:
     seen: list[CallContext] = []
 
     async def body(call: CallContext) -> ToolOutput:
-        seen.append(current_call())
+        seen.append(call)
         return ToolOutput()
 
     result = await runner(parts).run("t", body, takes_slot=True)
@@ -54,8 +55,6 @@ async def test_success_carries_the_sandbox_lifetime_and_binds_the_context(
     assert result.structured_content["idle_expiry_s"] == 600
     assert seen[0].sandbox_key == "k1"
     assert seen[0].slot_root is not None
-    with pytest.raises(JailError):
-        current_call()  # the context ends with the call
     rows = await parts[0].tool_calls("k1")
     assert [(r.tool, r.outcome) for r in rows] == [("t", "ok")]
 
@@ -138,3 +137,42 @@ async def test_a_one_time_note_survives_a_failing_call(parts: tuple[Repository, 
     result = await runner(parts, "b").run("t", fails, takes_slot=True)
     assert result.structured_content is not None
     assert "ready" in result.structured_content["error"]["notes"][0]
+
+
+async def test_a_resource_read_goes_through_the_runner(
+    parts: tuple[Repository, SlotPool],
+) -> None:
+    """Same identity, audit row, idle-clock touch and error mapping as a tool call."""
+    repository, pool = parts
+    await pool.acquire("k1")
+    seen: list[CallContext] = []
+
+    async def body(call: CallContext) -> str:
+        seen.append(call)
+        return "content"
+
+    assert await runner(parts).read("resource:x", body) == "content"
+    assert seen[0].sandbox_key == "k1"
+    assert seen[0].slot_root is not None  # the slot the caller holds, never a new one
+
+    async def refused(call: CallContext) -> str:
+        raise InvalidArgument("No such experiment in your sandbox.")
+
+    async def crashed(call: CallContext) -> str:
+        raise RuntimeError("boom /etc/shadow")
+
+    with pytest.raises(ResourceNotFoundError, match="No such experiment"):
+        await runner(parts).read("resource:x", refused)
+    with pytest.raises(ResourceNotFoundError) as caught:
+        await runner(parts).read("resource:x", crashed)
+    assert "/etc/shadow" not in str(caught.value)
+    rows = await repository.tool_calls("k1")
+    assert [(r.tool, r.outcome) for r in rows] == [
+        ("resource:x", "ok"),
+        ("resource:x", "INVALID_ARGUMENT"),
+        ("resource:x", "INTERNAL_ERROR"),
+    ]
+    with pytest.raises(ResourceNotFoundError, match="Sign in"):
+        await ToolRunner(Nobody(), repository, SandboxMemory(), pool, queue_wait_s=0).read(
+            "resource:x", body
+        )

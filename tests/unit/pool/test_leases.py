@@ -26,8 +26,8 @@ async def make_pool(
     idle: float = 600,
 ) -> tuple[SlotPool, FakeSlotStore, MemoryPoolState, Clock]:
     store, state, clock = FakeSlotStore(), state or MemoryPoolState(), clock or Clock()
-    pool = SlotPool(state, size=size, idle_timeout_s=idle, clock=clock)
-    await pool.open(store)
+    pool = SlotPool(state, store, size=size, idle_timeout_s=idle, clock=clock)
+    await pool.open()
     return pool, store, state, clock
 
 

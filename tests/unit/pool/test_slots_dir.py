@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pool_fakes import opened
 
 from pool.errors import PoolError
 from pool.provision import provision_dir
@@ -34,9 +35,9 @@ def mode(path: Path) -> int:
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[DirSlotStore]:
     await provision_dir(tmp_path, 3, owner=None)
-    opened = await DirSlotStore.open(tmp_path)
-    yield opened
-    await opened.close()
+    store = await opened(DirSlotStore(tmp_path))
+    yield store
+    await store.close()
 
 
 async def test_provision_creates_slots_and_is_idempotent(tmp_path: Path) -> None:
@@ -114,7 +115,7 @@ async def test_provision_refuses_an_unknown_owner(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 async def test_provision_owner_and_reset_keep_it(tmp_path: Path) -> None:
     await provision_dir(tmp_path, 1, owner="nobody")
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     root = store.slot(0).root
     nobody = root.stat().st_uid
     assert nobody != 0
@@ -130,7 +131,7 @@ async def test_missing_names_absent_and_unusable_slots(tmp_path: Path) -> None:
     await provision_dir(tmp_path, 3, owner=None)
     (tmp_path / "slots" / "slot-001").rmdir()
     (tmp_path / "slots" / "slot-001").write_text("not a folder")
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
 
     assert await store.missing(3) == ["slot-001"]
     assert await store.missing(5) == ["slot-001", "slot-003", "slot-004"]
@@ -138,7 +139,7 @@ async def test_missing_names_absent_and_unusable_slots(tmp_path: Path) -> None:
 
 
 async def test_missing_before_any_provisioning_names_every_slot(tmp_path: Path) -> None:
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     assert await store.missing(2) == ["slot-000", "slot-001"]
     assert not (tmp_path / "slots").exists()  # opening the store creates nothing
     await store.close()
@@ -153,7 +154,7 @@ async def test_reset_empties_5000_files_fast_and_deletes_them_in_background(
     tmp_path: Path,
 ) -> None:
     await provision_dir(tmp_path, 1, owner=None)
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     slot = store.slot(0)
     fill(slot.root)
 
@@ -204,7 +205,7 @@ async def test_reset_gives_0700_whatever_the_umask(store: DirSlotStore) -> None:
 
 async def test_reset_after_close_is_refused(tmp_path: Path) -> None:
     await provision_dir(tmp_path, 1, owner=None)
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     await store.close()
 
     with pytest.raises(PoolError) as caught:
@@ -213,7 +214,7 @@ async def test_reset_after_close_is_refused(tmp_path: Path) -> None:
 
 
 async def test_reset_without_provisioning_says_the_slot_is_missing(tmp_path: Path) -> None:
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     with pytest.raises(PoolError) as caught:
         await store.reset(store.slot(0))
     assert caught.value.code == "SLOT_MISSING"
@@ -232,7 +233,7 @@ async def test_trash_left_by_a_crash_is_deleted_at_start(tmp_path: Path) -> None
     locked.chmod(0o000)  # agents can leave folders nobody may enter
     (trash / "slot-000.1700000001.stray-file").write_text("x")
 
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     await store.close()
 
     assert list(trash.iterdir()) == []
@@ -243,7 +244,7 @@ async def test_deletion_never_follows_links_out_of_the_trash(tmp_path: Path) -> 
     outside = tmp_path / "outside"
     (outside / "deep").mkdir(parents=True)
     (outside / "deep" / "precious").write_text("keep")
-    store = await DirSlotStore.open(tmp_path)
+    store = await opened(DirSlotStore(tmp_path))
     slot = store.slot(0)
     (slot.root / "escape").symlink_to(outside)
     (slot.root / "sub").mkdir()
@@ -258,7 +259,7 @@ async def test_deletion_never_follows_links_out_of_the_trash(tmp_path: Path) -> 
 
 async def test_close_is_bounded_and_the_rest_is_swept_next_time(tmp_path: Path) -> None:
     await provision_dir(tmp_path, 1, owner=None)
-    store = await DirSlotStore.open(tmp_path, close_timeout=0.0)
+    store = await opened(DirSlotStore(tmp_path, close_timeout=0.0))
     slot = store.slot(0)
     for _ in range(3):
         fill(slot.root, 2_000)
@@ -268,6 +269,6 @@ async def test_close_is_bounded_and_the_rest_is_swept_next_time(tmp_path: Path) 
     await store.close()
     assert time.perf_counter() - started < 1.0
 
-    again = await DirSlotStore.open(tmp_path)
+    again = await opened(DirSlotStore(tmp_path))
     await again.close()
     assert list(again.trash.iterdir()) == []

@@ -130,7 +130,8 @@ async def test_missing_checks_snapshot_mountpoint_and_mount(
         return out
 
     monkeypatch.setattr(_zfs, "run", fake_run)
-    store = ZfsSlotStore("tank/s", Path("/tank/s"))
+    store = ZfsSlotStore("tank/s")
+    store._mountpoint = Path("/tank/s")
 
     assert await store.missing(5) == ["slot-001", "slot-002", "slot-003", "slot-004"]
     assert store.slot(3).root == Path("/tank/s/slot-003")

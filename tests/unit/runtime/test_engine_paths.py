@@ -8,11 +8,12 @@ import docker
 import requests
 
 from app.runtime.docker import DockerBackend, _translate
+from pool.slots import SlotsAt
 
 
 def backend(state: Path, host_state: Path | None) -> DockerBackend:
     return DockerBackend(
-        slots_base=state / "slots",
+        slots=SlotsAt(state / "slots"),
         allowed_images=("sandbox-mcp/python:3",),
         host_paths=(state, host_state) if host_state else None,
     )

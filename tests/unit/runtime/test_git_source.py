@@ -34,6 +34,7 @@ from app.runtime.errors import (
     GitSourceRefused,
     WorkspaceRefused,
 )
+from pool.slots import SlotsAt
 
 # -- URLs --------------------------------------------------------------------------------
 
@@ -420,7 +421,7 @@ def make_backend(
     slots: Path, api: FakeApi, ran: list[dict[str, Any]], result: Any = OK, **overrides: Any
 ) -> DockerBackend:
     options: dict[str, Any] = {
-        "slots_base": slots,
+        "slots": SlotsAt(slots),
         "allowed_images": IMAGES,
         "git_image": "sandbox-mcp/base:bookworm",
         "label_prefix": PREFIX,
@@ -568,4 +569,4 @@ async def test_sweep_spares_a_clone_in_flight_but_not_a_leftover(slots: Path, re
 
 def test_the_git_image_must_be_allowed(slots: Path) -> None:
     with pytest.raises(ConfigurationError):
-        DockerBackend(slots_base=slots, allowed_images=IMAGES, git_image="alpine/git:latest")
+        DockerBackend(slots=SlotsAt(slots), allowed_images=IMAGES, git_image="alpine/git:latest")

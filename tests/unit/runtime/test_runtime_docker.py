@@ -28,6 +28,7 @@ from app.runtime.errors import (
     RuntimeUnavailable,
     WorkspaceRefused,
 )
+from pool.slots import SlotsAt
 
 IMAGES = ("sandbox-mcp/python:3", "sandbox-mcp/base:bookworm")
 
@@ -109,7 +110,7 @@ def api() -> FakeApi:
 
 def make_backend(slots: Path, api: FakeApi, **overrides: Any) -> DockerBackend:
     options: dict[str, Any] = {
-        "slots_base": slots,
+        "slots": SlotsAt(slots),
         "allowed_images": IMAGES,
         "label_prefix": "io.sandbox-mcp-unit",
         "client_factory": lambda: FakeClient(api),

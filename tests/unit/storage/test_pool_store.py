@@ -52,8 +52,8 @@ async def test_changes_round_trip(state: SqlPoolState) -> None:
 
 
 async def test_a_pool_on_the_database_survives_a_restart(state: SqlPoolState) -> None:
-    pool = SlotPool(state, size=2, idle_timeout_s=600)
-    await pool.open(FakeSlotStore())
+    pool = SlotPool(state, FakeSlotStore(), size=2, idle_timeout_s=600)
+    await pool.open()
     a = await pool.acquire("a")
     await pool.acquire("b")
     for key in ("c", "d"):
@@ -63,8 +63,8 @@ async def test_a_pool_on_the_database_survives_a_restart(state: SqlPoolState) ->
     pool.touch("a")
     await pool.flush_activity()
 
-    reopened = SlotPool(state, size=2, idle_timeout_s=600)
-    await reopened.open(FakeSlotStore())
+    reopened = SlotPool(state, FakeSlotStore(), size=2, idle_timeout_s=600)
+    await reopened.open()
     reopened.check_invariants()
     assert (await reopened.acquire("a")).slot == a.slot
     assert (await reopened.acquire("c")).notes == ("ready",)
