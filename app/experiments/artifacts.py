@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import ProjectSourceError
-from app.mcp.envelope import ToolOutput
+from app.experiments.result import Result
 from jail import Jail, JailError
 
 MAX_PATTERNS = 20
@@ -34,7 +34,7 @@ class Artifact(BaseModel):
     uri: str
 
 
-class ArtifactList(ToolOutput):
+class ArtifactList(Result):
     experiment_id: str
     artifacts: list[Artifact]
     skipped: list[str] = Field(default_factory=list)

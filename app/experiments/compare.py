@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from app.mcp.envelope import ToolOutput
+from app.experiments.result import Result
 
 
 class ExperimentEvidence(BaseModel):
@@ -29,7 +29,7 @@ class ExperimentEvidence(BaseModel):
     artifacts: int = 0
 
 
-class Comparison(ToolOutput):
+class Comparison(Result):
     experiments: list[ExperimentEvidence]
     recommended: str | None = Field(default=None, description="The experiment id to prefer.")
     reason: str

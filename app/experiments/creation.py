@@ -194,7 +194,7 @@ class ExperimentCreator:
         created = await self._owned(call, experiment_id)
         view = ExperimentView.of(created, await self._records.jobs_of(experiment_id))
         return CreatedExperiment(
-            **view.model_dump(exclude={"notes", "idle_expiry_s"}),
+            **view.model_dump(exclude={"notes"}),
             setup=setup,
             files_copied=prepared.files,
             secrets_skipped=prepared.secrets_skipped,

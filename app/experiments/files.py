@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import EditNotFound, EditNotUnique, ProjectSourceError
-from app.mcp.envelope import ToolOutput
+from app.experiments.result import Result
 from jail import EditState, Jail, JailError, PathInfo
 
 MAX_READ_BYTES = 1_048_576
@@ -50,7 +50,7 @@ def is_binary(data: bytes) -> bool:
     return False
 
 
-class FileContent(ToolOutput):
+class FileContent(Result):
     path: str
     size: int
     binary: bool = Field(description="True for non-text files: no content is returned then.")
@@ -61,7 +61,7 @@ class FileContent(ToolOutput):
     truncated: bool = Field(default=False, description="The file was larger than the read cap.")
 
 
-class FileWritten(ToolOutput):
+class FileWritten(Result):
     path: str
     bytes_written: int
     replacements: int = 0
@@ -74,7 +74,7 @@ class FileEntry(BaseModel):
     link_target: str | None = None
 
 
-class FileTree(ToolOutput):
+class FileTree(Result):
     root: str
     entries: list[FileEntry]
     truncated: bool = False
@@ -86,7 +86,7 @@ class SearchMatch(BaseModel):
     text: str
 
 
-class SearchResult(ToolOutput):
+class SearchResult(Result):
     pattern: str
     matches: list[SearchMatch]
     files_searched: int

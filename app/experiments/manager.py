@@ -316,7 +316,7 @@ class ExperimentManager:
             )
         view = await self.get(call, experiment_id)
         return DestroyReport(
-            **view.model_dump(exclude={"notes", "idle_expiry_s"}), already_destroyed=already
+            **view.model_dump(exclude={"notes"}), already_destroyed=already
         )
 
     async def _teardown(

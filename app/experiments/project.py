@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field
 
 from app.experiments import testing
-from app.mcp.envelope import ToolOutput
+from app.experiments.result import Result
 from jail import Jail, JailError
 
 WALK_LIMIT = 20_000
@@ -68,7 +68,7 @@ ENTRY_POINTS = (
 )
 
 
-class ProjectMap(ToolOutput):
+class ProjectMap(Result):
     files: int
     languages: dict[str, int] = Field(description="Files per language, most first.")
     manifests: list[str]

@@ -8,11 +8,11 @@ from typing import Any
 from pydantic import Field
 
 from app.experiments.changes import FileChange
-from app.mcp.envelope import ToolOutput
+from app.experiments.result import Result
 from app.storage.experiment_store import Experiment, JobRow
 
 
-class JobView(ToolOutput):
+class JobView(Result):
     job_id: str
     experiment_id: str
     command: str
@@ -54,7 +54,7 @@ class JobView(ToolOutput):
         )
 
 
-class ExperimentView(ToolOutput):
+class ExperimentView(Result):
     experiment_id: str
     name: str
     goal: str
@@ -94,7 +94,7 @@ class CreatedExperiment(ExperimentView):
     secrets_skipped: int = Field(default=0, description="Secret-shaped files left out of the copy.")
 
 
-class ExperimentList(ToolOutput):
+class ExperimentList(Result):
     experiments: list[ExperimentView]
 
 
@@ -102,7 +102,7 @@ class DestroyReport(ExperimentView):
     already_destroyed: bool = False
 
 
-class RuntimeView(ToolOutput):
+class RuntimeView(Result):
     reachable: bool
     version: str | None
     images: list[str]
@@ -114,7 +114,7 @@ class RuntimeView(ToolOutput):
     ceilings: dict[str, float]
 
 
-class ChangesView(ToolOutput):
+class ChangesView(Result):
     """inspect_changes: what changed against the baseline taken before any command ran."""
 
     experiment_id: str

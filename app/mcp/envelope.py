@@ -1,18 +1,81 @@
-"""The fields every tool result carries, whatever the tool."""
+"""The result envelope: what every tool result carries beside the domain's record.
+
+The domain returns plain records (``app.experiments.result.Result`` and friends);
+the runner wraps them here, adding the sandbox's idle expiry and the pool's
+one-time notes. ``enveloped(Model)`` is the output schema a tool declares: the
+record's fields plus the envelope's, under the record's own name.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, Field, create_model
+
+NOTES_DESCRIPTION = "One-time messages for the agent (read them)."
+IDLE_EXPIRY_DESCRIPTION = (
+    "Seconds your sandbox survives without activity from now on; after that it is "
+    "emptied and its slot given to someone else. Set on calls that use the sandbox."
+)
 
 
 class ToolOutput(BaseModel):
-    notes: list[str] = Field(
-        default_factory=list, description="One-time messages for the agent (read them)."
+    """The envelope alone, for results the tool layer builds itself."""
+
+    notes: list[str] = Field(default_factory=list, description=NOTES_DESCRIPTION)
+    idle_expiry_s: int | None = Field(default=None, description=IDLE_EXPIRY_DESCRIPTION)
+
+
+@functools.cache
+def enveloped(record: type[BaseModel]) -> type[BaseModel]:
+    """``record``'s fields plus the envelope's: the ``outputSchema`` of a tool returning it."""
+    if issubclass(record, ToolOutput):
+        return record
+    fields: dict[str, Any] = {
+        "idle_expiry_s": (int | None, Field(default=None, description=IDLE_EXPIRY_DESCRIPTION))
+    }
+    if "notes" not in record.model_fields:
+        fields["notes"] = (list[str], Field(default_factory=list, description=NOTES_DESCRIPTION))
+    model: type[BaseModel] = create_model(record.__name__, __base__=record, **fields)
+    return model
+
+
+def ok_result(
+    record: BaseModel, *, notes: list[str] | None = None, idle_expiry_s: int | None = None
+) -> CallToolResult:
+    """Wrap ``record``: the envelope's ``notes`` come first, then the record's own."""
+    structured = record.model_dump(mode="json")
+    structured["notes"] = [*(notes or []), *structured.get("notes", [])]
+    structured.setdefault("idle_expiry_s", None)
+    if idle_expiry_s is not None:
+        structured["idle_expiry_s"] = idle_expiry_s
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(structured, indent=2))],
+        structured_content=structured,
     )
-    idle_expiry_s: int | None = Field(
-        default=None,
-        description=(
-            "Seconds your sandbox survives without activity from now on; after that it is "
-            "emptied and its slot given to someone else. Set on calls that use the sandbox."
-        ),
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    code: str
+    message: str
+    details: dict[str, object]
+
+
+def error_result(failure: ToolFailure, request_id: str) -> CallToolResult:
+    structured: dict[str, object] = {
+        "error": {"code": failure.code, "message": failure.message, **failure.details},
+        "request_id": request_id,
+    }
+    text = f"{failure.code}: {failure.message}"
+    if failure.details:
+        text += "\n" + json.dumps(failure.details, default=str, sort_keys=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=True,
     )

@@ -12,7 +12,6 @@ idle-clock touch and metrics as tools.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,10 +21,11 @@ from typing import Protocol, TypeVar
 import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
+from pydantic import BaseModel
 
 from app.errors import DatabaseUnavailable, ServiceError
-from app.mcp.envelope import ToolOutput
+from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.storage.db import Repository
 from jail.context import CallContext, SandboxMemory, new_call_context
 from jail.errors import JailError
@@ -76,13 +76,6 @@ class TokenIdentity:
         return token.subject if token is not None else None
 
 
-@dataclass(frozen=True)
-class ToolFailure:
-    code: str
-    message: str
-    details: dict[str, object]
-
-
 def describe_failure(exc: BaseException) -> ToolFailure | None:
     """The agent-facing view of a domain error, or ``None`` for a crash.
 
@@ -103,30 +96,7 @@ def describe_failure(exc: BaseException) -> ToolFailure | None:
     return None
 
 
-def error_result(failure: ToolFailure, request_id: str) -> CallToolResult:
-    structured: dict[str, object] = {
-        "error": {"code": failure.code, "message": failure.message, **failure.details},
-        "request_id": request_id,
-    }
-    text = f"{failure.code}: {failure.message}"
-    if failure.details:
-        text += "\n" + json.dumps(failure.details, default=str, sort_keys=True)
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=structured,
-        is_error=True,
-    )
-
-
-def ok_result(output: ToolOutput) -> CallToolResult:
-    structured = output.model_dump(mode="json")
-    return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(structured, indent=2))],
-        structured_content=structured,
-    )
-
-
-ToolBody = Callable[[CallContext], Awaitable[ToolOutput]]
+ToolBody = Callable[[CallContext], Awaitable[BaseModel]]
 
 
 class ToolRunner:
@@ -173,11 +143,11 @@ class ToolRunner:
             ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
             output = await body(ctx)
             self._pool.touch(key)  # every call is activity, however long it ran
-            if lease is not None:
-                idle = int(self._pool.idle_timeout_s)
-                output.notes[:0] = [note_text(kind, idle) for kind in lease.notes]
-                output.idle_expiry_s = idle
-            return ok_result(output)
+            if lease is None:
+                return ok_result(output)
+            idle = int(self._pool.idle_timeout_s)
+            notes = [note_text(kind, idle) for kind in lease.notes]
+            return ok_result(output, notes=notes, idle_expiry_s=idle)
         except Exception as exc:
             described = describe_failure(exc)
             if described is None:

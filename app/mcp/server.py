@@ -22,7 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult
 from pydantic import ValidationError
 
-from app.mcp.runner import ToolFailure, error_result
+from app.mcp.envelope import ToolFailure, error_result
 
 log = structlog.get_logger(__name__)
 

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from app.admin import preflight
 from app.main import build_app
-from app.mcp.envelope import ToolOutput
+from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
 from app.settings import load_settings
 from jail import CallContext, Jail
@@ -33,7 +33,7 @@ def register_probe(server: MCPServer, runner: ToolRunner) -> None:
     @server.tool(description="Test probe: takes a slot, writes a file there, lists the files.")
     async def probe_sandbox(
         write: str = "", ctx: Context | None = None
-    ) -> Annotated[CallToolResult, ProbeResult]:
+    ) -> Annotated[CallToolResult, enveloped(ProbeResult)]:
         async def body(call: CallContext) -> ProbeResult:
             assert call.slot_root is not None
             with Jail.open(call.slot_root) as jail:

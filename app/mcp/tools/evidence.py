@@ -14,6 +14,7 @@ from app.experiments.artifacts import ArtifactList
 from app.experiments.compare import Comparison
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
+from app.mcp.envelope import enveloped
 from app.mcp.runner import Progress, ToolRunner
 from jail import CallContext
 
@@ -40,7 +41,7 @@ def register_evidence_tools(
         command: Annotated[str | None, Field(max_length=10_000)] = None,
         timeout_s: Annotated[float | None, Field(gt=0)] = None,
         ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, JobView]:
+    ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.run_tests(call, experiment_id, command, timeout_s=timeout_s)
 
@@ -57,7 +58,7 @@ def register_evidence_tools(
     )
     async def inspect_changes(
         experiment_id: ExperimentId, include_diff: bool = False
-    ) -> Annotated[CallToolResult, ChangesView]:
+    ) -> Annotated[CallToolResult, enveloped(ChangesView)]:
         async def body(call: CallContext) -> ChangesView:
             return await manager.inspect_changes(call, experiment_id, include_diff)
 
@@ -75,7 +76,7 @@ def register_evidence_tools(
         patterns: Annotated[
             list[Annotated[str, Field(max_length=500)]], Field(min_length=1, max_length=20)
         ],
-    ) -> Annotated[CallToolResult, ArtifactList]:
+    ) -> Annotated[CallToolResult, enveloped(ArtifactList)]:
         async def body(call: CallContext) -> ArtifactList:
             return await manager.collect_artifacts(call, experiment_id, patterns)
 
@@ -92,7 +93,7 @@ def register_evidence_tools(
     )
     async def compare_experiments(
         experiment_ids: Annotated[list[ExperimentId], Field(min_length=2, max_length=10)],
-    ) -> Annotated[CallToolResult, Comparison]:
+    ) -> Annotated[CallToolResult, enveloped(Comparison)]:
         async def body(call: CallContext) -> Comparison:
             return await manager.compare(call, experiment_ids)
 
@@ -107,7 +108,7 @@ def register_evidence_tools(
     )
     async def map_project(
         experiment_id: ExperimentId,
-    ) -> Annotated[CallToolResult, project.ProjectMap]:
+    ) -> Annotated[CallToolResult, enveloped(project.ProjectMap)]:
         async def body(call: CallContext) -> project.ProjectMap:
             cached = call.project_map.value
             if cached is not None and cached.get("experiment_id") == experiment_id:

@@ -23,6 +23,7 @@ from app.experiments.views import (
     JobView,
     RuntimeView,
 )
+from app.mcp.envelope import enveloped
 from app.mcp.runner import Progress, ToolRunner
 from app.runtime.backend import Limits
 from jail import CallContext
@@ -93,7 +94,7 @@ def register_experiment_tools(
         pids: Annotated[int | None, Field(gt=0)] = None,
         env: EnvRequests = [],  # noqa: B006
         ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, CreatedExperiment]:
+    ) -> Annotated[CallToolResult, enveloped(CreatedExperiment)]:
         defaults = Limits()
         request = CreateRequest(
             name=name,
@@ -134,7 +135,7 @@ def register_experiment_tools(
         timeout_s: Annotated[float | None, Field(gt=0)] = None,
         env: EnvRequests = [],  # noqa: B006
         ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, JobView]:
+    ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.execute(
                 call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
@@ -145,7 +146,7 @@ def register_experiment_tools(
         )
 
     @server.tool(description="The status of a job (no output).", annotations=READ_ONLY)
-    async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, JobView]:
+    async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.job_status(call, job_id)
 
@@ -157,14 +158,14 @@ def register_experiment_tools(
     )
     async def get_job_result(
         job_id: JobId, wait_s: Annotated[float, Field(ge=0, le=45)] = 30
-    ) -> Annotated[CallToolResult, JobView]:
+    ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.job_result(call, job_id, wait_s)
 
         return await runner.run("get_job_result", body, takes_slot=False)
 
     @server.tool(description="Cancel a running job: its whole process tree is killed.")
-    async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, JobView]:
+    async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.cancel_job(call, job_id)
 
@@ -176,14 +177,14 @@ def register_experiment_tools(
     )
     async def get_experiment(
         experiment_id: ExperimentId,
-    ) -> Annotated[CallToolResult, ExperimentView]:
+    ) -> Annotated[CallToolResult, enveloped(ExperimentView)]:
         async def body(call: CallContext) -> ExperimentView:
             return await manager.get(call, experiment_id)
 
         return await runner.run("get_experiment", body, takes_slot=False)
 
     @server.tool(description="Your experiments, destroyed ones included.", annotations=READ_ONLY)
-    async def list_experiments() -> Annotated[CallToolResult, ExperimentList]:
+    async def list_experiments() -> Annotated[CallToolResult, enveloped(ExperimentList)]:
         async def body(call: CallContext) -> ExperimentList:
             return ExperimentList(experiments=await manager.list_all(call))
 
@@ -197,7 +198,7 @@ def register_experiment_tools(
     )
     async def destroy_experiment(
         experiment_id: ExperimentId,
-    ) -> Annotated[CallToolResult, DestroyReport]:
+    ) -> Annotated[CallToolResult, enveloped(DestroyReport)]:
         async def body(call: CallContext) -> DestroyReport:
             return await manager.destroy(call, experiment_id)
 
@@ -210,7 +211,7 @@ def register_experiment_tools(
         ),
         annotations=READ_ONLY,
     )
-    async def check_sandbox_runtime() -> Annotated[CallToolResult, RuntimeView]:
+    async def check_sandbox_runtime() -> Annotated[CallToolResult, enveloped(RuntimeView)]:
         async def body(call: CallContext) -> RuntimeView:
             return await manager.runtime()
 

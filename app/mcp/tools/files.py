@@ -15,6 +15,7 @@ from pydantic import Field
 
 from app.experiments import files
 from app.experiments.manager import ExperimentManager
+from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from jail import CallContext
 
@@ -41,7 +42,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         start_line: Annotated[int, Field(ge=1)] = 1,
         end_line: Annotated[int | None, Field(ge=1)] = None,
         max_bytes: Annotated[int, Field(ge=1, le=files.MAX_READ_BYTES)] = 262_144,
-    ) -> Annotated[CallToolResult, files.FileContent]:
+    ) -> Annotated[CallToolResult, enveloped(files.FileContent)]:
         async def body(call: CallContext) -> files.FileContent:
             workspace = await manager.workspace(call, experiment_id)
             return await asyncio.to_thread(
@@ -62,7 +63,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         experiment_id: ExperimentId,
         path: WorkspacePath,
         content: Annotated[str, Field(max_length=files.MAX_WRITE_BYTES)],
-    ) -> Annotated[CallToolResult, files.FileWritten]:
+    ) -> Annotated[CallToolResult, enveloped(files.FileWritten)]:
         async def body(call: CallContext) -> files.FileWritten:
             workspace = await manager.workspace(call, experiment_id)
             written = await asyncio.to_thread(
@@ -85,7 +86,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         old_text: Annotated[str, Field(min_length=1, max_length=files.MAX_WRITE_BYTES)],
         new_text: Annotated[str, Field(max_length=files.MAX_WRITE_BYTES)],
         replace_all: bool = False,
-    ) -> Annotated[CallToolResult, files.FileWritten]:
+    ) -> Annotated[CallToolResult, enveloped(files.FileWritten)]:
         async def body(call: CallContext) -> files.FileWritten:
             workspace = await manager.workspace(call, experiment_id)
             written = await asyncio.to_thread(
@@ -111,7 +112,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         experiment_id: ExperimentId,
         path: WorkspacePath = ".",
         max_entries: Annotated[int, Field(ge=1, le=5000)] = 500,
-    ) -> Annotated[CallToolResult, files.FileTree]:
+    ) -> Annotated[CallToolResult, enveloped(files.FileTree)]:
         async def body(call: CallContext) -> files.FileTree:
             workspace = await manager.workspace(call, experiment_id)
             return await asyncio.to_thread(
@@ -132,7 +133,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         pattern: Annotated[str, Field(min_length=1, max_length=1000)],
         path: WorkspacePath = ".",
         max_results: Annotated[int, Field(ge=1, le=2000)] = 200,
-    ) -> Annotated[CallToolResult, files.SearchResult]:
+    ) -> Annotated[CallToolResult, enveloped(files.SearchResult)]:
         async def body(call: CallContext) -> files.SearchResult:
             workspace = await manager.workspace(call, experiment_id)
             return await asyncio.to_thread(

@@ -14,7 +14,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from app.experiments.shelf import fingerprint
-from app.mcp.envelope import ToolOutput
+from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
 from jail.context import CallContext
 from pool.leases import SlotPool
@@ -44,7 +44,7 @@ def register_tools(server: MCPServer, runner: ToolRunner, pool: SlotPool) -> Non
         ),
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
-    async def sandbox_status() -> Annotated[CallToolResult, SandboxStatus]:
+    async def sandbox_status() -> Annotated[CallToolResult, enveloped(SandboxStatus)]:
         async def body(call: CallContext) -> SandboxStatus:
             slot = pool.lease_of(call.sandbox_key)
             stats = pool.stats()
