@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -20,10 +19,11 @@ from typing import Any
 from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
 from app.experiments.jobs import JobRegistry, RunningJob
+from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
 from app.runtime.backend import ExecResult, SandboxBackend
-from app.storage.experiment_store import Experiment, ExperimentRecords, JobRow
+from app.storage.experiment_store import ExperimentRecords
 
 # run_tests: the workspace to read the report from, and the plan detection chose.
 TestContext = tuple[Path, TestPlan | None]
@@ -62,7 +62,7 @@ class CommandRunner:
         job_id = "job_" + uuid.uuid4().hex[:12]
         now = self._clock()
         await self._records.add_job(
-            JobRow(
+            JobRecord(
                 job_id=job_id,
                 experiment_id=experiment.experiment_id,
                 sandbox_key=sandbox_key,
@@ -71,8 +71,6 @@ class CommandRunner:
                 status="running",
                 background=background,
                 timeout_s=timeout_s,
-                stdout_truncated=False,
-                stderr_truncated=False,
                 started_at=now,
             )
         )
@@ -160,16 +158,18 @@ class CommandRunner:
         now = self._clock()
         await self._records.finish_job(
             job_id,
-            status=status,
-            exit_code=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            finished_at=now,
-            duration_s=round(result.duration_s, 3),
-            reason=reason,
-            test_summary=json.dumps(test_summary) if test_summary is not None else None,
+            JobOutcome(
+                status=status,
+                exit_code=result.exit_code,
+                stdout=result.stdout,
+                stderr=result.stderr,
+                stdout_truncated=result.stdout_truncated,
+                stderr_truncated=result.stderr_truncated,
+                finished_at=now,
+                duration_s=round(result.duration_s, 3),
+                reason=reason,
+                test_summary=test_summary,
+            ),
         )
         others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
         if not others:

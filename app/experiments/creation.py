@@ -22,12 +22,13 @@ from app.experiments.errors import (
     TooManyExperiments,
 )
 from app.experiments.options import ExperimentOptions
+from app.experiments.records import Experiment
 from app.experiments.shelf import fingerprint
 from app.experiments.states import State
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import ContainerSpec, GitSource, Limits, NetworkMode, SandboxBackend
-from app.storage.experiment_store import Experiment, ExperimentRecords
+from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, resolve_env
 
 

@@ -7,12 +7,12 @@ teardown, so that a destroyed experiment stays comparable.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from app.experiments import changes
 from app.experiments.compare import ExperimentEvidence
+from app.experiments.records import Experiment
 from app.experiments.workspace import ExperimentDirs
-from app.storage.experiment_store import Experiment, ExperimentRecords
+from app.storage.experiment_store import ExperimentRecords
 
 # Test reports and dependency folders are not the agent's changes.
 EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
@@ -38,7 +38,7 @@ async def gather(
         return recorded.model_copy(update={"state": experiment.state.value})
     jobs = await records.jobs_of(experiment.experiment_id)
     tested = [j for j in jobs if j.test_summary]
-    summary = json.loads(tested[-1].test_summary or "{}") if tested else {}
+    summary = (tested[-1].test_summary or {}) if tested else {}
     stored = await records.artifacts_of(experiment.sandbox_key, experiment.experiment_id)
     evidence = ExperimentEvidence(
         experiment_id=experiment.experiment_id,

@@ -29,6 +29,7 @@ from app.experiments.errors import (
 )
 from app.experiments.jobs import JobRegistry
 from app.experiments.options import ExperimentOptions
+from app.experiments.records import ArtifactRecord, Experiment, JobRecord
 from app.experiments.shelf import ArtifactShelf
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
@@ -44,7 +45,7 @@ from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import (
     SandboxBackend,
 )
-from app.storage.experiment_store import ArtifactRow, Experiment, ExperimentRecords, JobRow
+from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext
 
 log = structlog.get_logger(__name__)
@@ -205,7 +206,7 @@ class ExperimentManager:
 
     # -- jobs ------------------------------------------------------------------
 
-    async def _job(self, call: CallContext, job_id: str) -> JobRow:
+    async def _job(self, call: CallContext, job_id: str) -> JobRecord:
         row = await self._records.load_job(call.sandbox_key, job_id)
         if row is None:
             raise ExperimentNotFound("job", job_id)
@@ -300,7 +301,7 @@ class ExperimentManager:
 
     async def read_artifact(
         self, call: CallContext, experiment_id: str, artifact_id: str
-    ) -> tuple[ArtifactRow, bytes]:
+    ) -> tuple[ArtifactRecord, bytes]:
         await self._get(call, experiment_id)
         return await self.shelf.read(call.sandbox_key, experiment_id, artifact_id)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from app.experiments import artifacts
 from app.experiments.artifacts import Artifact, ArtifactList
 from app.experiments.errors import ExperimentNotFound
-from app.storage.experiment_store import ArtifactRow, ExperimentRecords
+from app.experiments.records import ArtifactRecord
+from app.storage.experiment_store import ExperimentRecords
 
 
 def fingerprint(sandbox_key: str) -> str:
@@ -48,7 +49,7 @@ class ArtifactShelf:
         now = self._clock()
         await self._records.add_artifacts(
             [
-                ArtifactRow(
+                ArtifactRecord(
                     artifact_id=c.artifact_id,
                     experiment_id=experiment_id,
                     sandbox_key=sandbox_key,
@@ -85,7 +86,7 @@ class ArtifactShelf:
 
     async def read(
         self, sandbox_key: str, experiment_id: str, artifact_id: str
-    ) -> tuple[ArtifactRow, bytes]:
+    ) -> tuple[ArtifactRecord, bytes]:
         rows = await self._records.artifacts_of(sandbox_key, experiment_id)
         row = next((r for r in rows if r.artifact_id == artifact_id), None)
         if row is None:

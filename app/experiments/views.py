@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import Field
 
 from app.experiments.changes import FileChange
+from app.experiments.records import Experiment, JobRecord
 from app.experiments.result import Result
-from app.storage.experiment_store import Experiment, JobRow
 
 
 class JobView(Result):
@@ -37,7 +36,7 @@ class JobView(Result):
     )
 
     @classmethod
-    def of(cls, row: JobRow, *, with_output: bool = True) -> JobView:
+    def of(cls, row: JobRecord, *, with_output: bool = True) -> JobView:
         return cls(
             job_id=row.job_id,
             experiment_id=row.experiment_id,
@@ -50,7 +49,7 @@ class JobView(Result):
             stderr_truncated=row.stderr_truncated,
             duration_s=row.duration_s,
             reason=row.reason,
-            tests=json.loads(row.test_summary) if row.test_summary else None,
+            tests=row.test_summary,
         )
 
 
@@ -70,7 +69,7 @@ class ExperimentView(Result):
     )
 
     @classmethod
-    def of(cls, experiment: Experiment, jobs: list[JobRow] | None = None) -> ExperimentView:
+    def of(cls, experiment: Experiment, jobs: list[JobRecord] | None = None) -> ExperimentView:
         return cls(
             experiment_id=experiment.experiment_id,
             name=experiment.name,

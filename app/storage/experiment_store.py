@@ -1,4 +1,4 @@
-"""The experiment audit trail in the database: experiments, transitions and jobs.
+"""The experiment audit trail in the database: experiments, transitions, jobs, artifacts.
 
 Every query is scoped to a sandbox key: another key's id is indistinguishable
 from an id that never existed.
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.experiments.records import ArtifactRecord, Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, check_transition
 from app.storage.db import Base, transaction
 
@@ -92,23 +93,6 @@ class ArtifactRow(Base):
     expires_at: Mapped[float | None] = mapped_column(sa.Float)
 
 
-@dataclass(frozen=True)
-class Experiment:
-    experiment_id: str
-    sandbox_key: str
-    name: str
-    goal: str
-    state: State
-    image: str
-    container_id: str | None
-    isolation: dict[str, Any]
-    warnings: list[str]
-    source: str
-    created_at: float
-    updated_at: float
-    findings: dict[str, Any] | None
-
-
 def _experiment(row: ExperimentRow) -> Experiment:
     return Experiment(
         experiment_id=row.experiment_id,
@@ -124,6 +108,43 @@ def _experiment(row: ExperimentRow) -> Experiment:
         created_at=row.created_at,
         updated_at=row.updated_at,
         findings=json.loads(row.findings) if row.findings else None,
+    )
+
+
+def _job(row: JobRow) -> JobRecord:
+    return JobRecord(
+        job_id=row.job_id,
+        experiment_id=row.experiment_id,
+        sandbox_key=row.sandbox_key,
+        kind=row.kind,
+        command=row.command,
+        status=row.status,
+        background=row.background,
+        timeout_s=row.timeout_s,
+        started_at=row.started_at,
+        exit_code=row.exit_code,
+        stdout=row.stdout,
+        stderr=row.stderr,
+        stdout_truncated=row.stdout_truncated,
+        stderr_truncated=row.stderr_truncated,
+        finished_at=row.finished_at,
+        duration_s=row.duration_s,
+        reason=row.reason,
+        test_summary=json.loads(row.test_summary) if row.test_summary else None,
+    )
+
+
+def _artifact(row: ArtifactRow) -> ArtifactRecord:
+    return ArtifactRecord(
+        artifact_id=row.artifact_id,
+        experiment_id=row.experiment_id,
+        sandbox_key=row.sandbox_key,
+        path=row.path,
+        size=row.size,
+        sha256=row.sha256,
+        stored_as=row.stored_as,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
     )
 
 
@@ -227,29 +248,33 @@ class ExperimentRecords:
             )
             return [(r.from_state, r.to_state, r.reason) for r in rows]
 
-    async def add_job(self, job: JobRow) -> None:
+    async def add_job(self, job: JobRecord) -> None:
+        values = asdict(job)
+        summary = values.pop("test_summary")
         async with self._transaction() as session:
-            session.add(job)
+            session.add(JobRow(**values, test_summary=_json_or_none(summary)))
 
-    async def finish_job(self, job_id: str, **values: Any) -> None:
+    async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
+        values = asdict(outcome)
+        values["test_summary"] = _json_or_none(values["test_summary"])
         async with self._transaction() as session:
-            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(**values))
+            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
 
-    async def load_job(self, sandbox_key: str, job_id: str) -> JobRow | None:
+    async def load_job(self, sandbox_key: str, job_id: str) -> JobRecord | None:
         async with self._transaction() as session:
             row = await session.get(JobRow, job_id)
             if row is None or row.sandbox_key != sandbox_key:
                 return None
-            return row
+            return _job(row)
 
-    async def jobs_of(self, experiment_id: str) -> list[JobRow]:
+    async def jobs_of(self, experiment_id: str) -> list[JobRecord]:
         async with self._transaction() as session:
             rows = await session.scalars(
                 sa.select(JobRow)
                 .where(JobRow.experiment_id == experiment_id)
                 .order_by(JobRow.started_at)
             )
-            return list(rows)
+            return [_job(row) for row in rows]
 
     async def mark_lost_jobs(self, at: float) -> int:
         """Jobs that were running when the server died can never report: say so."""
@@ -265,11 +290,11 @@ class ExperimentRecords:
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
-    async def add_artifacts(self, rows: list[ArtifactRow]) -> None:
+    async def add_artifacts(self, artifacts: list[ArtifactRecord]) -> None:
         async with self._transaction() as session:
-            session.add_all(rows)
+            session.add_all([ArtifactRow(**asdict(artifact)) for artifact in artifacts])
 
-    async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRow]:
+    async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRecord]:
         async with self._transaction() as session:
             rows = await session.scalars(
                 sa.select(ArtifactRow)
@@ -279,7 +304,7 @@ class ExperimentRecords:
                 )
                 .order_by(ArtifactRow.created_at, ArtifactRow.path)
             )
-            return list(rows)
+            return [_artifact(row) for row in rows]
 
     async def start_artifact_clock(self, sandbox_key: str, expires_at: float) -> None:
         async with self._transaction() as session:
@@ -289,13 +314,17 @@ class ExperimentRecords:
                 .values(expires_at=expires_at)
             )
 
-    async def expired_artifacts(self, now: float) -> list[ArtifactRow]:
+    async def expired_artifacts(self, now: float) -> list[ArtifactRecord]:
         async with self._transaction() as session:
             rows = await session.scalars(sa.select(ArtifactRow).where(ArtifactRow.expires_at < now))
-            return list(rows)
+            return [_artifact(row) for row in rows]
 
     async def delete_artifacts(self, artifact_ids: list[str]) -> None:
         async with self._transaction() as session:
             await session.execute(
                 sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
             )
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    return json.dumps(value) if value is not None else None

@@ -1,0 +1,84 @@
+"""The experiment domain's records: plain, frozen data that the store reads and writes.
+
+Nothing outside ``app/storage`` sees an ORM row; the store converts at its boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.experiments.states import State
+
+
+@dataclass(frozen=True)
+class Experiment:
+    experiment_id: str
+    sandbox_key: str
+    name: str
+    goal: str
+    state: State
+    image: str
+    container_id: str | None
+    isolation: dict[str, Any]
+    warnings: list[str]
+    source: str
+    created_at: float
+    updated_at: float
+    findings: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One command run in an experiment (a job), as recorded."""
+
+    job_id: str
+    experiment_id: str
+    sandbox_key: str
+    kind: str
+    command: str
+    status: str
+    background: bool
+    timeout_s: float
+    started_at: float
+    exit_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    finished_at: float | None = None
+    duration_s: float | None = None
+    reason: str | None = None
+    test_summary: dict[str, Any] | None = None  # for run_tests jobs
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended: everything ``finish_job`` records."""
+
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    finished_at: float
+    duration_s: float
+    reason: str | None
+    test_summary: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """A file copied out of a workspace, kept on the shelf."""
+
+    artifact_id: str
+    experiment_id: str
+    sandbox_key: str
+    path: str
+    size: int
+    sha256: str
+    stored_as: str
+    created_at: float
+    # Set when the sandbox is emptied: the artifact outlives it by ARTIFACT_TTL_S.
+    expires_at: float | None = None
