@@ -37,8 +37,8 @@ from app.mcp.tools.experiments import register_experiment_tools
 from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
 from app.observability import configure_logging
-from app.runtime._limits import Ceilings
 from app.runtime.docker import DockerBackend
+from app.runtime.limits import Ceilings
 from app.runtime.probe import probe_docker
 from app.settings import Settings
 from app.slot_storage import open_slots, slot_store

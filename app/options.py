@@ -9,7 +9,7 @@ import structlog
 
 from app.experiments.options import ExperimentOptions
 from app.experiments.workspace import Owner
-from app.runtime._limits import Ceilings
+from app.runtime.limits import Ceilings
 from app.settings import Settings
 from pool.mailer import SmtpOptions
 

@@ -48,9 +48,6 @@ class JobRegistry:
     def running_in(self, experiment_id: str) -> list[RunningJob]:
         return [job for job in self._jobs.values() if job.experiment_id == experiment_id]
 
-    def of_sandbox(self, sandbox_key: str) -> list[RunningJob]:
-        return [job for job in self._jobs.values() if job.sandbox_key == sandbox_key]
-
     @staticmethod
     async def wait(job: RunningJob, timeout_s: float) -> bool:
         """Wait for a job to finish without cancelling it; True if it finished."""

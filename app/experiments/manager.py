@@ -45,6 +45,7 @@ from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import (
     SandboxBackend,
 )
+from app.runtime.limits import clamp_timeout
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext
 
@@ -83,14 +84,13 @@ class ExperimentManager:
     # -- run -----------------------------------------------------------------------
 
     def _timeout(self, requested: float | None, warnings: list[str]) -> float:
-        timeout = requested or self._options.default_timeout_s
-        if timeout > self._options.max_timeout_s:
-            warnings.append(
-                f"timeout_s {timeout:g} is above the ceiling; clamped to "
-                f"{self._options.max_timeout_s:g}"
-            )
-            timeout = self._options.max_timeout_s
-        return max(1.0, timeout)
+        """The command's wall clock: the one place a timeout is clamped and the agent told."""
+        timeout, warning = clamp_timeout(
+            requested or self._options.default_timeout_s, self._options.max_timeout_s
+        )
+        if warning is not None:
+            warnings.append(warning)
+        return timeout
 
     async def execute(
         self,
@@ -316,9 +316,7 @@ class ExperimentManager:
                 experiment, ExperimentDirs.of(call.slot_root, experiment_id), "destroy_experiment"
             )
         view = await self.get(call, experiment_id)
-        return DestroyReport(
-            **view.model_dump(exclude={"notes"}), already_destroyed=already
-        )
+        return DestroyReport(**view.model_dump(exclude={"notes"}), already_destroyed=already)
 
     async def _teardown(
         self, experiment: Experiment, dirs: ExperimentDirs | None, reason: str

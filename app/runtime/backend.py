@@ -93,7 +93,6 @@ class ExecResult:
     duration_s: float
     timed_out: bool = False
     cancelled: bool = False
-    warnings: tuple[str, ...] = ()  # e.g. "timeout_s 7200 is above the ceiling; clamped to 1800"
 
 
 @dataclass(frozen=True)

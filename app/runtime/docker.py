@@ -57,7 +57,6 @@ from app.runtime._jobs import (
     job_argv,
     killer_argv,
 )
-from app.runtime._limits import Ceilings, clamp_limits, clamp_timeout
 from app.runtime._threads import Offload
 from app.runtime._workspace import DOCKER_SOCKETS, check_workspace, refuse_docker_socket
 from app.runtime.backend import (
@@ -80,6 +79,7 @@ from app.runtime.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
 from pool.slots import SlotsRoot
 
 __all__ = [
@@ -299,7 +299,8 @@ class DockerBackend:
             raise InvalidArgument(
                 "max_output_bytes must not be negative.", field="max_output_bytes"
             )
-        timeout, warning = clamp_timeout(timeout_s, self._ceilings.timeout_s)
+        # The manager clamped already and told the agent; this bound holds for any caller.
+        timeout, _ = clamp_timeout(timeout_s, self._ceilings.timeout_s)
         job = self._jobs.add(container_id, job_id)
         if job is None:
             raise InvalidArgument(f"A job {job_id!r} is already running in this container.")
@@ -360,7 +361,6 @@ class DockerBackend:
             duration_s=round(duration, 3),
             timed_out=killed and job.reason == "timeout",
             cancelled=killed and job.reason == "cancel",
-            warnings=(warning,) if warning else (),
         )
         log.info(
             "runtime.run",

@@ -219,6 +219,14 @@ async def test_limits_are_clamped_and_reported(
     assert "cpus" in warnings
     assert "pids" in warnings
     assert created["isolation"]["memory_mb"] == 8192
+    ran = await tool(
+        http,
+        server,
+        alice,
+        "execute_experiment",
+        {"experiment_id": created["experiment_id"], "command": "true", "timeout_s": 10**6},
+    )
+    assert "timeout_s 1e+06 is above the ceiling; clamped to 1800" in ran["notes"]
     egress = await tool(http, server, alice, "create_experiment", {"network": "egress"})
     assert egress["is_error"]
     await tool(

@@ -16,7 +16,6 @@ from docker.types import HostConfig
 
 import app.runtime.docker as runtime_docker
 from app.errors import ConfigurationError, InvalidArgument
-from app.runtime._limits import Ceilings
 from app.runtime.backend import ContainerSpec, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
 from app.runtime.errors import (
@@ -28,6 +27,7 @@ from app.runtime.errors import (
     RuntimeUnavailable,
     WorkspaceRefused,
 )
+from app.runtime.limits import Ceilings
 from pool.slots import SlotsAt
 
 IMAGES = ("sandbox-mcp/python:3", "sandbox-mcp/base:bookworm")

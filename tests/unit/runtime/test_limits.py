@@ -7,8 +7,8 @@ import math
 import pytest
 
 from app.errors import ConfigurationError, InvalidArgument
-from app.runtime._limits import FLOORS, Ceilings, clamp_limits, clamp_timeout
 from app.runtime.backend import Limits
+from app.runtime.limits import FLOORS, Ceilings, clamp_limits, clamp_timeout
 
 
 def test_limits_inside_the_range_pass_unchanged_without_warnings() -> None:
