@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import structlog
+from db_testkit import migrated_sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +24,11 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterat
     # next test writing to a closed one.
     logging.getLogger().handlers.clear()
     structlog.reset_defaults()
+
+
+@pytest.fixture
+async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A migrated SQLite database of this test's own."""
+    engine = await migrated_sqlite(tmp_path)
+    yield engine
+    await engine.dispose()

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from fetch_testkit import Clock, documents
 from oauth_browser import pkce_pair, query_of
+from sqlalchemy.ext.asyncio import AsyncEngine
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from app.storage.auth_store import SqlAuthStore
-from app.storage.db import create_engine, upgrade_schema
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
@@ -30,11 +28,8 @@ CONFIG = AuthConfig(issuer="https://mcp.example.test")
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqlAuthStore]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    await upgrade_schema(engine)
-    yield SqlAuthStore(engine)
-    await engine.dispose()
+def store(sqlite_engine: AsyncEngine) -> SqlAuthStore:
+    return SqlAuthStore(sqlite_engine)
 
 
 def publish(server: DocumentServer, redirect_uris: list[str], name: str = "Doc client") -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from oauth_browser import pkce_pair, query_of
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.auth_store import SqlAuthStore
-from app.storage.db import create_engine, upgrade_schema
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.errors import OAuthError
@@ -68,9 +68,8 @@ class Server:
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    await upgrade_schema(engine)
+async def server(sqlite_engine: AsyncEngine) -> AsyncIterator[Server]:
+    engine = sqlite_engine
     clock = Clock()
     config = AuthConfig(issuer="https://mcp.example.test", max_pending_signins=5)
     store = SqlAuthStore(engine)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from db_testkit import migrated_sqlite
 from runtime_fakes import FakeBackend
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -17,7 +18,6 @@ from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.states import State, check_transition
-from app.storage.db import create_engine, upgrade_schema
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, JailError, SandboxMemory, new_call_context
 
@@ -38,8 +38,7 @@ class World:
 
 
 async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float = 5) -> World:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    await upgrade_schema(engine)
+    engine = await migrated_sqlite(tmp_path)
     slot = tmp_path / "slot-000"
     slot.mkdir()
     backend = FakeBackend()

@@ -3,12 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx2
+from db_testkit import migrated_sqlite
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from app.http.health import HealthEndpoint
 from app.runtime.probe import RuntimeStatus
-from app.storage.db import Repository, create_engine, upgrade_schema
+from app.storage.db import Repository, create_engine
 from pool.leases import PoolStats
 
 
@@ -32,8 +33,7 @@ async def get_health(endpoint: HealthEndpoint) -> httpx2.Response:
 
 
 async def test_healthy_service_reports_pool_runtime_and_database(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    await upgrade_schema(engine)
+    engine = await migrated_sqlite(tmp_path)
     try:
         response = await get_health(
             HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_up)

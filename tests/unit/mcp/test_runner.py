@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from pool_fakes import FakeSlotStore, MemoryPoolState
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import InvalidArgument
 from app.mcp.envelope import ToolOutput
 from app.mcp.runner import LocalIdentity, ToolRunner
-from app.storage.db import Repository, create_engine, upgrade_schema
+from app.storage.db import Repository
 from jail import CallContext, JailError, SandboxMemory
 from pool.errors import PoolError
 from pool.leases import SlotPool
@@ -26,13 +26,10 @@ class Nobody:
 
 
 @pytest.fixture
-async def parts(tmp_path: Path) -> AsyncIterator[tuple[Repository, SlotPool]]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    await upgrade_schema(engine)
+async def parts(tmp_path: Path, sqlite_engine: AsyncEngine) -> tuple[Repository, SlotPool]:
     pool = SlotPool(MemoryPoolState(), FakeSlotStore(tmp_path), size=1, idle_timeout_s=600)
     await pool.open()
-    yield Repository(engine), pool
-    await engine.dispose()
+    return Repository(sqlite_engine), pool
 
 
 def runner(parts: tuple[Repository, SlotPool], key: str = "k1") -> ToolRunner:

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from pool_fakes import FakeSlotStore
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.db import create_engine, upgrade_schema
 from app.storage.pool_store import SqlPoolState
 from pool.leases import Queued, SlotPool
 from pool.state import NoteRecord, PoolChanges, QueueRecord, SlotRecord
 
 
 @pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[SqlPoolState]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    await upgrade_schema(engine)
-    yield SqlPoolState(engine)
-    await engine.dispose()
+def state(sqlite_engine: AsyncEngine) -> SqlPoolState:
+    return SqlPoolState(sqlite_engine)
 
 
 async def test_changes_round_trip(state: SqlPoolState) -> None:
