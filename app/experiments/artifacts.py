@@ -8,7 +8,6 @@ emptied). They are read from the hostile workspace through the jail.
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import ProjectSourceError
+from app.experiments.patterns import Matcher, compile_glob
 from app.output import ToolOutput
 from jail import Jail, JailError
 
@@ -49,36 +49,18 @@ class Collected:
     stored_as: str
 
 
-def pattern_to_regex(pattern: str) -> re.Pattern[str]:
-    """Glob to regex: ``*`` within a folder, ``**/`` any number of folders, ``?`` one char."""
+def pattern_to_matcher(pattern: str) -> Matcher:
+    """A workspace-relative glob (see ``compile_glob``), matched against whole paths."""
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise ProjectSourceError(f"{pattern!r} must be relative to the workspace, without '..'.")
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+    return compile_glob(pattern)
 
 
 def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Collected], list[str]]:
     """Copy the regular files matching any pattern into ``store``; returns (collected, skipped)."""
     if not patterns or len(patterns) > MAX_PATTERNS:
         raise ProjectSourceError(f"Give between 1 and {MAX_PATTERNS} patterns.")
-    regexes = [pattern_to_regex(p) for p in patterns]
+    matchers = [pattern_to_matcher(p) for p in patterns]
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     collected: list[Collected] = []
     skipped: list[str] = []
@@ -88,7 +70,7 @@ def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Col
             entries = [
                 info
                 for info in jail.walk(".", max_entries=WALK_LIMIT)
-                if info.kind == "file" and any(r.match(info.path) for r in regexes)
+                if info.kind == "file" and any(m.fullmatch(info.path) for m in matchers)
             ]
         except JailError as exc:
             if exc.code != "TOO_MANY_ENTRIES":

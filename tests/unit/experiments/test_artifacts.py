@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from app.errors import ServiceError
-from app.experiments.artifacts import collect, pattern_to_regex
+from app.experiments.artifacts import collect, pattern_to_matcher
 
 
 def test_globs() -> None:
-    assert pattern_to_regex("**/report.xml").match("a/b/report.xml")
-    assert pattern_to_regex("**/report.xml").match("report.xml")
-    assert pattern_to_regex("out/*.txt").match("out/a.txt")
-    assert not pattern_to_regex("out/*.txt").match("out/deep/a.txt")
-    assert pattern_to_regex("out/**").match("out/deep/a.txt")
+    assert pattern_to_matcher("**/report.xml").fullmatch("a/b/report.xml")
+    assert pattern_to_matcher("**/report.xml").fullmatch("report.xml")
+    assert pattern_to_matcher("out/*.txt").fullmatch("out/a.txt")
+    assert not pattern_to_matcher("out/*.txt").fullmatch("out/deep/a.txt")
+    assert pattern_to_matcher("out/**").fullmatch("out/deep/a.txt")
     for bad in ("/etc/passwd", "../x", "a/../../b"):
         with pytest.raises(ServiceError):
-            pattern_to_regex(bad)
+            pattern_to_matcher(bad)
 
 
 def test_collect_copies_hashes_and_never_follows_links_out(tmp_path: Path) -> None:
