@@ -8,6 +8,7 @@ emptied). They are read from the hostile workspace through the jail.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,15 +16,16 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import ProjectSourceError
-from app.experiments.patterns import Matcher, compile_glob
+from app.experiments.patterns import InvalidPattern, Matcher, compile_glob
 from app.output import ToolOutput
-from jail import Jail, JailError
+from jail import Jail, JailError, PathInfo
 
 MAX_PATTERNS = 20
 MAX_FILES = 100
 MAX_FILE_BYTES = 20 * 1_048_576
 MAX_TOTAL_BYTES = 100 * 1_048_576
 WALK_LIMIT = 50_000
+MATCH_BUDGET_S = 10.0
 
 
 class Artifact(BaseModel):
@@ -67,11 +69,7 @@ def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Col
     total = 0
     with Jail.open(workspace) as jail:
         try:
-            entries = [
-                info
-                for info in jail.walk(".", max_entries=WALK_LIMIT)
-                if info.kind == "file" and any(m.fullmatch(info.path) for m in matchers)
-            ]
+            entries = _matching_files(jail, matchers)
         except JailError as exc:
             if exc.code != "TOO_MANY_ENTRIES":
                 raise
@@ -99,3 +97,19 @@ def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Col
                 )
             )
     return collected, skipped
+
+
+def _matching_files(jail: Jail, matchers: list[Matcher]) -> list[PathInfo]:
+    # Each match is linear, but 20 globs of 500 characters against 50,000 long
+    # paths is still minutes of a worker thread: the matching has a budget.
+    deadline = time.monotonic() + MATCH_BUDGET_S
+    entries = []
+    for info in jail.walk(".", max_entries=WALK_LIMIT):
+        if time.monotonic() > deadline:
+            raise InvalidPattern(
+                f"Matching the patterns against the workspace took over {MATCH_BUDGET_S:g} s; "
+                "use fewer or simpler patterns (fewer '*')."
+            )
+        if info.kind == "file" and any(m.fullmatch(info.path) for m in matchers):
+            entries.append(info)
+    return entries

@@ -194,7 +194,8 @@ def _unsupported(kind: str, fragment: str, pattern: str) -> str | None:
     if kind == "invalid perl operator":
         for opening, name in _UNSUPPORTED_GROUPS:
             # RE2 quotes only "(?P" for both (?P=...) and (?P>...): look in the pattern.
-            if fragment.startswith(opening) or (fragment == "(?P" and opening in pattern):
+            quoted_short = fragment == "(?P" and opening.startswith("(?P")
+            if fragment.startswith(opening) or (quoted_short and opening in pattern):
                 return name
         if re.fullmatch(r"\(\?[-a-zA-Z]+", fragment):
             return f"the inline flag {fragment[-1]!r} (in {fragment!r})"

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from app.errors import ServiceError
+from app.experiments import artifacts
 from app.experiments.artifacts import collect, pattern_to_matcher
+from app.experiments.patterns import InvalidPattern
 
 
 def test_globs() -> None:
@@ -47,3 +50,18 @@ def test_collect_is_bounded(tmp_path: Path) -> None:
     assert len(skipped) == 5
     with pytest.raises(ServiceError):
         collect(ws, [], tmp_path / "store")
+
+
+def test_matching_many_long_names_against_heavy_globs_has_a_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Linear per match, but 20 such globs cost about 10 ms per name: 300 names, 3 s.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(300):
+        (ws / f"{i:03d}{'a' * 200}").write_text("x")
+    monkeypatch.setattr(artifacts, "MATCH_BUDGET_S", 0.3)
+    started = time.perf_counter()
+    with pytest.raises(InvalidPattern, match=r"took over 0.3 s; use fewer or simpler patterns"):
+        collect(ws, ["*a" * 249 + "*b"] * 20, tmp_path / "store")
+    assert time.perf_counter() - started < 1.5
