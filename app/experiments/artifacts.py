@@ -8,7 +8,7 @@ emptied). They are read from the hostile workspace through the jail.
 from __future__ import annotations
 
 import hashlib
-import re
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +16,16 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import ProjectSourceError
+from app.experiments.patterns import InvalidPattern, Matcher, compile_glob
 from app.experiments.result import Result
-from jail import Jail, JailError
+from jail import Jail, JailError, PathInfo
 
 MAX_PATTERNS = 20
 MAX_FILES = 100
 MAX_FILE_BYTES = 20 * 1_048_576
 MAX_TOTAL_BYTES = 100 * 1_048_576
 WALK_LIMIT = 50_000
+MATCH_BUDGET_S = 10.0
 
 
 class Artifact(BaseModel):
@@ -49,47 +51,25 @@ class Collected:
     stored_as: str
 
 
-def pattern_to_regex(pattern: str) -> re.Pattern[str]:
-    """Glob to regex: ``*`` within a folder, ``**/`` any number of folders, ``?`` one char."""
+def pattern_to_matcher(pattern: str) -> Matcher:
+    """A workspace-relative glob (see ``compile_glob``), matched against whole paths."""
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise ProjectSourceError(f"{pattern!r} must be relative to the workspace, without '..'.")
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+    return compile_glob(pattern)
 
 
 def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Collected], list[str]]:
     """Copy the regular files matching any pattern into ``store``; returns (collected, skipped)."""
     if not patterns or len(patterns) > MAX_PATTERNS:
         raise ProjectSourceError(f"Give between 1 and {MAX_PATTERNS} patterns.")
-    regexes = [pattern_to_regex(p) for p in patterns]
+    matchers = [pattern_to_matcher(p) for p in patterns]
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     collected: list[Collected] = []
     skipped: list[str] = []
     total = 0
     with Jail.open(workspace) as jail:
         try:
-            entries = [
-                info
-                for info in jail.walk(".", max_entries=WALK_LIMIT)
-                if info.kind == "file" and any(r.match(info.path) for r in regexes)
-            ]
+            entries = _matching_files(jail, matchers)
         except JailError as exc:
             if exc.code != "TOO_MANY_ENTRIES":
                 raise
@@ -117,3 +97,19 @@ def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Col
                 )
             )
     return collected, skipped
+
+
+def _matching_files(jail: Jail, matchers: list[Matcher]) -> list[PathInfo]:
+    # Each match is linear, but 20 globs of 500 characters against 50,000 long
+    # paths is still minutes of a worker thread: the matching has a budget.
+    deadline = time.monotonic() + MATCH_BUDGET_S
+    entries = []
+    for info in jail.walk(".", max_entries=WALK_LIMIT):
+        if time.monotonic() > deadline:
+            raise InvalidPattern(
+                f"Matching the patterns against the workspace took over {MATCH_BUDGET_S:g} s; "
+                "use fewer or simpler patterns (fewer '*')."
+            )
+        if info.kind == "file" and any(m.fullmatch(info.path) for m in matchers):
+            entries.append(info)
+    return entries

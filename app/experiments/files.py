@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.experiments.errors import EditNotFound, EditNotUnique, ProjectSourceError
+from app.experiments.patterns import compile_search
 from app.experiments.result import Result
 from jail import EditState, Jail, JailError, PathInfo
 
@@ -225,12 +225,7 @@ def list_files(workspace: Path, path: str = ".", *, max_entries: int = 500) -> F
 def search(
     workspace: Path, pattern: str, path: str = ".", *, max_results: int = 200
 ) -> SearchResult:
-    if len(pattern) > 1000:
-        raise ProjectSourceError("The pattern is too long (at most 1000 characters).")
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ProjectSourceError(f"The pattern is not a valid regular expression: {exc}.") from exc
+    matcher = compile_search(pattern)  # RE2: linear time, so the budget below holds
     matches: list[SearchMatch] = []
     searched = 0
     truncated = False
@@ -256,10 +251,13 @@ def search(
                 continue
             searched += 1
             for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
-                if regex.search(line):
+                if matcher.search(line):
                     matches.append(SearchMatch(path=info.path, line=number, text=line[:500]))
                     if len(matches) >= max_results:
                         break
+                if time.monotonic() > deadline:  # one file can hold a million lines
+                    truncated = True
+                    break
     return SearchResult(
         pattern=pattern, matches=matches, files_searched=searched, truncated=truncated
     )

@@ -123,8 +123,9 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
 
     @server.tool(
         description=(
-            "Search the workspace's text files with a regular expression (Python syntax); "
-            "returns file, line number and line, bounded."
+            "Search the workspace's text files with a regular expression (RE2 syntax: like "
+            "Python's, without backreferences or lookaround); returns file, line number and "
+            "line, bounded."
         ),
         annotations=READ_ONLY,
     )
