@@ -36,6 +36,7 @@ from app.experiments.workspace import Owner
 from app.file_tools import register_file_tools
 from app.health import HealthEndpoint, PoolStats
 from app.hsts import StrictTransportSecurity
+from app.mcp.transport import StatelessTransport
 from app.mcp_server import SandboxMCPServer
 from app.metrics import Metrics, MetricsEndpoint
 from app.observability import configure_logging
@@ -464,10 +465,14 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
     slot-taking probe) on the same runner as the real ones.
     """
     services = build_services(settings, extra_tools)
-    mcp_app = services.mcp.streamable_http_app(
-        streamable_http_path="/mcp",
-        transport_security=transport_security(settings),
-        host=settings.host,
+    # Stateless, both eras: no request depends on an MCP session (app/mcp/transport.py).
+    mcp_app = StatelessTransport(
+        services.mcp.streamable_http_app(
+            streamable_http_path="/mcp",
+            stateless_http=True,
+            transport_security=transport_security(settings),
+            host=settings.host,
+        )
     )
     health = HealthEndpoint(
         version=service_version(),
