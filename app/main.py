@@ -36,6 +36,7 @@ from app.mcp.tools.evidence import register_evidence_tools
 from app.mcp.tools.experiments import register_experiment_tools
 from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
+from app.mcp.transport import StatelessTransport
 from app.observability import configure_logging
 from app.runtime.docker import DockerBackend
 from app.runtime.limits import Ceilings
@@ -305,10 +306,14 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
     slot-taking probe) on the same runner as the real ones.
     """
     services = build_services(settings, extra_tools)
-    mcp_app = services.mcp.streamable_http_app(
-        streamable_http_path="/mcp",
-        transport_security=transport_security(settings),
-        host=settings.host,
+    # Stateless, both eras: no request depends on an MCP session (app/mcp/transport.py).
+    mcp_app = StatelessTransport(
+        services.mcp.streamable_http_app(
+            streamable_http_path="/mcp",
+            stateless_http=True,
+            transport_security=transport_security(settings),
+            host=settings.host,
+        )
     )
     health = HealthEndpoint(
         version=service_version(),

@@ -1,0 +1,200 @@
+"""Stateless Streamable HTTP in front of the SDK, for the clients that exist.
+
+The SDK app is built with ``stateless_http=True``: every legacy-era request gets a
+fresh transport, so a missing, unknown or stale ``Mcp-Session-Id`` is served (our
+state is keyed by the sandbox key, never by an MCP session) and no request can
+open a session that outlives it. This adapter adds what the SDK does not do:
+
+- ``GET`` and ``DELETE /mcp`` answer 405. A stateless server offers no standalone
+  SSE stream and has no session to end (Streamable HTTP, "Listening for Messages
+  from the Server" and "Session Management"); the SDK would hold a GET open for
+  nothing.
+- The body's ``_meta`` protocol version wins over the ``MCP-Protocol-Version``
+  header. claude.ai connectors send a 2026-07-28 body under a 2025-11-25 header
+  (anthropics/claude-code#93290) or no header at all (anthropics/claude-ai-mcp#70);
+  the SDK routes by the header alone, so the request is re-labelled from its body
+  and the mismatch is logged once per client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+import anyio.to_thread
+import structlog
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    NAME_BEARING_METHODS,
+    encode_header_value,
+)
+from mcp_types import CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = structlog.get_logger(__name__)
+
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
+_METHOD_HEADER = MCP_METHOD_HEADER.lower().encode("latin-1")
+_NAME_HEADER = MCP_NAME_HEADER.lower().encode("latin-1")
+_VERSION_KEY = PROTOCOL_VERSION_META_KEY.encode()
+# Parsing a body this large inline would hold the event loop for several milliseconds.
+_PARSE_INLINE_MAX = 64 * 1024
+_NOT_ALLOWED = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "Method Not Allowed: this server is stateless; it offers no SSE stream "
+            "on GET and has no session to DELETE. Send every request as a POST.",
+        },
+    }
+).encode()
+
+
+class StatelessTransport:
+    """Wraps the SDK's Streamable HTTP app (built with ``stateless_http=True``)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        path: str = "/mcp",
+        max_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+        remembered_clients: int = 4096,
+    ) -> None:
+        self._app = app
+        self._path = path
+        self._max_body_size = max_body_size
+        self._mismatch_seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._remembered_clients = remembered_clients
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") != self._path:
+            await self._app(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "DELETE"):
+            await _not_allowed(send)
+            return
+        if scope["method"] != "POST":
+            await self._app(scope, receive, send)
+            return
+        messages, complete = await _read_body(receive, self._max_body_size)
+        if complete:
+            await self._label_by_body(scope, b"".join(m.get("body", b"") for m in messages))
+        await self._app(scope, _replay(messages, receive), send)
+
+    async def _label_by_body(self, scope: Scope, body: bytes) -> None:
+        """Make the version header say what the body says (the body is the request)."""
+        if _VERSION_KEY not in body:
+            return  # a legacy-era body: the header routes it, as the SDK expects
+        try:
+            decoded = (
+                json.loads(body)
+                if len(body) <= _PARSE_INLINE_MAX
+                else await anyio.to_thread.run_sync(json.loads, body)
+            )
+        except (ValueError, RecursionError):
+            return  # the SDK answers the parse error
+        meta = _meta_of(decoded)
+        version = meta.get(PROTOCOL_VERSION_META_KEY)
+        if version not in (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS):
+            return  # an unsupported version: the SDK says which ones it speaks
+        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        sent = next((v.decode("latin-1") for k, v in headers if k == _VERSION_HEADER), None)
+        if sent == version:
+            return
+        relabel = {_VERSION_HEADER: version}
+        if version in MODERN_PROTOCOL_VERSIONS:
+            # 2026-07-28 also mirrors the method and the name in headers; a client that
+            # labelled the request with another era does not send them, or not these.
+            method = decoded.get("method")
+            if isinstance(method, str):
+                relabel[_METHOD_HEADER] = method
+                name = decoded["params"].get(NAME_BEARING_METHODS.get(method, ""))
+                if isinstance(name, str):
+                    relabel[_NAME_HEADER] = encode_header_value(name)
+        scope["headers"] = [(k, v) for k, v in headers if k not in relabel] + [
+            (k, v.encode("latin-1", "replace")) for k, v in relabel.items()
+        ]
+        self._log_once(scope, meta, sent or "", version)
+
+    def _log_once(self, scope: Scope, meta: dict[str, Any], sent: str, version: str) -> None:
+        user = scope.get("user")
+        if isinstance(user, AuthenticatedUser):
+            client = user.access_token.client_id
+        else:
+            info = meta.get(CLIENT_INFO_META_KEY)
+            name = info.get("name") if isinstance(info, dict) else None
+            client = name if isinstance(name, str) else "unknown"
+        key = (client[:200], sent[:40], version)
+        if key in self._mismatch_seen:
+            self._mismatch_seen.move_to_end(key)
+            return
+        self._mismatch_seen[key] = None
+        if len(self._mismatch_seen) > self._remembered_clients:
+            self._mismatch_seen.popitem(last=False)
+        log.info(
+            "mcp.protocol_version_header_mismatch",
+            client=key[0],
+            header=key[1] or None,
+            body=version,
+            served_as=version,
+        )
+
+
+def _meta_of(decoded: object) -> dict[str, Any]:
+    if not isinstance(decoded, dict):
+        return {}  # a batch or a scalar: the SDK rejects it
+    params = decoded.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[list[Message], bool]:
+    """The request's body messages, read until the end or past ``limit`` bytes."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, False  # the client went away: let the SDK see it
+        size += len(message.get("body", b""))
+        if size > limit:
+            return messages, False  # too large to inspect: the SDK answers 413
+        if not message.get("more_body", False):
+            return messages, True
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """Hand the SDK the messages already read, then the live stream (disconnects included)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+async def _not_allowed(send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 405,
+            "headers": [
+                (b"allow", b"POST"),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(_NOT_ALLOWED)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": _NOT_ALLOWED})

@@ -1,0 +1,176 @@
+"""The stateless transport adapter in front of the SDK's Streamable HTTP app."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from mcp.shared.inbound import decode_header_value
+from starlette.types import Receive, Scope, Send
+from structlog.testing import capture_logs
+
+from app.mcp.transport import StatelessTransport
+
+MODERN = "2026-07-28"
+EVENT = "mcp.protocol_version_header_mismatch"
+
+
+@dataclass
+class Recorder:
+    """Stands in for the SDK app: keeps what reached it, answers 200."""
+
+    seen: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        self.seen.append((headers, body))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def call(method: str = "tools/call", version: str | None = MODERN, **params: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"io.modelcontextprotocol/clientCapabilities": {}}
+    if version is not None:
+        meta["io.modelcontextprotocol/protocolVersion"] = version
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {"name": "sandbox_status", "arguments": {}, **params, "_meta": meta},
+    }
+
+
+async def send(
+    adapter: StatelessTransport,
+    body: bytes | dict[str, Any] | None = None,
+    *,
+    method: str = "POST",
+    path: str = "/mcp",
+    headers: dict[str, str] | None = None,
+) -> httpx2.Response:
+    content = json.dumps(body).encode() if isinstance(body, dict) else body
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=adapter), base_url="http://t"
+    ) as http:
+        return await http.request(method, path, content=content, headers=headers or {})
+
+
+async def test_a_2026_body_under_a_2025_header_is_labelled_by_its_body() -> None:
+    app = Recorder()
+    body = call()
+    await send(StatelessTransport(app), body, headers={"mcp-protocol-version": "2025-11-25"})
+    headers, received = app.seen[0]
+    assert headers["mcp-protocol-version"] == MODERN
+    assert headers["mcp-method"] == "tools/call"
+    assert headers["mcp-name"] == "sandbox_status"
+    assert json.loads(received) == body, "the body reaches the SDK unchanged"
+
+
+async def test_a_2026_body_with_no_header_and_a_non_ascii_name_is_labelled() -> None:
+    app = Recorder()
+    uri = "file:///résumé.txt"
+    body = call("resources/read", uri=uri)
+    await send(StatelessTransport(app), body)
+    headers, _ = app.seen[0]
+    assert headers["mcp-protocol-version"] == MODERN
+    assert headers["mcp-method"] == "resources/read"
+    assert decode_header_value(headers["mcp-name"]) == uri
+
+
+async def test_stale_routing_headers_are_replaced_not_duplicated() -> None:
+    app = Recorder()
+    await send(
+        StatelessTransport(app),
+        call(),
+        headers={"mcp-protocol-version": "2025-06-18", "mcp-method": "tools/list"},
+    )
+    headers, _ = app.seen[0]
+    assert (headers["mcp-protocol-version"], headers["mcp-method"]) == (MODERN, "tools/call")
+
+
+async def test_requests_that_agree_with_themselves_are_left_alone() -> None:
+    app = Recorder()
+    adapter = StatelessTransport(app)
+    legacy = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    await send(adapter, legacy, headers={"mcp-protocol-version": "2025-11-25"})
+    await send(adapter, call(), headers={"mcp-protocol-version": MODERN})
+    await send(adapter, call(version="2099-01-01"), headers={"mcp-protocol-version": MODERN})
+    assert [h["mcp-protocol-version"] for h, _ in app.seen] == ["2025-11-25", MODERN, MODERN]
+    assert all("mcp-method" not in h for h, _ in app.seen), "nothing was added"
+
+
+async def test_a_legacy_body_version_under_a_modern_header_is_served_as_legacy() -> None:
+    app = Recorder()
+    await send(
+        StatelessTransport(app),
+        call(version="2025-11-25"),
+        headers={"mcp-protocol-version": MODERN},
+    )
+    headers, _ = app.seen[0]
+    assert headers["mcp-protocol-version"] == "2025-11-25"
+    assert "mcp-method" not in headers
+
+
+async def test_malformed_and_oversized_bodies_reach_the_sdk_whole_and_unlabelled() -> None:
+    app = Recorder()
+    adapter = StatelessTransport(app, max_body_size=1000)
+    broken = b'{"io.modelcontextprotocol/protocolVersion": "2026-07-28", '
+    await send(adapter, broken, headers={"mcp-protocol-version": "2025-11-25"})
+    huge = json.dumps(call(arguments={"pad": "x" * 5000})).encode()
+    await send(adapter, huge, headers={"mcp-protocol-version": "2025-11-25"})
+    assert [(h["mcp-protocol-version"], b) for h, b in app.seen] == [
+        ("2025-11-25", broken),
+        ("2025-11-25", huge),
+    ]
+
+
+async def test_a_large_body_is_parsed_off_the_event_loop_and_still_labelled() -> None:
+    app = Recorder()
+    body = call(arguments={"pad": "x" * 200_000})
+    await send(StatelessTransport(app), body, headers={"mcp-protocol-version": "2025-11-25"})
+    assert app.seen[0][0]["mcp-protocol-version"] == MODERN
+
+
+async def test_get_and_delete_answer_405_without_reaching_the_sdk() -> None:
+    app = Recorder()
+    adapter = StatelessTransport(app)
+    for method in ("GET", "DELETE"):
+        response = await send(adapter, method=method, headers={"mcp-session-id": "abc"})
+        assert response.status_code == 405
+        assert response.headers["allow"] == "POST"
+        assert "stateless" in response.json()["error"]["message"]
+    assert app.seen == []
+    other = await send(adapter, method="GET", path="/elsewhere")
+    assert other.status_code == 200, "only /mcp is the transport's"
+
+
+async def test_the_mismatch_is_logged_once_per_client_and_kind() -> None:
+    app = Recorder()
+    adapter = StatelessTransport(app, remembered_clients=2)
+    claude = call()
+    claude["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = {"name": "claude-ai"}
+    other = call()
+    other["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = {"name": "other"}
+    legacy = {"mcp-protocol-version": "2025-11-25"}
+    with capture_logs() as logs:
+        for _ in range(3):
+            await send(adapter, claude, headers=legacy)
+        await send(adapter, claude)  # no header: another kind of mismatch
+        await send(adapter, other, headers=legacy)  # a third entry pushes out the oldest
+        await send(adapter, claude, headers=legacy)
+    events = [(e["client"], e["header"]) for e in logs if e["event"] == EVENT]
+    assert events == [
+        ("claude-ai", "2025-11-25"),
+        ("claude-ai", None),
+        ("other", "2025-11-25"),
+        ("claude-ai", "2025-11-25"),
+    ]
+    assert len(app.seen) == 6, "every request was served"
