@@ -43,7 +43,7 @@ from app.runtime.limits import Ceilings
 from app.runtime.probe import probe_docker
 from app.settings import Settings
 from app.slot_storage import open_slots, slot_store
-from app.state_dir import prepare_state_dir
+from app.state_dir import deployment_id, prepare_state_dir
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine, upgrade_schema
 from app.storage.experiment_store import ExperimentRecords
@@ -283,6 +283,7 @@ class _Hooks:
 def build_backend(settings: Settings, slots: SlotStore, ceilings: Ceilings) -> DockerBackend:
     return DockerBackend(
         slots=slots,
+        deployment=deployment_id(settings),
         allowed_images=settings.image_list,
         host_paths=(
             (settings.state_dir, settings.host_state_dir) if settings.host_state_dir else None

@@ -108,6 +108,7 @@ _Stream: TypeAlias = "CancellableStream[tuple[bytes | None, bytes | None]]"
 _USER = re.compile(r"([0-9]+):([0-9]+)")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+_NAME_SAFE = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 def _default_client() -> docker.DockerClient:
@@ -130,7 +131,9 @@ class DockerBackend:
         allow_git_egress: Whether ``clone`` may fetch an ``https`` URL (else refused).
         git_image: The image clone helpers run (it needs git); must be allowed.
             Defaults to ``default_image``.
-        label_prefix: Prefix of our labels (``<prefix>.managed=1`` etc.).
+        label_prefix: Prefix of our labels (``<prefix>.managed=<deployment>`` etc.).
+        deployment: Which deployment's containers are ours (the value of the managed
+            label): the sweep and the container count never touch another's.
         client_factory: Builds the Docker client (called once, in a thread).
         max_calls: Concurrent blocking SDK calls.
         max_streams: Concurrent command output streams.
@@ -154,6 +157,7 @@ class DockerBackend:
         allow_git_egress: bool = False,
         git_image: str | None = None,
         label_prefix: str = "io.sandbox-mcp",
+        deployment: str = "1",
         client_factory: Callable[[], docker.DockerClient] | None = None,
         max_calls: int = 16,
         max_streams: int = 512,
@@ -170,6 +174,8 @@ class DockerBackend:
             raise ConfigurationError("The sandbox user must be uid:gid of a non-root user.")
         if not _LABEL_PREFIX.fullmatch(label_prefix):
             raise ConfigurationError("The label prefix must look like io.sandbox-mcp.")
+        if not _NAME_SAFE.fullmatch(deployment):
+            raise ConfigurationError("The deployment id must be 1-64 letters, digits or '-'.")
         if max_containers < 1:
             raise ConfigurationError("max_containers must be at least 1.")
         if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
@@ -191,6 +197,7 @@ class DockerBackend:
         self._git_image = git_image or self._default_image
         self._prefix = label_prefix
         self._managed = f"{label_prefix}.managed"
+        self._deployment = deployment
         self._client_factory = client_factory or _default_client
         self._offload = Offload(calls=max_calls, streams=max_streams)
         self._kill_grace_s = kill_grace_s
@@ -242,7 +249,7 @@ class DockerBackend:
         limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._cpus(api))
         mounts = [Mount(target=WORKSPACE, source=self._engine_path(workspace), type="bind")]
         labels = {
-            self._managed: "1",
+            self._managed: self._deployment,
             f"{self._prefix}.experiment": spec.experiment_id,
             f"{self._prefix}.sandbox": spec.sandbox_label,
         }
@@ -401,7 +408,10 @@ class DockerBackend:
         api = await self._api()
         with _translated():
             found = await self._offload.call(
-                api.containers, all=True, quiet=True, filters={"label": f"{self._managed}=1"}
+                api.containers,
+                all=True,
+                quiet=True,
+                filters={"label": f"{self._managed}={self._deployment}"},
             )
         live = {c for c in live_container_ids if len(c) >= 12} | self._helpers
         orphans = [c["Id"] for c in found if not any(c["Id"].startswith(i) for i in live)]
@@ -434,7 +444,7 @@ class DockerBackend:
             # below the repository would stay writable, so none is carried over.
             source_mount["BindOptions"] = {"NonRecursive": True}
             mounts.append(source_mount)
-        labels = {self._managed: "1", f"{self._prefix}.role": GIT_ROLE}
+        labels = {self._managed: self._deployment, f"{self._prefix}.role": GIT_ROLE}
         name = f"smcp-git-clone-{secrets.token_hex(6)}"
         container_id = await self._create_container(
             api, self._git_image, name, labels, mounts, network_mode, limits, clone_env(plan)
@@ -564,7 +574,10 @@ class DockerBackend:
         async with self._capacity_lock:
             with _translated():
                 live = await self._offload.call(
-                    api.containers, all=True, quiet=True, filters={"label": f"{self._managed}=1"}
+                    api.containers,
+                    all=True,
+                    quiet=True,
+                    filters={"label": f"{self._managed}={self._deployment}"},
                 )
             if len(live) + self._creating >= self._max_containers:
                 raise CapacityExceeded(self._max_containers)

@@ -13,6 +13,7 @@ from typing import Any
 import docker
 import httpx2
 import pytest
+from docker.models.containers import Container
 from e2e_server import RunningServer, start_server, stop_server
 from oauth_browser import ManualClient, tool
 
@@ -234,23 +235,34 @@ async def test_limits_are_clamped_and_reported(
     )
 
 
-async def test_orphans_are_swept_at_start_up(tmp_path: Path) -> None:
+async def test_orphans_are_swept_at_start_up_and_other_deployments_are_left_alone(
+    tmp_path: Path,
+) -> None:
+    """Another server on the same Docker engine (another deployment) keeps its containers."""
     client = docker.from_env()
-    orphan = client.containers.run(
-        "sandbox-mcp/base:bookworm",
-        "sleep 600",
-        detach=True,
-        network_mode="none",
-        labels={"io.sandbox-mcp.managed": "1", "io.sandbox-mcp.experiment": "exp_orphan"},
-    )
+    state = tmp_path / "state"
+    stop_server(start_server(state, SANDBOX_MCP_POOL_SIZE="2"))
+    ours = (state / "deployment-id").read_text().strip()
+
+    def container(deployment: str) -> Container:
+        return client.containers.run(
+            "sandbox-mcp/base:bookworm",
+            "sleep 600",
+            detach=True,
+            network_mode="none",
+            labels={"io.sandbox-mcp.managed": deployment, "io.sandbox-mcp.experiment": "exp_o"},
+        )
+
+    orphan, theirs = container(ours), container("another-deployment")
     try:
-        server = start_server(tmp_path / "state", SANDBOX_MCP_POOL_SIZE="2")
-        stop_server(server)
+        stop_server(start_server(state, SANDBOX_MCP_POOL_SIZE="2"))
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(orphan.id)
+        assert client.containers.get(theirs.id).status == "running"
     finally:
-        with contextlib.suppress(docker.errors.NotFound):
-            orphan.remove(force=True)
+        for made in (orphan, theirs):
+            with contextlib.suppress(docker.errors.NotFound):
+                made.remove(force=True)
         client.close()
 
 
