@@ -40,7 +40,7 @@ from app.mcp_server import SandboxMCPServer
 from app.metrics import Metrics, MetricsEndpoint
 from app.observability import configure_logging
 from app.pool_store import SqlPoolState
-from app.runtime.docker import Ceilings, DockerBackend
+from app.runtime.docker import Ceilings, DockerBackend, output_streams
 from app.runtime.probe import probe_docker
 from app.settings import Settings, is_loopback_host
 from app.tools import register_tools
@@ -376,7 +376,12 @@ def build_backend(settings: Settings) -> DockerBackend:
             pids=settings.max_pids,
             timeout_s=settings.max_command_timeout_s,
         ),
-        max_containers=settings.max_containers,
+        max_containers=settings.effective_max_containers,
+        pool_size=settings.pool_size,
+        max_containers_per_sandbox=settings.max_experiments,
+        max_streams=output_streams(
+            settings.pool_size, settings.max_jobs_per_sandbox, settings.max_experiments
+        ),
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
         allow_git_egress=settings.allow_git_egress,
@@ -404,6 +409,8 @@ def experiment_options(settings: Settings) -> ExperimentOptions:
         hosted=settings.auth == "oauth",
         default_image=settings.default_image,
         max_experiments=settings.max_experiments,
+        max_jobs_per_sandbox=settings.max_jobs_per_sandbox,
+        max_jobs_per_experiment=settings.max_jobs_per_experiment,
         sync_wait_s=settings.sync_wait_s,
         max_timeout_s=settings.max_command_timeout_s,
         # Only root can hand files to the container's user; otherwise run the server

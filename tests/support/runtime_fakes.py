@@ -84,7 +84,12 @@ class FakeBackend:
         return ExecResult(0, command.removeprefix("echo ") + "\n", "", False, False, 0.01)
 
     async def clone(
-        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+        self,
+        source: GitSource,
+        workspace: Path,
+        *,
+        timeout_s: float = 300,
+        sandbox_label: str = "",
     ) -> ExecResult:
         """Pretends to clone: writes the ref it was asked for, or fails for ref "bad"."""
         if source.ref == "bad":
