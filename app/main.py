@@ -382,6 +382,7 @@ def build_backend(settings: Settings) -> DockerBackend:
         max_streams=output_streams(
             settings.pool_size, settings.max_jobs_per_sandbox, settings.max_experiments
         ),
+        label_prefix=settings.label_prefix,
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
         allow_git_egress=settings.allow_git_egress,

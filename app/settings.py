@@ -124,6 +124,14 @@ class Settings(BaseSettings):
             "POOL_SIZE (an idle container costs about 3.6 MB)."
         ),
     )
+    label_prefix: str = Field(
+        default="io.sandbox-mcp",
+        pattern=r"^[a-z0-9]+([.-][a-z0-9]+)*$",
+        description=(
+            "Prefix of the Docker labels on our containers; servers sharing one Docker engine "
+            "need different ones (each counts and sweeps the containers with its own)."
+        ),
+    )
     max_jobs_per_sandbox: int = Field(
         default=8,
         ge=1,

@@ -104,32 +104,35 @@ class ContainerLimiter:
     def __init__(self, shares: ContainerShares) -> None:
         self.shares = shares
         self._lock = anyio.Lock()
-        self._creating: Counter[str] = Counter()
+        self._creating: dict[str, str] = {}  # container name -> its sandbox
 
     @asynccontextmanager
     async def admit(
-        self, sandbox: str, count_live: Callable[[], Awaitable[Mapping[str, int]]]
+        self,
+        sandbox: str,
+        name: str,
+        live: Callable[[], Awaitable[Mapping[str, str]]],
     ) -> AsyncIterator[None]:
-        """Hold a place for one container of ``sandbox`` while it is being created.
+        """Hold a place for the container ``name`` of ``sandbox`` while it is created.
 
-        ``count_live`` gives the live containers per sandbox (at the engine); the
-        creations in flight here are added, and the lock makes the sum exact within
-        this process.
+        ``live`` gives the sandbox of every live container by name (at the engine);
+        the creations in flight here that the engine does not show yet are added
+        (by name, so one the engine has just made is not counted twice), and the
+        lock makes the sum exact within this process.
 
         Raises:
             LimitReached: the sandbox holds its own maximum.
             CapacityExceeded: the server, or its spare capacity, is full.
         """
         async with self._lock:
-            held = Counter(await count_live())
-            held.update(self._creating)
+            found = await live()
+            held = Counter(found.values())
+            held.update(owner for other, owner in self._creating.items() if other not in found)
             refusal = self.shares.refusal(held, sandbox)
             if refusal is not None:
                 raise refusal
-            self._creating[sandbox] += 1
+            self._creating[name] = sandbox
         try:
             yield
         finally:
-            self._creating[sandbox] -= 1
-            if self._creating[sandbox] <= 0:
-                del self._creating[sandbox]
+            del self._creating[name]

@@ -32,7 +32,6 @@ import functools
 import re
 import secrets
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -553,7 +552,7 @@ class DockerBackend:
         )
         # Defence in depth: whatever the code above became, never the engine's socket.
         await self._offload.call(_refuse_docker_socket, host_config)
-        async with self._containers.admit(sandbox, functools.partial(self._live, api)):
+        async with self._containers.admit(sandbox, name, functools.partial(self._live, api)):
             with _translated():
                 try:
                     created = await self._offload.call(
@@ -582,14 +581,19 @@ class DockerBackend:
             raise EgressDisabled()
         raise InvalidArgument("network must be 'none' or 'egress'.", field="network")
 
-    async def _live(self, api: docker.APIClient) -> Counter[str]:
-        """Our containers at the engine (server-wide), counted by their sandbox label."""
+    async def _live(self, api: docker.APIClient) -> dict[str, str]:
+        """Our containers at the engine (server-wide): the sandbox label of each, by name."""
         with _translated():
             found = await self._offload.call(
                 api.containers, all=True, filters={"label": f"{self._managed}=1"}
             )
         sandbox = f"{self._prefix}.sandbox"
-        return Counter((c.get("Labels") or {}).get(sandbox, UNATTRIBUTED) for c in found)
+        return {
+            (c.get("Names") or [c["Id"]])[0].lstrip("/"): (c.get("Labels") or {}).get(
+                sandbox, UNATTRIBUTED
+            )
+            for c in found
+        }
 
     async def _drain(
         self, stream: _Stream, job: Job, stdout: CappedBuffer, stderr: CappedBuffer

@@ -107,43 +107,61 @@ def test_a_slot_holder_always_gets_its_first_container(seed: int) -> None:
 
 async def test_the_limiter_counts_creations_in_flight() -> None:
     limiter = ContainerLimiter(ContainerShares(total=3, slots=2, per_sandbox=3))
-    live: Counter[str] = Counter()
+    live: dict[str, str] = {}
     entered = asyncio.Event()
     release = asyncio.Event()
 
-    async def count() -> Counter[str]:
-        return live
+    async def engine() -> dict[str, str]:
+        return dict(live)
 
-    async def create(sandbox: str) -> None:
-        async with limiter.admit(sandbox, count):
+    async def create(sandbox: str, name: str) -> None:
+        async with limiter.admit(sandbox, name, engine):
             entered.set()
             await release.wait()
-        live[sandbox] += 1
+            live[name] = sandbox
 
-    first = asyncio.create_task(create("a"))  # a's first, still being created
+    first = asyncio.create_task(create("a", "a1"))  # a's first, still being created
     await entered.wait()
-    second = asyncio.create_task(create("a"))  # a's second: the one spare
+    second = asyncio.create_task(create("a", "a2"))  # a's second: the one spare
     await asyncio.sleep(0)
     with pytest.raises(CapacityExceeded):
-        async with limiter.admit("a", count):  # a's third: the spare is in flight
+        async with limiter.admit("a", "a3", engine):  # a's third: the spare is in flight
             pass
-    async with limiter.admit("b", count):  # b's first always fits
+    async with limiter.admit("b", "b1", engine):  # b's first always fits
         pass
     release.set()
     await asyncio.gather(first, second)
-    assert live == Counter({"a": 2})
+    assert live == {"a1": "a", "a2": "a"}
+
+
+async def test_a_container_the_engine_already_shows_is_not_counted_twice() -> None:
+    # Two containers, two slots: the engine lists a's container before a's creation
+    # has left the limiter; b's first must still fit.
+    limiter = ContainerLimiter(ContainerShares(total=2, slots=2))
+    live: dict[str, str] = {}
+
+    async def engine() -> dict[str, str]:
+        return dict(live)
+
+    async with limiter.admit("a", "a1", engine):
+        live["a1"] = "a"  # made at the engine, not yet out of the limiter
+        async with limiter.admit("b", "b1", engine):
+            live["b1"] = "b"
+    with pytest.raises(CapacityExceeded):
+        async with limiter.admit("c", "c1", engine):
+            pass
 
 
 async def test_a_refused_or_failed_creation_gives_its_place_back() -> None:
     limiter = ContainerLimiter(ContainerShares(total=1, slots=1))
 
-    async def none() -> Counter[str]:
-        return Counter()
+    async def none() -> dict[str, str]:
+        return {}
 
     with pytest.raises(RuntimeError):
-        async with limiter.admit("a", none):
+        async with limiter.admit("a", "a1", none):
             raise RuntimeError("the engine refused")
-    async with limiter.admit("b", none):
+    async with limiter.admit("b", "b1", none):
         pass
 
 

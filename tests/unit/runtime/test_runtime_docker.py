@@ -42,7 +42,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.created: dict[str, Any] = {}
-        self.live: list[dict[str, str]] = []
+        self.live: list[dict[str, Any]] = []
         self.removed: list[str] = []
         self.fail: dict[str, BaseException] = {}
 
@@ -66,7 +66,7 @@ class FakeApi:
         self._call("images")
         return [{"RepoTags": ["sandbox-mcp/python:3"]}, {"RepoTags": None}]
 
-    def containers(self, **kwargs: Any) -> list[dict[str, str]]:
+    def containers(self, **kwargs: Any) -> list[dict[str, Any]]:
         self._call("containers")
         assert kwargs["filters"] == {"label": "io.sandbox-mcp-unit.managed=1"}
         return self.live
@@ -238,10 +238,13 @@ async def test_the_server_wide_container_cap_is_enforced(slots: Path, api: FakeA
 async def test_the_engine_count_is_shared_by_sandbox_label(slots: Path, api: FakeApi) -> None:
     # A pool of 3 and 4 containers: one spare beyond a first for every slot.
     label = "io.sandbox-mcp-unit.sandbox"
-    api.live = [{"Id": "1", "Labels": {label: "fp-abc"}}, {"Id": "2", "Labels": {label: "fp-b"}}]
+    api.live = [
+        {"Id": "1", "Names": ["/one"], "Labels": {label: "fp-abc"}},
+        {"Id": "2", "Names": ["/two"], "Labels": {label: "fp-b"}},
+    ]
     backend = make_backend(slots, api, max_containers=4, pool_size=3)
     await backend.create(spec(slots))  # fp-abc's second: the spare
-    api.live.append({"Id": "3", "Labels": {label: "fp-abc"}})
+    api.live.append({"Id": "3", "Names": ["/three"], "Labels": {label: "fp-abc"}})
     with pytest.raises(CapacityExceeded) as caught:
         await backend.create(spec(slots))  # fp-abc's third: no spare left
     assert caught.value.details == {"limit": 4, "spare": 1, "reason": "spare_in_use"}
