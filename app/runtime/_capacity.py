@@ -87,10 +87,10 @@ class ContainerShares:
                 value=self.per_sandbox,
             )
         in_use = sum(held.values())
-        if in_use >= self.total:
-            return CapacityExceeded(self.total)
         if mine == 0 and sandbox != UNATTRIBUTED:
-            return None  # a first container: always within the promise
+            # A first container: within the promise unless the server is over its total.
+            return CapacityExceeded(self.total) if in_use >= self.total else None
+        # An extra (this also keeps in_use + 1 <= total, as holders <= max(...)).
         holders = sum(1 for key, n in held.items() if key != UNATTRIBUTED and n > 0)
         extras = in_use - holders
         if extras + 1 > self.total - max(self.slots, holders):

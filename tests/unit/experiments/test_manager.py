@@ -19,6 +19,7 @@ from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import ExperimentRecords
+from app.experiments.shelf import fingerprint
 from app.experiments.states import State, check_transition
 from jail import CallContext, JailError, SandboxMemory, new_call_context
 
@@ -284,6 +285,8 @@ async def test_a_git_source_is_cloned_before_the_baseline(world: World) -> None:
     assert created.source == "git"
     baseline = world.slot / f"exp-{created.experiment_id}" / "baseline" / "CLONED_FROM"
     assert baseline.read_text() == "https://example.test/r.git@v1"
+    # The clone's helper is counted against this sandbox's share of the containers.
+    assert world.backend.cloned_for == [fingerprint("alice")]
 
 
 async def test_a_failed_clone_fails_the_experiment_with_git_s_words(world: World) -> None:
