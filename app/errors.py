@@ -38,3 +38,16 @@ class InvalidArgument(ServiceError):
 
 class ConfigurationError(ServiceError):
     code = "CONFIGURATION_ERROR"
+
+
+class LimitReached(ServiceError):
+    """A per-sandbox limit (containers, concurrent jobs): the caller acts on it itself.
+
+    ``limit`` names which limit, ``value`` is its value; the message says what to
+    do (destroy an experiment, wait for a job to end).
+    """
+
+    code = "LIMIT_REACHED"
+
+    def __init__(self, message: str, *, limit: str, value: int) -> None:
+        super().__init__(message, limit=limit, value=value)

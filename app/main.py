@@ -38,7 +38,7 @@ from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
 from app.mcp.transport import StatelessTransport
 from app.observability import configure_logging
-from app.runtime.docker import DockerBackend
+from app.runtime.docker import DockerBackend, output_streams
 from app.runtime.limits import Ceilings
 from app.runtime.probe import probe_docker
 from app.settings import Settings
@@ -290,7 +290,13 @@ def build_backend(settings: Settings, slots: SlotStore, ceilings: Ceilings) -> D
         ),
         default_image=settings.default_image,
         ceilings=ceilings,
-        max_containers=settings.max_containers,
+        max_containers=settings.effective_max_containers,
+        pool_size=settings.pool_size,
+        max_containers_per_sandbox=settings.max_experiments,
+        max_streams=output_streams(
+            settings.pool_size, settings.max_jobs_per_sandbox, settings.max_experiments
+        ),
+        label_prefix=settings.label_prefix,
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
         allow_git_egress=settings.allow_git_egress,

@@ -32,6 +32,8 @@ def experiment_options(settings: Settings, limits: Ceilings) -> ExperimentOption
         hosted=settings.hosted,
         default_image=settings.default_image,
         max_experiments=settings.max_experiments,
+        max_jobs_per_sandbox=settings.max_jobs_per_sandbox,
+        max_jobs_per_experiment=settings.max_jobs_per_experiment,
         sync_wait_s=settings.sync_wait_s,
         max_timeout_s=settings.max_command_timeout_s,
         # Only root can hand files to the container's user; otherwise run the server

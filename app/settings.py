@@ -114,8 +114,32 @@ class Settings(BaseSettings):
     max_experiments: int = Field(
         default=3, ge=1, le=50, description="Live experiments per sandbox."
     )
-    max_containers: int = Field(
-        default=300, ge=1, le=10_000, description="Live experiment containers, server-wide."
+    max_containers: int | None = Field(
+        default=None,
+        ge=1,
+        le=20_000,
+        description=(
+            "Live experiment containers, server-wide; at least POOL_SIZE, as every sandbox is "
+            "promised one (second and later experiments share the rest). Default: twice "
+            "POOL_SIZE (an idle container costs about 3.6 MB)."
+        ),
+    )
+    label_prefix: str = Field(
+        default="io.sandbox-mcp",
+        pattern=r"^[a-z0-9]+([.-][a-z0-9]+)*$",
+        description=(
+            "Prefix of the Docker labels on our containers; servers sharing one Docker engine "
+            "need different ones (each counts and sweeps the containers with its own)."
+        ),
+    )
+    max_jobs_per_sandbox: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="Commands one sandbox may run at once, across its experiments.",
+    )
+    max_jobs_per_experiment: int = Field(
+        default=4, ge=1, le=100, description="Commands one experiment may run at once."
     )
     max_cpus: float = Field(default=4, gt=0, le=256, description="Ceiling on CPUs per experiment.")
     max_memory_mb: int = Field(
@@ -350,6 +374,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _every_slot_can_have_a_container(self) -> Settings:
+        if self.max_containers is not None and self.max_containers < self.pool_size:
+            raise ValueError(
+                f"SANDBOX_MCP_MAX_CONTAINERS={self.max_containers} is below "
+                f"SANDBOX_MCP_POOL_SIZE={self.pool_size}: every sandbox the pool hands out "
+                "must be able to run one experiment, so the server keeps a container for each "
+                f"slot; set SANDBOX_MCP_MAX_CONTAINERS to at least {self.pool_size} (unset, "
+                "it is twice the pool size) or lower SANDBOX_MCP_POOL_SIZE"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _auth_none_only_on_loopback(self) -> Settings:
         if self.auth == "none" and not is_loopback_host(self.host):
             raise ValueError(
@@ -364,6 +400,12 @@ class Settings(BaseSettings):
             return self.public_url
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def effective_max_containers(self) -> int:
+        # Twice the pool: every slot's first container plus as many again for second
+        # and third experiments; 1,000 idle hardened containers take about 3.6 GB.
+        return self.max_containers or 2 * self.pool_size
 
     @property
     def effective_database_url(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
+from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry, RunningJob
 from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
@@ -47,16 +48,38 @@ class CommandRunner:
         backend: SandboxBackend,
         jobs: JobRegistry,
         max_output_bytes: int,
+        limits: JobLimits,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._records = records
         self._backend = backend
         self._jobs = jobs
+        self._limits = limits
         self._max_output_bytes = max_output_bytes
         self._clock = clock
 
     async def start(self, command: Command, tests: TestContext | None = None) -> RunningJob:
-        """Record the job, move the experiment to RUNNING (if idle) and start the command."""
+        """Record the job, move the experiment to RUNNING (if idle) and start the command.
+
+        Raises:
+            LimitReached: the experiment or the sandbox runs its maximum of jobs at once
+                (setup commands are not counted: see ``app.experiments.job_limits``).
+        """
+        release = _nothing
+        if command.kind != "setup":
+            release = self._limits.claim(command.sandbox_key, command.experiment.experiment_id)
+        try:
+            running = await self._start(command, tests, release)
+        except BaseException:
+            release()
+            raise
+        # Released when the run ends (in _finish); this covers a task cancelled unstarted.
+        running.task.add_done_callback(lambda _: release())
+        return running
+
+    async def _start(
+        self, command: Command, tests: TestContext | None, release: Callable[[], None]
+    ) -> RunningJob:
         sandbox_key, experiment = command.sandbox_key, command.experiment
         kind, timeout_s, background = command.kind, command.timeout_s, command.background
         job_id = "job_" + uuid.uuid4().hex[:12]
@@ -87,6 +110,7 @@ class CommandRunner:
             timeout_s,
             command.env,
             tests,
+            release,
         )
         return self._jobs.start(
             job_id, sandbox_key, experiment.experiment_id, experiment.container_id, work
@@ -100,7 +124,8 @@ class CommandRunner:
         command: str,
         timeout_s: float,
         env: dict[str, str],
-        tests: TestContext | None = None,
+        tests: TestContext | None,
+        release: Callable[[], None],
     ) -> ExecResult:
         started = self._clock()
         try:
@@ -113,9 +138,13 @@ class CommandRunner:
                 env=env,
             )
         except Exception as exc:
+            release()
             result = ExecResult(None, "", "", False, False, self._clock() - started)
             await self._settle(experiment_id, job_id, result, reason=f"the runtime failed: {exc}")
             raise
+        finally:
+            # The run (and its output stream) is over before anyone can see the outcome.
+            release()
         summary = await self._summarize(tests, result) if tests is not None else None
         await self._settle(experiment_id, job_id, result, test_summary=summary)
         return result
@@ -175,3 +204,7 @@ class CommandRunner:
         if not others:
             with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
                 await self._records.transition(experiment_id, state, f"{job_id} {status}", now)
+
+
+def _nothing() -> None:
+    """The release of a job that was not counted (a setup command)."""

@@ -149,7 +149,7 @@ class ExperimentCreator:
                 copy_from=copy_from,
                 excludes=self._options.snapshot_excludes,
                 owner=self._options.owner,
-                clone=self._cloner(request) if request.git_url else None,
+                clone=self._cloner(request, call.sandbox_key) if request.git_url else None,
             )
             container = await self._backend.create(
                 ContainerSpec(
@@ -201,7 +201,7 @@ class ExperimentCreator:
             secrets_skipped=prepared.secrets_skipped,
         )
 
-    def _cloner(self, request: CreateRequest) -> workspace.Cloner:
+    def _cloner(self, request: CreateRequest, sandbox_key: str) -> workspace.Cloner:
         assert request.git_url is not None
         url = request.git_url
         # Local mode may clone a repository on this machine; it is mounted read-only.
@@ -212,7 +212,9 @@ class ExperimentCreator:
         )
 
         async def clone(target: Path) -> int:
-            result = await self._backend.clone(source, target)
+            result = await self._backend.clone(
+                source, target, sandbox_label=fingerprint(sandbox_key)
+            )
             if result.exit_code != 0:
                 tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
                 raise ProjectSourceError(

@@ -27,6 +27,7 @@ from app.experiments.errors import (
     ProjectSourceError,
     TestsNotDetected,
 )
+from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord
@@ -70,7 +71,10 @@ class ExperimentManager:
         self._options = options
         self._clock = clock
         self.shelf = ArtifactShelf(records, options.artifact_dir, options.artifact_ttl_s, clock)
-        self._commands = CommandRunner(records, backend, jobs, options.max_output_bytes, clock)
+        limits = JobLimits(options.max_jobs_per_sandbox, options.max_jobs_per_experiment)
+        self._commands = CommandRunner(
+            records, backend, jobs, options.max_output_bytes, limits, clock
+        )
         self._creator = ExperimentCreator(records, backend, self._commands, options, clock)
 
     def is_busy(self, sandbox_key: str) -> bool:
@@ -201,6 +205,8 @@ class ExperimentManager:
             network_default="none",
             egress_allowed=self._options.egress_allowed,
             max_experiments=self._options.max_experiments,
+            max_jobs_per_sandbox=self._options.max_jobs_per_sandbox,
+            max_jobs_per_experiment=self._options.max_jobs_per_experiment,
             ceilings=dict(self._options.ceilings),
         )
 

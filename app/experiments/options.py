@@ -14,6 +14,8 @@ class ExperimentOptions:
     hosted: bool
     default_image: str
     max_experiments: int = 3
+    max_jobs_per_sandbox: int = 8
+    max_jobs_per_experiment: int = 4
     sync_wait_s: float = 45.0
     default_timeout_s: float = 600.0
     max_timeout_s: float = 1800.0

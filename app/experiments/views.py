@@ -110,6 +110,8 @@ class RuntimeView(Result):
     network_default: str
     egress_allowed: bool
     max_experiments: int
+    max_jobs_per_sandbox: int
+    max_jobs_per_experiment: int
     ceilings: dict[str, float]
 
 

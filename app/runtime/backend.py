@@ -114,7 +114,9 @@ class SandboxBackend(Protocol):
 
         Raises:
             RuntimeFailure: IMAGE_NOT_ALLOWED, IMAGE_MISSING, WORKSPACE_REFUSED,
-                CAPACITY_EXCEEDED (server-wide container cap), RUNTIME_UNAVAILABLE.
+                CAPACITY_EXCEEDED (the server's containers, or the share left for a
+                sandbox's second and later ones, are in use), RUNTIME_UNAVAILABLE.
+            LimitReached: LIMIT_REACHED (the sandbox holds its own maximum).
         """
         ...
 
@@ -155,7 +157,12 @@ class SandboxBackend(Protocol):
         ...
 
     async def clone(
-        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+        self,
+        source: GitSource,
+        workspace: Path,
+        *,
+        timeout_s: float = 300,
+        sandbox_label: str = "",
     ) -> ExecResult:
         """Clone ``source`` into the (empty) ``workspace`` folder.
 
@@ -174,6 +181,8 @@ class SandboxBackend(Protocol):
             workspace: An empty folder inside the caller's own slot (checked as
                 for ``create``), writable by the sandbox user.
             timeout_s: Wall clock for the whole clone (clamped as for ``run``).
+            sandbox_label: The sandbox the clone is for (as in ``ContainerSpec``): its
+                helper counts against that sandbox's share of the containers.
 
         Returns:
             The clone's exit code, capped output, duration and ``timed_out``.

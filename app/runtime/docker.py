@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -47,6 +47,12 @@ if TYPE_CHECKING:
     from docker.types import CancellableStream
 
 from app.errors import ConfigurationError, InvalidArgument
+from app.runtime._capacity import (
+    UNATTRIBUTED,
+    ContainerLimiter,
+    ContainerShares,
+    output_streams,
+)
 from app.runtime._git import SOURCE, clone_env, clone_script, plan_clone, require_empty
 from app.runtime._jobs import (
     JOB_ID,
@@ -70,7 +76,6 @@ from app.runtime.backend import (
     RuntimeInfo,
 )
 from app.runtime.errors import (
-    CapacityExceeded,
     ContainerGone,
     EgressDisabled,
     GitEgressDisabled,
@@ -89,6 +94,7 @@ __all__ = [
     "WORKSPACE",
     "Ceilings",
     "DockerBackend",
+    "output_streams",
 ]
 
 log = structlog.get_logger(__name__)
@@ -124,6 +130,9 @@ class DockerBackend:
         default_image: Used when a spec names no image; must be allowed.
         ceilings: The most one experiment may get; requests above are clamped.
         max_containers: Live containers with our label, server-wide.
+        pool_size: Sandboxes promised their first container out of ``max_containers``
+            (see :mod:`app.runtime._capacity`); 0: none.
+        max_containers_per_sandbox: The most one sandbox may hold (None: no cap).
         user: ``uid:gid`` every container process runs as (never root).
         home: The user's home in the images (a tmpfs, as the root is read-only).
         allow_egress: Whether ``network="egress"`` is honoured (else refused).
@@ -150,6 +159,8 @@ class DockerBackend:
         default_image: str | None = None,
         ceilings: Ceilings | None = None,
         max_containers: int = 300,
+        pool_size: int = 0,
+        max_containers_per_sandbox: int | None = None,
         user: str = "1000:1000",
         home: str = "/home/sandbox",
         allow_egress: bool = False,
@@ -176,8 +187,6 @@ class DockerBackend:
             raise ConfigurationError("The label prefix must look like io.sandbox-mcp.")
         if not _NAME_SAFE.fullmatch(deployment):
             raise ConfigurationError("The deployment id must be 1-64 letters, digits or '-'.")
-        if max_containers < 1:
-            raise ConfigurationError("max_containers must be at least 1.")
         if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
             raise ConfigurationError("home must be an absolute path other than / and /tmp.")
         self._slots = slots
@@ -187,7 +196,9 @@ class DockerBackend:
         self._allowed = allowed_images
         self._default_image = default_image or allowed_images[0]
         self._ceilings = ceilings or Ceilings()
-        self._max_containers = max_containers
+        self._containers = ContainerLimiter(
+            ContainerShares(max_containers, pool_size, max_containers_per_sandbox)
+        )
         self._user = user
         self._uid, self._gid = int(match.group(1)), int(match.group(2))
         self._home = home.rstrip("/")
@@ -203,8 +214,6 @@ class DockerBackend:
         self._kill_grace_s = kill_grace_s
         self._client: docker.DockerClient | None = None
         self._client_lock = anyio.Lock()
-        self._capacity_lock = anyio.Lock()
-        self._creating = 0
         self._host_cpus: float | None = None
         self._jobs = JobTable()
         self._helpers: set[str] = set()  # clone helpers running in this process
@@ -255,7 +264,7 @@ class DockerBackend:
         }
         name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
         container_id = await self._create_container(
-            api, image, name, labels, mounts, network_mode, limits, spec.env
+            api, image, name, labels, mounts, network_mode, limits, spec.env, spec.sandbox_label
         )
         try:
             with _translated(container_id):
@@ -421,7 +430,12 @@ class DockerBackend:
         return len(orphans)
 
     async def clone(
-        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+        self,
+        source: GitSource,
+        workspace: Path,
+        *,
+        timeout_s: float = 300,
+        sandbox_label: str = UNATTRIBUTED,
     ) -> ExecResult:
         started = time.monotonic()
         plan = await self._offload.call(plan_clone, source, self._slots.base)
@@ -445,9 +459,19 @@ class DockerBackend:
             source_mount["BindOptions"] = {"NonRecursive": True}
             mounts.append(source_mount)
         labels = {self._managed: self._deployment, f"{self._prefix}.role": GIT_ROLE}
+        if sandbox_label:
+            labels[f"{self._prefix}.sandbox"] = sandbox_label  # its sandbox's share pays
         name = f"smcp-git-clone-{secrets.token_hex(6)}"
         container_id = await self._create_container(
-            api, self._git_image, name, labels, mounts, network_mode, limits, clone_env(plan)
+            api,
+            self._git_image,
+            name,
+            labels,
+            mounts,
+            network_mode,
+            limits,
+            clone_env(plan),
+            sandbox_label,
         )
         self._helpers.add(container_id)
         try:
@@ -507,8 +531,9 @@ class DockerBackend:
         network_mode: str,
         limits: Limits,
         env: Mapping[str, str],
+        sandbox: str,
     ) -> str:
-        """Create (not start) a hardened container within the capacity; its id."""
+        """Create (not start) a hardened container within ``sandbox``'s share; its id."""
         memory = limits.memory_mb * 1024 * 1024
         tmpfs_opts = "rw,exec,nosuid,nodev"
         host_config = api.create_host_config(
@@ -538,7 +563,7 @@ class DockerBackend:
         )
         # Defence in depth: whatever the code above became, never the engine's socket.
         await self._offload.call(_refuse_docker_socket, host_config)
-        async with self._capacity(api):
+        async with self._containers.admit(sandbox, name, functools.partial(self._live, api)):
             with _translated():
                 try:
                     created = await self._offload.call(
@@ -567,25 +592,19 @@ class DockerBackend:
             raise EgressDisabled()
         raise InvalidArgument("network must be 'none' or 'egress'.", field="network")
 
-    @asynccontextmanager
-    async def _capacity(self, api: docker.APIClient) -> AsyncIterator[None]:
-        # Counted at the engine (server-wide), plus creations in flight here; the
-        # lock makes the count exact within this process.
-        async with self._capacity_lock:
-            with _translated():
-                live = await self._offload.call(
-                    api.containers,
-                    all=True,
-                    quiet=True,
-                    filters={"label": f"{self._managed}={self._deployment}"},
-                )
-            if len(live) + self._creating >= self._max_containers:
-                raise CapacityExceeded(self._max_containers)
-            self._creating += 1
-        try:
-            yield
-        finally:
-            self._creating -= 1
+    async def _live(self, api: docker.APIClient) -> dict[str, str]:
+        """Our containers at the engine (server-wide): the sandbox label of each, by name."""
+        with _translated():
+            found = await self._offload.call(
+                api.containers, all=True, filters={"label": f"{self._managed}={self._deployment}"}
+            )
+        sandbox = f"{self._prefix}.sandbox"
+        return {
+            (c.get("Names") or [c["Id"]])[0].lstrip("/"): (c.get("Labels") or {}).get(
+                sandbox, UNATTRIBUTED
+            )
+            for c in found
+        }
 
     async def _drain(
         self, stream: _Stream, job: Job, stdout: CappedBuffer, stderr: CappedBuffer

@@ -78,11 +78,24 @@ class WorkspaceRefused(RuntimeFailure):
 class CapacityExceeded(RuntimeFailure):
     code = "CAPACITY_EXCEEDED"
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, spare: int | None = None) -> None:
+        if spare is None:
+            super().__init__(
+                f"The server already runs its maximum of {limit} experiment containers; "
+                "destroy an experiment you no longer need, or try again in a few minutes.",
+                limit=limit,
+                reason="server_full",
+            )
+            return
+        # A second or later container: the share every sandbox's first one leaves.
         super().__init__(
-            f"The server already runs its maximum of {limit} experiment containers; destroy "
-            "an experiment you no longer need, or try again in a few minutes.",
+            f"Your sandbox already has an experiment, and the {spare} containers this server "
+            "keeps for second and later experiments (beyond one for every sandbox slot) are "
+            "in use; keep working in the experiment you have, destroy one you no longer "
+            "need, or try again in a few minutes.",
             limit=limit,
+            spare=spare,
+            reason="spare_in_use",
         )
 
 

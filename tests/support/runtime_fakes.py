@@ -26,6 +26,7 @@ class FakeBackend:
     removed: list[str] = field(default_factory=list)
     cancelled: set[str] = field(default_factory=set)
     ran: list[str] = field(default_factory=list)
+    cloned_for: list[str] = field(default_factory=list)  # the sandbox label of each clone
     _events: dict[str, asyncio.Event] = field(default_factory=dict)
 
     async def info(self) -> RuntimeInfo:
@@ -84,9 +85,15 @@ class FakeBackend:
         return ExecResult(0, command.removeprefix("echo ") + "\n", "", False, False, 0.01)
 
     async def clone(
-        self, source: GitSource, workspace: Path, *, timeout_s: float = 300
+        self,
+        source: GitSource,
+        workspace: Path,
+        *,
+        timeout_s: float = 300,
+        sandbox_label: str = "",
     ) -> ExecResult:
         """Pretends to clone: writes the ref it was asked for, or fails for ref "bad"."""
+        self.cloned_for.append(sandbox_label)
         if source.ref == "bad":
             return ExecResult(128, "", "fatal: Remote branch bad not found", False, False, 0.01)
         (workspace / "CLONED_FROM").write_text(f"{source.url or source.local_path}@{source.ref}")

@@ -23,9 +23,14 @@ import pytest
 from docker_testkit import GID, GIT_PREFIX, UID, docker_client, labelled, new_workspace
 
 import app.runtime.docker as runtime_docker
-from app.runtime.backend import GitSource
+from app.runtime.backend import ContainerSpec, GitSource
 from app.runtime.docker import CAPABILITIES, DockerBackend
-from app.runtime.errors import GitEgressDisabled, GitSourceRefused, WorkspaceRefused
+from app.runtime.errors import (
+    CapacityExceeded,
+    GitEgressDisabled,
+    GitSourceRefused,
+    WorkspaceRefused,
+)
 from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
@@ -382,3 +387,32 @@ async def test_sources_and_workspaces_that_may_not_be_used_are_refused(
     with pytest.raises(WorkspaceRefused, match="outside"):
         await backend.clone(local(repo.path), repo.path.parent)
     assert _ours(engine) == []
+
+
+async def test_a_clone_helper_counts_against_its_sandbox_share(
+    slots: Path, repo: Repo, engine: docker.DockerClient
+) -> None:
+    # Two slots, two containers: no spare. A sandbox that has its container cannot
+    # start a helper too; one that has none can (the helper is its first).
+    small = DockerBackend(
+        slots=SlotsAt(slots),
+        allowed_images=(IMAGE,),
+        git_image=IMAGE,
+        label_prefix=PREFIX,
+        client_factory=docker_client,
+        max_containers=2,
+        pool_size=2,
+    )
+    held = await small.create(ContainerSpec("e-a", "fp-a", IMAGE, new_workspace(slots)))
+    try:
+        with pytest.raises(CapacityExceeded) as caught:
+            await small.clone(local(repo.path), new_workspace(slots), sandbox_label="fp-a")
+        assert caught.value.details["reason"] == "spare_in_use"
+        workspace = new_workspace(slots)
+        result = await small.clone(local(repo.path), workspace, sandbox_label="fp-b")
+        assert result.exit_code == 0, result
+        assert (workspace / "f.txt").read_text() == "main\n"
+    finally:
+        await small.remove(held.container_id)
+        await small.aclose()
+    assert helpers(engine) == []

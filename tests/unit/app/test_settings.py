@@ -116,3 +116,30 @@ def test_the_readme_documents_every_variable() -> None:
         if f"`SANDBOX_MCP_{name.upper()}`" not in readme
     ]
     assert missing == []
+
+
+def test_max_containers_defaults_to_twice_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().effective_max_containers == 1000
+    monkeypatch.setenv("SANDBOX_MCP_POOL_SIZE", "6")
+    assert load_settings().effective_max_containers == 12
+    monkeypatch.setenv("SANDBOX_MCP_MAX_CONTAINERS", "6")
+    assert load_settings().effective_max_containers == 6
+
+
+def test_fewer_containers_than_slots_is_refused_with_what_to_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = errors_for(monkeypatch, POOL_SIZE="6", MAX_CONTAINERS="5")
+    assert lines == [
+        "SANDBOX_MCP_MAX_CONTAINERS=5 is below SANDBOX_MCP_POOL_SIZE=6: every sandbox the "
+        "pool hands out must be able to run one experiment, so the server keeps a container "
+        "for each slot; set SANDBOX_MCP_MAX_CONTAINERS to at least 6 (unset, it is twice the "
+        "pool size) or lower SANDBOX_MCP_POOL_SIZE"
+    ]
+
+
+def test_the_job_caps_have_defaults_and_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert (settings.max_jobs_per_sandbox, settings.max_jobs_per_experiment) == (8, 4)
+    lines = errors_for(monkeypatch, MAX_JOBS_PER_SANDBOX="0")
+    assert lines[0].startswith("SANDBOX_MCP_MAX_JOBS_PER_SANDBOX='0' is invalid")

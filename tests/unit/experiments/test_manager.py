@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from app.experiments.creation import CreateRequest
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
+from app.experiments.shelf import fingerprint
 from app.experiments.states import State, check_transition
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, JailError, SandboxMemory, new_call_context
@@ -282,6 +284,8 @@ async def test_a_git_source_is_cloned_before_the_baseline(world: World) -> None:
     assert created.source == "git"
     baseline = world.slot / f"exp-{created.experiment_id}" / "baseline" / "CLONED_FROM"
     assert baseline.read_text() == "https://example.test/r.git@v1"
+    # The clone's helper is counted against this sandbox's share of the containers.
+    assert world.backend.cloned_for == [fingerprint("alice")]
 
 
 async def test_a_failed_clone_fails_the_experiment_with_git_s_words(world: World) -> None:
@@ -318,3 +322,77 @@ async def test_jobs_running_when_the_server_died_are_marked_lost(world: World) -
     assert "restarted" in lost.reason
     assert (await world.manager.get(world.call(), exp.experiment_id)).state == "FAILED"
     await world.manager.cancel_job(world.call(), job.job_id)
+
+
+# -- concurrent jobs per experiment and per sandbox ---------------------------------------
+
+
+async def make_capped_world(tmp_path: Path, per_sandbox: int, per_experiment: int) -> World:
+    world = await make_world(tmp_path)
+    options = ExperimentOptions(
+        hosted=True,
+        default_image="img:1",
+        sync_wait_s=5,
+        artifact_dir=tmp_path / "artifacts",
+        max_jobs_per_sandbox=per_sandbox,
+        max_jobs_per_experiment=per_experiment,
+    )
+    world.manager = ExperimentManager(world.records, world.backend, JobRegistry(), options)
+    return world
+
+
+async def test_jobs_beyond_the_experiment_cap_are_refused_until_one_ends(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_capped_world(tmp_path, per_sandbox=8, per_experiment=2)
+    worlds.append(world)
+    exp = (await world.manager.create(world.call(), CreateRequest())).experiment_id
+    first = await world.manager.execute(world.call(), exp, "sleep 30", background=True)
+    await world.manager.execute(world.call(), exp, "sleep 30", background=True)
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.execute(world.call(), exp, "echo three", background=True)
+    assert caught.value.code == "LIMIT_REACHED"
+    assert caught.value.details == {"limit": "jobs_per_experiment", "value": 2}
+    assert "maximum of 2 jobs" in caught.value.message
+    assert "cancel_job" in caught.value.message
+    assert "echo three" not in world.backend.ran, "a refused job never runs"
+    await world.manager.cancel_job(world.call(), first.job_id)
+    again = await world.manager.execute(world.call(), exp, "echo three")
+    assert again.stdout == "three\n"
+
+
+async def test_jobs_beyond_the_sandbox_cap_are_refused_across_experiments(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_capped_world(tmp_path, per_sandbox=3, per_experiment=2)
+    worlds.append(world)
+    one = (await world.manager.create(world.call(), CreateRequest())).experiment_id
+    two = (await world.manager.create(world.call(), CreateRequest())).experiment_id
+    for exp in (one, one, two):
+        await world.manager.execute(world.call(), exp, "sleep 30", background=True)
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.run_tests(world.call(), two, "echo tests")
+    assert caught.value.code == "LIMIT_REACHED"
+    assert caught.value.details == {"limit": "jobs_per_sandbox", "value": 3}
+    # Another sandbox has its own share, and setup commands are not counted.
+    bob = world.call("bob", slot=world.slot)
+    created = await world.manager.create(bob, CreateRequest(setup_commands=("echo setup",)))
+    assert [job.status for job in created.setup] == ["completed"]
+    done = await world.manager.execute(bob, created.experiment_id, "echo bob")
+    assert done.stdout == "bob\n"
+
+
+async def test_many_calls_at_once_cannot_slip_under_the_cap(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_capped_world(tmp_path, per_sandbox=3, per_experiment=3)
+    worlds.append(world)
+    exp = (await world.manager.create(world.call(), CreateRequest())).experiment_id
+    results = await asyncio.gather(
+        *(world.manager.execute(world.call(), exp, "sleep 30", background=True) for _ in range(40)),
+        return_exceptions=True,
+    )
+    refused = [r for r in results if isinstance(r, ServiceError)]
+    assert len(results) - len(refused) == 3
+    assert {r.code for r in refused} == {"LIMIT_REACHED"}
+    assert world.backend.ran.count("sleep 30") == 3

@@ -15,7 +15,7 @@ import requests
 from docker.types import HostConfig
 
 import app.runtime.docker as runtime_docker
-from app.errors import ConfigurationError, InvalidArgument
+from app.errors import ConfigurationError, InvalidArgument, LimitReached
 from app.runtime.backend import ContainerSpec, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
 from app.runtime.errors import (
@@ -43,7 +43,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.created: dict[str, Any] = {}
-        self.live: list[dict[str, str]] = []
+        self.live: list[dict[str, Any]] = []
         self.removed: list[str] = []
         self.fail: dict[str, BaseException] = {}
 
@@ -67,7 +67,7 @@ class FakeApi:
         self._call("images")
         return [{"RepoTags": ["sandbox-mcp/python:3"]}, {"RepoTags": None}]
 
-    def containers(self, **kwargs: Any) -> list[dict[str, str]]:
+    def containers(self, **kwargs: Any) -> list[dict[str, Any]]:
         self._call("containers")
         assert kwargs["filters"] == {"label": "io.sandbox-mcp-unit.managed=1"}
         return self.live
@@ -232,8 +232,43 @@ async def test_the_server_wide_container_cap_is_enforced(slots: Path, api: FakeA
     api.live = [{"Id": str(i)} for i in range(5)]
     with pytest.raises(CapacityExceeded) as caught:
         await make_backend(slots, api).create(spec(slots))
-    assert caught.value.details == {"limit": 5}
+    assert caught.value.details == {"limit": 5, "reason": "server_full"}
     assert "create_container" not in api.calls
+
+
+async def test_the_engine_count_is_shared_by_sandbox_label(slots: Path, api: FakeApi) -> None:
+    # A pool of 3 and 4 containers: one spare beyond a first for every slot.
+    label = "io.sandbox-mcp-unit.sandbox"
+    api.live = [
+        {"Id": "1", "Names": ["/one"], "Labels": {label: "fp-abc"}},
+        {"Id": "2", "Names": ["/two"], "Labels": {label: "fp-b"}},
+    ]
+    backend = make_backend(slots, api, max_containers=4, pool_size=3)
+    await backend.create(spec(slots))  # fp-abc's second: the spare
+    api.live.append({"Id": "3", "Names": ["/three"], "Labels": {label: "fp-abc"}})
+    with pytest.raises(CapacityExceeded) as caught:
+        await backend.create(spec(slots))  # fp-abc's third: no spare left
+    assert caught.value.details == {"limit": 4, "spare": 1, "reason": "spare_in_use"}
+    await backend.create(spec(slots, sandbox_label="fp-c"))  # a first always fits
+    assert api.created["labels"]["io.sandbox-mcp-unit.sandbox"] == "fp-c"
+
+
+async def test_a_sandbox_at_its_own_container_cap_gets_limit_reached(
+    slots: Path, api: FakeApi
+) -> None:
+    label = "io.sandbox-mcp-unit.sandbox"
+    api.live = [{"Id": str(i), "Labels": {label: "fp-abc"}} for i in range(2)]
+    backend = make_backend(slots, api, max_containers=50, max_containers_per_sandbox=2)
+    with pytest.raises(LimitReached) as caught:
+        await backend.create(spec(slots))
+    assert caught.value.details == {"limit": "containers_per_sandbox", "value": 2}
+    assert "destroy_experiment" in caught.value.message
+    assert "create_container" not in api.calls
+
+
+def test_fewer_containers_than_slots_is_refused(slots: Path, api: FakeApi) -> None:
+    with pytest.raises(ConfigurationError, match="at least the pool size"):
+        make_backend(slots, api, max_containers=4, pool_size=5)
 
 
 async def test_a_container_that_fails_to_start_is_removed(slots: Path, api: FakeApi) -> None:
