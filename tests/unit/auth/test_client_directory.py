@@ -76,7 +76,7 @@ async def test_a_document_client_signs_in_redeems_and_refreshes(
 
     pending = await flow.start(authorize(url, challenge))
     assert pending.client_name == "Doc client"
-    approval = flow.approve(pending.tx, pending.csrf, pending.csrf, "")
+    approval = flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "")
     code = query_of(approval.location)["code"]
 
     form = {"client_id": url, "code": code, "code_verifier": verifier, "redirect_uri": REDIRECT}
