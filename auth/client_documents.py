@@ -198,6 +198,9 @@ class ClientDocuments:
         try:
             self._fetcher.precheck(url)
         except FetchRefused as exc:
+            log.warning(
+                "oauth.client_document_refused", host=urlsplit(url).hostname, reason=exc.reason
+            )
             raise DocumentRefused(exc.reason) from None
         entry = self._cache.get(url)
         if isinstance(entry, _Refused):
