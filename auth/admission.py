@@ -32,6 +32,7 @@ from auth.store import AuthStore
 class Refusal:
     """Shown on the sign-in page with HTTP 429 and ``Retry-After``."""
 
+    limit: str  # which one bit, for the log: burst, hourly or live
     title: str
     message: str
     retry_after_s: int
@@ -81,6 +82,7 @@ class SigninAdmission:
         wait = self._burst.retry_after_s(prefix)
         if wait:
             return Refusal(
+                "burst",
                 "Slow down",
                 "Too many sandboxes were created from your network address in the last "
                 f"minute. Try again in {_wait(wait)}.",
@@ -89,6 +91,7 @@ class SigninAdmission:
         wait = self._hourly.retry_after_s()
         if wait:
             return Refusal(
+                "hourly",
                 "The server is full for now",
                 f"This server creates at most {self._hourly.limit} new sandboxes an hour, "
                 f"and that many were created in the last hour. Try again in {_wait(wait)}.",
@@ -105,11 +108,12 @@ class SigninAdmission:
         wait = max(1, int(frees_at - now) + 1)
         when = datetime.fromtimestamp(frees_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return Refusal(
+            "live",
             "Too many sandboxes from your network",
             f"Your network address already has {len(expiries)} signed-in sandboxes, the most "
-            f"this server allows for one address ({self._live_cap}). Disconnect one in its "
-            "application (that signs it out), or try again after "
-            f"{when} (in {_wait(wait)}), when the oldest sign-in expires.",
+            f"this server allows for one address ({self._live_cap}). Try again after {when} "
+            f"(in {_wait(wait)}), when the oldest sign-in expires, or sooner once one of "
+            "them is signed out.",
             wait,
         )
 

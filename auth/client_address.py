@@ -9,6 +9,13 @@ saw) past the trusted proxies; the first address not trusted is the client.
 Only the configured header is read: a proxy that sets one passes the other
 through untouched, so reading both would let a client choose its address.
 
+Not uvicorn's ProxyHeadersMiddleware (``--forwarded-allow-ips``): it reads
+only X-Forwarded-For, rewrites the client of every request (and the scheme,
+from X-Forwarded-Proto), turns a mistyped trusted address silently into a
+literal that matches nothing, and when every hop is trusted takes the leftmost
+entry, which the client wrote. Here the client address is asked for only where
+a budget is counted, and a bad setting is refused at start.
+
 Budgets are counted per address *prefix*: an IPv4 address, or the /64 of an
 IPv6 address (one household or one server gets a /64, so counting single IPv6
 addresses would give each client 2^64 budgets).

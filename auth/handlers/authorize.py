@@ -90,7 +90,7 @@ class AuthorizeHandler:
         async with self.admission.lock:
             refusal = None if pending.location else await self.admission.check(prefix)
             if refusal is not None:
-                log.warning("oauth.signin_refused", reason=refusal.title)
+                log.warning("oauth.signin_refused", limit=refusal.limit)
                 page = error_page(refusal.title, refusal.message, 429, secure=self.config.secure)
                 page.headers["Retry-After"] = str(refusal.retry_after_s)
                 return page

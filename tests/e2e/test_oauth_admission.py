@@ -162,7 +162,7 @@ async def test_live_sandboxes_per_address_are_capped_until_one_is_signed_out(sta
         refused = await press(http, client, home)
         assert refused.status_code == 429
         assert "already has 2 signed-in sandboxes" in refused.text
-        assert "Disconnect one in its application" in refused.text
+        assert "when the oldest sign-in expires" in refused.text
         assert int(refused.headers["retry-after"]) > 29 * 86400, "when the oldest expires"
         assert await presses(http, client, ["198.51.100.6"]) == [303], "another address"
         await http.post(
