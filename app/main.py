@@ -164,6 +164,10 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
         issuer=settings.effective_public_url,
         registrations_per_minute=settings.registrations_per_minute,
         signins_per_address_per_minute=settings.signins_per_minute,
+        sandboxes_per_address=settings.sandboxes_per_address,
+        new_sandboxes_per_hour=settings.new_sandboxes_per_hour,
+        trusted_proxies=settings.trusted_proxy_networks,
+        proxy_header=settings.proxy_header,
         client_metadata_documents=settings.client_metadata_documents,
     )
     store = SqlAuthStore(engine)
@@ -353,7 +357,12 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
     else:
         auth = services.auth
         routes += create_auth_routes(
-            auth.config, auth.registrar, auth.flow, auth.tokens, ask_email=services.mailer.enabled
+            auth.config,
+            auth.registrar,
+            auth.flow,
+            auth.tokens,
+            store=auth.store,
+            ask_email=services.mailer.enabled,
         )
         routes.append(Mount("/", app=BearerGate(mcp_app, auth.tokens, auth.config)))
     # Behind the TLS proxy every answer tells browsers to stay on https.

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from auth.client_address import parse_trusted_proxies
+
 ENV_PREFIX = "SANDBOX_MCP_"
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -193,6 +195,35 @@ class Settings(BaseSettings):
         le=100_000,
         description="Sandboxes one browser address may create per minute (the sign-in button).",
     )
+    sandboxes_per_address: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description=(
+            "Live sandboxes (sign-ins neither revoked nor expired) one address may hold: "
+            "an IPv4 address, or an IPv6 /64."
+        ),
+    )
+    new_sandboxes_per_hour: int = Field(
+        default=200,
+        ge=1,
+        le=1_000_000,
+        description="New sandboxes (sign-ins) the whole server accepts per hour.",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description=(
+            "Comma-separated addresses and CIDR networks of the reverse proxies whose "
+            "forwarding header names the client; empty: the peer is the client."
+        ),
+    )
+    proxy_header: Literal["x-forwarded-for", "forwarded"] = Field(
+        default="x-forwarded-for",
+        description=(
+            "The header the trusted proxies add: `x-forwarded-for` or `forwarded` (RFC 7239); "
+            "only that one is read."
+        ),
+    )
     client_metadata_documents: bool = Field(
         default=True,
         description=(
@@ -300,6 +331,21 @@ class Settings(BaseSettings):
         if not match or int(match.group(1)) == 0:
             raise ValueError("must be uid:gid of an unprivileged user, such as 1000:1000")
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: str) -> str:
+        parse_trusted_proxies(value)  # raises ValueError naming the bad entry
+        return value
+
+    @property
+    def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return parse_trusted_proxies(self.trusted_proxies)
+
+    @field_validator("proxy_header", mode="before")
+    @classmethod
+    def _lower_proxy_header(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("images")
     @classmethod

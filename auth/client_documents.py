@@ -11,10 +11,13 @@ and hold no secret: such clients are public.
 Fetching goes through ``PublicFetcher`` (public addresses only, pinned, 5 KB,
 10 s, no redirects, port 443). Documents are cached as their ``Cache-Control``
 says (at most a day); failures are remembered briefly, concurrent requests for
-one URL share a fetch, and new fetches have a global budget, so a flood of
-invented URLs costs the world outside at most that budget. A flood cannot lock
-out a client that signed in before: its document, kept a day past freshness, is
-served while the budget is spent or its host is unreachable.
+one URL share a fetch, and new fetches have a global budget (of which one
+address prefix may spend a third), so a flood of invented URLs costs the world
+outside at most that budget. URLs that can never be fetched (a loopback name, a
+private address literal) are refused before they spend anything. A flood cannot
+lock out a client that signed in before: its document, kept a day past
+freshness, is served while the budget is spent or its host is unreachable, and
+after a restart ``ClientDirectory`` serves it from its stored row.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import structlog
 
 from auth.errors import OAuthError
 from auth.pending import ExpiringMap
-from auth.ratelimit import RateLimiter
+from auth.ratelimit import PrefixedBudget
 from auth.registration import check_client_metadata
 from auth.safe_fetch import FetchRefused, PublicFetcher
 from auth.store import Client
@@ -169,7 +172,10 @@ class ClientDocuments:
         it cannot be fetched again for a reason that says nothing about it (the budget
         is spent, the host is down or slow). A refused document replaces it at once."""
         self._fetcher = fetcher
-        self._budget = RateLimiter(fetches_per_minute, 60, clock=clock)
+        # One budget for everyone, of which one network may spend a third: flooding
+        # it takes several networks, and a known client is served regardless (below,
+        # and from its stored row in ClientDirectory).
+        self._budget = PrefixedBudget(fetches_per_minute, 60, clock=clock)
         self._cache: ExpiringMap[_Good | _Refused] = ExpiringMap(cache_size, clock)
         self._inflight: dict[str, asyncio.Task[Client]] = {}
         self._default_ttl_s = default_ttl_s
@@ -178,13 +184,24 @@ class ClientDocuments:
         self._failure_ttl_s = failure_ttl_s
         self._clock = clock
 
-    async def client(self, url: str) -> Client:
+    async def client(self, url: str, *, prefix: str = "", may_fetch: bool = True) -> Client:
         """The client ``url`` identifies, from the cache or a fresh fetch.
+
+        ``prefix``: the budget key of whoever asks (auth.client_address): a new fetch
+        spends the global budget and that prefix's share of it. ``may_fetch`` False:
+        the request failed its own cheap checks, so only a cached copy is served.
 
         Raises:
             DocumentRefused: the URL, the fetch or the document was refused.
         """
         check_client_id_url(url)
+        try:
+            self._fetcher.precheck(url)
+        except FetchRefused as exc:
+            log.warning(
+                "oauth.client_document_refused", host=urlsplit(url).hostname, reason=exc.reason
+            )
+            raise DocumentRefused(exc.reason) from None
         entry = self._cache.get(url)
         if isinstance(entry, _Refused):
             raise DocumentRefused(entry.reason, transient=entry.transient)
@@ -192,7 +209,13 @@ class ClientDocuments:
             self._cache.touch(url)  # in use: the last to be evicted
             return entry.client
         try:
-            return await self._fetch_shared(url)
+            if not may_fetch:
+                raise DocumentRefused(
+                    "The sign-in request is incomplete (it needs response_type=code and a "
+                    "PKCE S256 code_challenge), so the document was not fetched.",
+                    transient=True,
+                )
+            return await self._fetch_shared(url, prefix)
         except DocumentRefused as exc:
             if entry is None or not exc.transient:
                 raise
@@ -203,10 +226,10 @@ class ClientDocuments:
             )
             return entry.client
 
-    async def _fetch_shared(self, url: str) -> Client:
+    async def _fetch_shared(self, url: str, prefix: str) -> Client:
         task = self._inflight.get(url)
         if task is None:
-            if not self._budget.allow():
+            if not self._budget.allow(prefix):
                 raise DocumentRefused(
                     "Too many new applications are signing in right now; try again in a minute.",
                     transient=True,

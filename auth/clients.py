@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+import structlog
+
 from auth.client_documents import ClientDocuments, DocumentRefused, is_url_client_id
 from auth.store import AuthStore, Client
+
+log = structlog.get_logger(__name__)
 
 
 class UnknownClient(Exception):
@@ -23,9 +29,17 @@ class ClientDirectory:
     def accepts_documents(self) -> bool:
         return self._documents is not None
 
-    async def for_authorization(self, client_id: str) -> Client:
+    async def for_authorization(
+        self, client_id: str, *, prefix: str = "", may_fetch: bool = True
+    ) -> Client:
         """The client starting a sign-in. A URL client ID is (re)read from its document,
         respecting the document's cache lifetime, and stored so grants can name it.
+
+        When the document cannot be fetched for a reason that says nothing about it
+        (the fetch budget is spent, its host is down, or ``may_fetch`` is False) and no
+        copy is in memory (a restart), a client that completed a sign-in before is
+        served from its stored row: its last good document. ``prefix`` is the budget
+        key of the browser (see ClientDocuments.client).
 
         Raises:
             UnknownClient: never registered, or its document was refused.
@@ -46,8 +60,16 @@ class ClientDirectory:
                 "the application has to register instead."
             )
         try:
-            client = await self._documents.client(client_id)
+            client = await self._documents.client(client_id, prefix=prefix, may_fetch=may_fetch)
         except DocumentRefused as exc:
+            stored = await self._store.load_client(client_id) if exc.transient else None
+            if stored is not None and stored.last_grant_at is not None:
+                log.warning(
+                    "oauth.client_document_from_store",
+                    host=urlsplit(client_id).hostname,
+                    reason=exc.reason,
+                )
+                return stored
             raise UnknownClient(
                 f"The application's metadata document was refused: {exc.reason}"
             ) from None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
+
+from auth.client_address import ProxyHeader
 
 SCOPE = "sandbox"
 
@@ -22,6 +25,11 @@ class AuthConfig:
     max_codes: int = 10_000
     registrations_per_minute: int = 30
     signins_per_address_per_minute: int = 10
+    sandboxes_per_address: int = 20
+    new_sandboxes_per_hour: int = 200
+    # Addresses and networks of the proxies whose forwarding header is believed.
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
+    proxy_header: ProxyHeader = "x-forwarded-for"
     client_ttl_without_grant_s: int = 90 * 86400
     client_metadata_documents: bool = True
 

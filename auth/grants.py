@@ -112,6 +112,7 @@ class TokenService:
             resource=grant.resource,
             scopes=grant.scopes,
             created_at=self._clock(),
+            signin_prefix=grant.signin_prefix,
         )
         answer, records = self._issue(new)
         await self._store.create_grant(new, records)

@@ -48,6 +48,7 @@ class CodeGrant:
     scopes: tuple[str, ...]
     sandbox_key: str
     expires_at: float
+    signin_prefix: str | None = None
     # The grant its first redemption created; a second redemption revokes it.
     redeemed_grant: str | None = None
     redeeming: bool = field(default=False)

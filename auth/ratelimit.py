@@ -8,7 +8,12 @@ from collections.abc import Callable
 
 
 class RateLimiter:
-    """At most ``limit`` events per ``window_s`` for each key (use one key for a global budget)."""
+    """At most ``limit`` events per ``window_s`` for each key (use one key for a global budget).
+
+    ``allow`` checks and counts in one step. Where several budgets must all agree
+    before anything is spent, ask each ``retry_after_s`` first and ``charge`` them
+    only if all are 0 (no await in between, so nothing can slip through).
+    """
 
     def __init__(
         self,
@@ -24,8 +29,7 @@ class RateLimiter:
         self._clock = clock
         self._events: OrderedDict[str, deque[float]] = OrderedDict()
 
-    def allow(self, key: str = "") -> bool:
-        """Count one event for ``key``; False (and not counted) when over the limit."""
+    def _recent(self, key: str) -> deque[float]:
         now = self._clock()
         events = self._events.get(key)
         if events is None:
@@ -36,13 +40,55 @@ class RateLimiter:
             self._events.move_to_end(key)
         while events and events[0] <= now - self.window_s:
             events.popleft()
-        if len(events) >= self.limit:
+        return events
+
+    def allow(self, key: str = "") -> bool:
+        """Count one event for ``key``; False (and not counted) when over the limit."""
+        if self.retry_after_s(key):
             return False
-        events.append(now)
+        self.charge(key)
         return True
 
+    def charge(self, key: str = "") -> None:
+        """Count one event for ``key``, whatever the limit says."""
+        self._recent(key).append(self._clock())
+
     def retry_after_s(self, key: str = "") -> int:
-        events = self._events.get(key)
-        if not events:
+        """0 if one more event for ``key`` is within the limit, else the seconds until it is."""
+        events = self._recent(key)
+        if len(events) < self.limit:
             return 0
-        return max(1, int(events[0] + self.window_s - self._clock()) + 1)
+        return max(1, int(events[-self.limit] + self.window_s - self._clock()) + 1)
+
+
+class PrefixedBudget:
+    """One budget for everyone (``limit`` per ``window_s``) of which a single address
+    prefix may spend at most a ``1/share`` part, so that one network alone cannot
+    spend it all and lock everyone else out."""
+
+    def __init__(
+        self,
+        limit: int,
+        window_s: float,
+        *,
+        share: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_prefix = max(1, -(-limit // share))  # ceil(limit / share)
+        self._everyone = RateLimiter(limit, window_s, clock=clock)
+        self._prefixes = RateLimiter(self.per_prefix, window_s, clock=clock)
+
+    def retry_after_s(self, prefix: str) -> int:
+        """0 if ``prefix`` may spend one more now, else the seconds until it may."""
+        return max(self._everyone.retry_after_s(), self._prefixes.retry_after_s(prefix))
+
+    def charge(self, prefix: str) -> None:
+        self._everyone.charge()
+        self._prefixes.charge(prefix)
+
+    def allow(self, prefix: str) -> bool:
+        """Check and spend one in one step; False (nothing spent) when either is spent."""
+        if self.retry_after_s(prefix):
+            return False
+        self.charge(prefix)
+        return True

@@ -76,7 +76,11 @@ class Registrar:
         Raises:
             OAuthError: ``invalid_redirect_uri`` or ``invalid_client_metadata``.
         """
-        name, uris = check_client_metadata(metadata)
+        return await self.save(check_client_metadata(metadata))
+
+    async def save(self, checked: tuple[str | None, tuple[str, ...]]) -> dict[str, object]:
+        """Store a client whose metadata ``check_client_metadata`` accepted."""
+        name, uris = checked
         now = self._clock()
         client = Client(
             client_id=secrets.token_urlsafe(18),

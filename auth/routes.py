@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from auth.admission import SigninAdmission
+from auth.client_address import ClientAddresses
 from auth.config import AuthConfig
 from auth.grants import TokenService
 from auth.handlers.authorize import AuthorizeHandler
@@ -14,9 +16,10 @@ from auth.handlers.metadata import (
 from auth.handlers.register import RegistrationHandler
 from auth.handlers.revoke import RevocationHandler
 from auth.handlers.token import TokenHandler
-from auth.ratelimit import RateLimiter
+from auth.ratelimit import PrefixedBudget
 from auth.registration import Registrar
 from auth.signin import SigninFlow
+from auth.store import AuthStore
 
 
 def create_auth_routes(
@@ -25,17 +28,18 @@ def create_auth_routes(
     flow: SigninFlow,
     tokens: TokenService,
     *,
+    store: AuthStore,
     ask_email: bool,
 ) -> list[Route]:
     as_metadata = AuthorizationServerMetadataHandler(config)
     pr_metadata = ProtectedResourceMetadataHandler(config)
+    addresses = ClientAddresses(config.trusted_proxies, config.proxy_header)
     authorize = AuthorizeHandler(
-        config,
-        flow,
-        RateLimiter(config.signins_per_address_per_minute, 60),
-        ask_email=ask_email,
+        config, flow, addresses, SigninAdmission(config, store), ask_email=ask_email
     )
-    register = RegistrationHandler(registrar, RateLimiter(config.registrations_per_minute, 60))
+    register = RegistrationHandler(
+        registrar, addresses, PrefixedBudget(config.registrations_per_minute, 60)
+    )
     return [
         Route("/.well-known/oauth-authorization-server", as_metadata.handle, methods=["GET"]),
         Route("/.well-known/oauth-protected-resource", pr_metadata.handle, methods=["GET"]),

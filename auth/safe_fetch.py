@@ -148,6 +148,37 @@ class PublicFetcher:
         self._network = network or httpcore2.AnyIOBackend()
         self._user_agent = user_agent
 
+    def precheck(self, url: str) -> tuple[str, int]:
+        """The refusals that need no network (scheme, port, a host that is a loopback
+        name or a non-public address literal), so that a URL that can never be fetched
+        is refused before it spends any budget; returns the host and port.
+
+        Raises:
+            FetchRefused: the URL can never be fetched.
+        """
+        try:
+            parts = urlsplit(url)
+            port = parts.port or 443
+        except ValueError:
+            raise FetchRefused("The URL is not valid.") from None
+        host = parts.hostname
+        if parts.scheme != "https" or not host or not url.isascii():
+            raise FetchRefused("Only https URLs written in ASCII are fetched.")
+        if self._ports is not None and port not in self._ports:
+            raise FetchRefused("Documents are fetched only from the standard https port, 443.")
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        if (literal is not None and not self._allow(literal)) or (
+            host == "localhost" or host.endswith(".localhost")  # RFC 6761: always loopback
+        ):
+            raise FetchRefused(
+                f"The host {host} is a private, loopback or link-local address, "
+                "which is never fetched."
+            )
+        return host, port
+
     async def get(self, url: str) -> Fetched:
         """Fetch ``url``; a status other than 200 is refused.
 
@@ -155,18 +186,10 @@ class PublicFetcher:
             FetchRefused: a non-public address, a refused or failed connection, a
                 redirect or other status, a body over the limit, or the deadline.
         """
-        try:
-            parts = urlsplit(url)
-            port = parts.port or 443
-        except ValueError:
-            raise FetchRefused("The URL is not valid.") from None
-        if parts.scheme != "https" or not parts.hostname or not url.isascii():
-            raise FetchRefused("Only https URLs written in ASCII are fetched.")
-        if self._ports is not None and port not in self._ports:
-            raise FetchRefused("Documents are fetched only from the standard https port, 443.")
+        host, port = self.precheck(url)
         try:
             async with asyncio.timeout(self.timeout_s):
-                address = await self._checked_address(parts.hostname, port)
+                address = await self._checked_address(host, port)
                 return await self._download(url, address)
         except TimeoutError:
             raise FetchRefused(

@@ -46,7 +46,11 @@ class RedirectError(Exception):
 @dataclass(frozen=True)
 class Approval:
     location: str
-    new_sandbox: bool
+    code: CodeGrant | None  # None for a double press: no new sandbox
+
+    @property
+    def new_sandbox(self) -> bool:
+        return self.code is not None
 
 
 def same_resource(given: str, ours: str) -> bool:
@@ -104,15 +108,28 @@ class SigninFlow:
             )
         )
 
-    async def start(self, params: Mapping[str, str]) -> PendingSignin:
+    async def start(self, params: Mapping[str, str], prefix: str = "") -> PendingSignin:
         """Validate an authorization request and remember it until the button is pressed.
+
+        ``prefix`` is the browser's budget key: a client metadata document it makes us
+        fetch is charged to it. A request that fails its own cheap checks (response
+        type, PKCE) never makes us fetch one.
 
         Raises:
             LocalError: unknown client, bad redirect URI, or too many pending sign-ins.
             RedirectError: any other problem, told to the client.
         """
+        method = params.get("code_challenge_method")
+        challenge = params.get("code_challenge", "")
+        well_formed = (
+            params.get("response_type") == "code"
+            and method == "S256"
+            and is_valid_challenge(challenge)
+        )
         try:
-            client = await self._clients.for_authorization(params.get("client_id", ""))
+            client = await self._clients.for_authorization(
+                params.get("client_id", ""), prefix=prefix, may_fetch=well_formed
+            )
         except UnknownClient as exc:
             raise LocalError("Unknown application", exc.reason) from None
         given_uri = params.get("redirect_uri")
@@ -131,8 +148,6 @@ class SigninFlow:
             raise self._error(
                 redirect_uri, state, "unsupported_response_type", "Use response_type=code."
             )
-        method = params.get("code_challenge_method")
-        challenge = params.get("code_challenge", "")
         if method != "S256" or not is_valid_challenge(challenge):
             raise self._error(
                 redirect_uri,
@@ -173,11 +188,13 @@ class SigninFlow:
         self._pending.put(pending.tx, pending, pending.expires_at)
         return pending
 
-    def approve(self, tx: str, csrf_form: str, csrf_cookie: str, email: str) -> Approval:
-        """The button was pressed: create a sandbox key and send the browser back with a code.
+    def pressed(self, tx: str, csrf_form: str, csrf_cookie: str) -> PendingSignin:
+        """The sign-in a button press belongs to, once its CSRF token and cookie match.
+
+        Cheap and free of I/O: a junk POST is refused here, before any budget is asked.
 
         Raises:
-            LocalError: expired or unknown sign-in (400), CSRF mismatch (403), no room (503).
+            LocalError: expired or unknown sign-in (400), CSRF mismatch (403).
         """
         pending = self._pending.get(tx)
         if pending is None:
@@ -198,9 +215,19 @@ class SigninFlow:
                 "application and connect again.",
                 status=403,
             )
+        return pending
+
+    def approve(
+        self, pending: PendingSignin, email: str, signin_prefix: str | None = None
+    ) -> Approval:
+        """Create a sandbox key for a checked press and send the browser back with a code.
+
+        Raises:
+            LocalError: no room for another code (503).
+        """
         if pending.location is not None:
             # A double press (claude-ai-mcp#562): the same answer, not a second sandbox.
-            return Approval(pending.location, new_sandbox=False)
+            return Approval(pending.location, code=None)
         if not self._codes.has_room():
             raise LocalError("Busy", "The server is busy; try again in a minute.", status=503)
         sandbox_key = secrets.token_urlsafe(32)  # 256 bits
@@ -215,6 +242,7 @@ class SigninFlow:
             scopes=pending.scopes,
             sandbox_key=sandbox_key,
             expires_at=now + self._config.code_ttl_s,
+            signin_prefix=signin_prefix,
         )
         self._codes.put(self._hasher.digest(code), grant, grant.expires_at)
         if email and self._remember_email is not None:
@@ -222,4 +250,4 @@ class SigninFlow:
         pending.location = self.redirect(
             pending.redirect_uri, {"code": code, "state": pending.state, "iss": self._config.issuer}
         )
-        return Approval(pending.location, new_sandbox=True)
+        return Approval(pending.location, code=grant)

@@ -32,6 +32,8 @@ class Grant:
     scopes: tuple[str, ...]
     created_at: float
     revoked_at: float | None = None
+    # The budget key of the browser that pressed the button (auth.client_address).
+    signin_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class AuthStore(Protocol):
 
     async def create_grant(self, grant: Grant, tokens: list[TokenRecord]) -> None:
         """Store a new grant with its first tokens, and mark its client as used (atomic)."""
+        ...
+
+    async def live_grant_expiries(self, signin_prefix: str, now: float) -> list[float]:
+        """For each unrevoked grant signed in from ``signin_prefix`` that still has an
+        unexpired refresh token: when its last refresh token expires."""
         ...
 
     async def load_token(self, token_hash: str) -> tuple[TokenRecord, Grant] | None:

@@ -39,6 +39,7 @@ class OAuthGrantRow(Base):
     scopes: Mapped[str] = mapped_column(sa.String(200))  # space-separated
     created_at: Mapped[float] = mapped_column(sa.Float)
     revoked_at: Mapped[float | None] = mapped_column(sa.Float)
+    signin_prefix: Mapped[str | None] = mapped_column(sa.String(64), index=True)
 
 
 class OAuthTokenRow(Base):
@@ -133,6 +134,7 @@ class SqlAuthStore:
                     scopes=" ".join(grant.scopes),
                     created_at=grant.created_at,
                     revoked_at=None,
+                    signin_prefix=grant.signin_prefix,
                 )
             )
             await session.flush()
@@ -142,6 +144,21 @@ class SqlAuthStore:
                 .where(OAuthClientRow.client_id == grant.client_id)
                 .values(last_grant_at=grant.created_at)
             )
+
+    async def live_grant_expiries(self, signin_prefix: str, now: float) -> list[float]:
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.select(sa.func.max(OAuthTokenRow.expires_at))
+                .join(OAuthGrantRow, OAuthGrantRow.grant_id == OAuthTokenRow.grant_id)
+                .where(
+                    OAuthGrantRow.signin_prefix == signin_prefix,
+                    OAuthGrantRow.revoked_at.is_(None),
+                    OAuthTokenRow.role == "refresh",
+                    OAuthTokenRow.expires_at > now,
+                )
+                .group_by(OAuthGrantRow.grant_id)
+            )
+            return [float(expiry) for expiry in result.scalars()]
 
     async def load_token(self, token_hash: str) -> tuple[TokenRecord, Grant] | None:
         async with self._transaction() as session:
@@ -171,6 +188,7 @@ class SqlAuthStore:
                     tuple(grant.scopes.split()),
                     grant.created_at,
                     grant.revoked_at,
+                    grant.signin_prefix,
                 ),
             )
 

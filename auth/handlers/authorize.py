@@ -8,11 +8,12 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from auth.admission import SigninAdmission
+from auth.client_address import ClientAddresses
 from auth.config import AuthConfig
 from auth.errors import OAuthError
 from auth.handlers._http import read_form
 from auth.page import error_page, security_headers, signin_page
-from auth.ratelimit import RateLimiter
 from auth.signin import LocalError, RedirectError, SigninFlow
 
 log = structlog.get_logger(__name__)
@@ -22,8 +23,10 @@ log = structlog.get_logger(__name__)
 class AuthorizeHandler:
     config: AuthConfig
     flow: SigninFlow
-    # Per browser address: the POST comes from the user's browser, not Claude's servers.
-    limiter: RateLimiter
+    # Keyed by the browser's address prefix: the POST comes from the user's browser,
+    # not Claude's servers.
+    addresses: ClientAddresses
+    admission: SigninAdmission
     ask_email: bool
 
     @property
@@ -45,7 +48,7 @@ class AuthorizeHandler:
             return await self._press(request)
         params = dict(request.query_params)
         try:
-            pending = await self.flow.start(params)
+            pending = await self.flow.start(params, self.addresses.key_of(request))
         except LocalError as exc:
             return self._local(exc)
         except RedirectError as exc:
@@ -72,28 +75,31 @@ class AuthorizeHandler:
         return response
 
     async def _press(self, request: Request) -> Response:
-        address = request.client.host if request.client else "unknown"
-        if not self.limiter.allow(address):
-            log.warning("oauth.signin_rate_limited")
-            return error_page(
-                "Slow down",
-                "Too many sandboxes were created from your address in the last minute. "
-                "Wait a minute and try again.",
-                429,
-                secure=self.config.secure,
-            )
         try:
             form = await read_form(request)
-            approval = self.flow.approve(
-                form.get("tx", ""),
-                form.get("csrf", ""),
-                request.cookies.get(self.cookie_name, ""),
-                form.get("email", "").strip(),
+            # CSRF and transaction first: a junk POST is refused before any budget is
+            # asked, so junk can never spend (and lock out) an honest user's budget.
+            pending = self.flow.pressed(
+                form.get("tx", ""), form.get("csrf", ""), request.cookies.get(self.cookie_name, "")
             )
         except OAuthError as exc:
             return error_page("Sign-in refused", exc.description, 400, secure=self.config.secure)
         except LocalError as exc:
             return self._local(exc)
+        prefix = self.addresses.key_of(request)
+        async with self.admission.lock:
+            refusal = None if pending.location else await self.admission.check(prefix)
+            if refusal is not None:
+                log.warning("oauth.signin_refused", limit=refusal.limit)
+                page = error_page(refusal.title, refusal.message, 429, secure=self.config.secure)
+                page.headers["Retry-After"] = str(refusal.retry_after_s)
+                return page
+            try:
+                approval = self.flow.approve(pending, form.get("email", "").strip(), prefix)
+            except LocalError as exc:
+                return self._local(exc)
+            if approval.code is not None:
+                self.admission.charge(prefix, approval.code)
         if approval.new_sandbox:
             log.info("oauth.sandbox_created")
         return self._redirect(approval.location)

@@ -9,10 +9,11 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from auth.client_address import ClientAddresses
 from auth.errors import OAuthError
 from auth.handlers._http import NO_STORE, BodyTooLarge, oauth_error, read_body, too_many
-from auth.ratelimit import RateLimiter
-from auth.registration import Registrar
+from auth.ratelimit import PrefixedBudget
+from auth.registration import Registrar, check_client_metadata
 
 log = structlog.get_logger(__name__)
 MAX_BODY = 8 * 1024
@@ -21,23 +22,28 @@ MAX_BODY = 8 * 1024
 @dataclass
 class RegistrationHandler:
     registrar: Registrar
-    # One global budget: Claude's users share a few egress addresses (claude-ai-mcp#1043).
-    limiter: RateLimiter
+    addresses: ClientAddresses
+    # One budget for everyone (Claude's users share a few egress addresses,
+    # claude-ai-mcp#1043), of which one address prefix may spend a third. Only valid
+    # registrations spend it: a body that is refused anyway costs nobody a place.
+    budget: PrefixedBudget
 
     async def handle(self, request: Request) -> Response:
-        if not self.limiter.allow():
-            log.warning("oauth.register_rate_limited")
-            return too_many(self.limiter.retry_after_s())
         try:
             body = await read_body(request, MAX_BODY)
-            metadata = json.loads(body)
+            checked = check_client_metadata(json.loads(body))
         except BodyTooLarge:
             return oauth_error(OAuthError("invalid_client_metadata", "The body exceeds 8 KB."))
         except (json.JSONDecodeError, UnicodeDecodeError):
             return oauth_error(OAuthError("invalid_client_metadata", "The body is not JSON."))
-        try:
-            client = await self.registrar.register(metadata)
         except OAuthError as exc:
             return oauth_error(exc)
+        prefix = self.addresses.key_of(request)
+        wait = self.budget.retry_after_s(prefix)
+        if wait:
+            log.warning("oauth.register_rate_limited")
+            return too_many(wait)
+        self.budget.charge(prefix)
+        client = await self.registrar.save(checked)
         log.info("oauth.client_registered", client_id=client["client_id"])
         return JSONResponse(client, status_code=201, headers=NO_STORE)

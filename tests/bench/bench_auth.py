@@ -98,7 +98,9 @@ async def bearer_overhead() -> None:
                 "code_challenge_method": "S256",
             }
         )
-        code = query_of(flow.approve(pending.tx, pending.csrf, pending.csrf, "").location)["code"]
+        code = query_of(
+            flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "").location
+        )["code"]
         pair = await tokens.exchange_code(
             client,
             {"code": code, "code_verifier": verifier, "redirect_uri": "http://127.0.0.1/cb"},

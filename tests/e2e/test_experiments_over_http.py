@@ -28,6 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_POOL_SIZE="20",
         SANDBOX_MCP_QUEUE_WAIT_S="0",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
+        SANDBOX_MCP_SANDBOXES_PER_ADDRESS="1000",  # every test's users sign in from loopback
         SANDBOX_MCP_SYNC_WAIT_S="8",
     )
     yield running

@@ -35,6 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_POOL_SIZE="4",
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="1000",
+        SANDBOX_MCP_SANDBOXES_PER_ADDRESS="1000",  # every test's user signs in from loopback
         SANDBOX_MCP_LOG_LEVEL="DEBUG",
     )
     yield running
@@ -301,7 +302,7 @@ async def test_15_unknown_client_at_token_is_401_invalid_client(
         "https://169.254.169.254/latest/meta-data",  # cloud metadata, by address
         "https://127.0.0.1/x",
         "https://[::ffff:169.254.169.254]/x",
-        "https://localhost/x",  # by name: checked after DNS
+        "https://localhost/x",  # by name (RFC 6761: always loopback)
     ],
 )
 async def test_16_a_metadata_document_on_a_private_address_is_never_fetched(

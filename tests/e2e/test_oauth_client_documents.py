@@ -22,6 +22,7 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from oauth_browser import pkce_pair
 from sdk_signin import sdk_signin
 from tls_testkit import Answer, DocumentServer, ThrowawayCA, make_ca
 
@@ -189,3 +190,95 @@ async def test_with_documents_off_the_sdk_client_registers_instead(
         assert "oauth.client_registered" in server.log()
     finally:
         stop_server(server)
+
+
+def authorize_params(client_id: str) -> dict[str, str]:
+    _, challenge = pkce_pair()
+    return {
+        "client_id": client_id,
+        "redirect_uri": REDIRECT,
+        "response_type": "code",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+
+
+async def test_a_flood_of_loopback_document_urls_spends_no_fetch_budget(
+    tmp_path: Path, ca: ThrowawayCA, public_address: str
+) -> None:
+    server = server_with(tmp_path, ca, SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE="1")
+    try:
+        async with httpx2.AsyncClient() as http:
+            for number in range(20):
+                for host in ("127.0.0.1", "localhost", "[::1]"):
+                    page = await http.get(
+                        f"{server.base_url}/authorize",
+                        params=authorize_params(f"https://{host}/never-{number}.json"),
+                    )
+                    assert page.status_code == 400
+                    assert "private, loopback or link-local" in page.text
+        # The minute's one fetch is still there for a real application.
+        async with document_server(ca, public_address) as documents:
+            url = publish(
+                documents, public_address, {"client_name": "Real", "redirect_uris": [REDIRECT]}
+            )
+            signin = sdk_signin(
+                server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+            )
+            async with httpx2.AsyncClient(auth=signin.provider, timeout=30) as http:
+                await sandbox_of(http, server)
+        assert "Real" in signin.pages[0]
+    finally:
+        stop_server(server)
+
+
+async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_restart(
+    tmp_path: Path, ca: ThrowawayCA, public_address: str
+) -> None:
+    # Three flooding networks (behind the trusted proxy) spend the budget of 3 fetches.
+    env = {
+        "SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE": "3",
+        "SANDBOX_MCP_TRUSTED_PROXIES": "127.0.0.1",
+    }
+    async with document_server(ca, public_address) as documents:
+        url = publish(
+            documents, public_address, {"client_name": "Known", "redirect_uris": [REDIRECT]}
+        )
+        server = server_with(tmp_path, ca, **env)
+        try:
+            first = sdk_signin(
+                server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+            )
+            async with httpx2.AsyncClient(auth=first.provider, timeout=30) as http:
+                await sandbox_of(http, server)
+        finally:
+            stop_server(server)
+        server = server_with(tmp_path, ca, **env)  # the same state dir: its memory is empty
+        try:
+            async with httpx2.AsyncClient() as http:
+
+                async def sign_in_page(client_id: str, address: str) -> httpx2.Response:
+                    return await http.get(
+                        f"{server.base_url}/authorize",
+                        params=authorize_params(client_id),
+                        headers={"x-forwarded-for": address},
+                    )
+
+                for number in range(3):
+                    flood = f"https://{public_address}/flood-{number}.json"
+                    refused = await sign_in_page(flood, f"198.51.100.{number}")
+                    assert "HTTP 404" in refused.text, "fetched, and spent a third each"
+                spent = await sign_in_page(f"https://{public_address}/new.json", "203.0.113.1")
+                assert "Too many new applications" in spent.text
+            again = sdk_signin(
+                server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+            )
+            async with httpx2.AsyncClient(auth=again.provider, timeout=30) as http:
+                await sandbox_of(http, server)
+            assert "Known" in again.pages[0]
+            assert "oauth.client_document_from_store" in server.log()
+        finally:
+            stop_server(server)
+    fetched = [seen.path for seen in documents.seen]
+    assert fetched.count(DOCUMENT_PATH) == 1, "the known client was not fetched again"
+    assert len(fetched) == 4

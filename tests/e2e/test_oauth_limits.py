@@ -36,8 +36,10 @@ async def test_14_a_registration_flood_gets_429(limited: RunningServer) -> None:
             ).status_code
             for _ in range(8)
         ]
-    assert codes[:5] == [201] * 5
-    assert codes[5:] == [429] * 3
+    # One address may spend a third of the budget (rounded up): 2 of 5. The rest of
+    # the budget, per address and for everyone, is in test_oauth_admission.py.
+    assert codes[:2] == [201] * 2
+    assert codes[2:] == [429] * 6
 
 
 async def test_27_sandbox_creation_is_rate_limited_per_browser_address(

@@ -41,16 +41,23 @@ PROBE_APP = Path(__file__).with_name("probe_app.py")
 
 
 def start_server(
-    state_dir: Path, *, probe: bool = False, port: int | None = None, **env: str
+    state_dir: Path,
+    *,
+    probe: bool = False,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    **env: str,
 ) -> RunningServer:
     """Start ``python -m app serve`` (or, with ``probe``, the server plus a slot-taking
-    probe tool) and wait until /health answers."""
+    probe tool) on ``host`` (a loopback address) and wait until /health answers."""
     port = port or free_port()
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"
     environment = {
         **os.environ,
         "SANDBOX_MCP_STATE_DIR": str(state_dir),
         "SANDBOX_MCP_PORT": str(port),
+        "SANDBOX_MCP_HOST": host,
         "SANDBOX_MCP_AUTH": "none",
         **env,
     }
@@ -61,7 +68,7 @@ def start_server(
             stdout=out,
             stderr=log,
         )
-    server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
+    server = RunningServer(f"http://{authority}", process, log_path)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:

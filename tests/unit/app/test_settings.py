@@ -143,3 +143,27 @@ def test_the_job_caps_have_defaults_and_bounds(monkeypatch: pytest.MonkeyPatch) 
     assert (settings.max_jobs_per_sandbox, settings.max_jobs_per_experiment) == (8, 4)
     lines = errors_for(monkeypatch, MAX_JOBS_PER_SANDBOX="0")
     assert lines[0].startswith("SANDBOX_MCP_MAX_JOBS_PER_SANDBOX='0' is invalid")
+
+
+def test_trusted_proxies_are_checked_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = errors_for(monkeypatch, TRUSTED_PROXIES="127.0.0.1, proxy.example")
+    assert len(lines) == 1
+    assert "SANDBOX_MCP_TRUSTED_PROXIES" in lines[0]
+    assert "'proxy.example' is not an IP address or network" in lines[0]
+    assert (
+        "PROXY_HEADER='via'" in errors_for(monkeypatch, TRUSTED_PROXIES="", PROXY_HEADER="via")[0]
+    )
+
+
+def test_trusted_proxies_and_the_header_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ipaddress
+
+    monkeypatch.setenv("SANDBOX_MCP_TRUSTED_PROXIES", "127.0.0.1,10.0.0.0/8")
+    monkeypatch.setenv("SANDBOX_MCP_PROXY_HEADER", "Forwarded")
+    settings = load_settings()
+    assert settings.trusted_proxy_networks == (
+        ipaddress.ip_network("127.0.0.1/32"),
+        ipaddress.ip_network("10.0.0.0/8"),
+    )
+    assert settings.proxy_header == "forwarded"
+    assert load_settings().with_overrides(trusted_proxies="").trusted_proxy_networks == ()

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from app.storage.auth_store import SqlAuthStore
-from auth.clients import ClientDirectory
+from auth.clients import ClientDirectory, UnknownClient
 from auth.config import AuthConfig
 from auth.grants import TokenService
 from auth.pending import CodeGrant, ExpiringMap
@@ -71,7 +71,7 @@ async def test_a_document_client_signs_in_redeems_and_refreshes(
 
     pending = await flow.start(authorize(url, challenge))
     assert pending.client_name == "Doc client"
-    approval = flow.approve(pending.tx, pending.csrf, pending.csrf, "")
+    approval = flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "")
     code = query_of(approval.location)["code"]
 
     form = {"client_id": url, "code": code, "code_verifier": verifier, "redirect_uri": REDIRECT}
@@ -147,3 +147,63 @@ async def test_a_document_loopback_redirect_may_use_any_port(
     assert pending.redirect_uri == "http://127.0.0.1:51234/cb"
     with pytest.raises(LocalError, match="not one the application registered"):
         await flow.start({**params, "redirect_uri": "http://127.0.0.1:51234/other"})
+
+
+async def signed_in_before(ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore) -> str:
+    """A document client that completed a sign-in (its row has a last grant)."""
+    url = publish(server, [REDIRECT])
+    codes: ExpiringMap[CodeGrant] = ExpiringMap(9)
+    hasher = TokenHasher(b"k" * 32)
+    flow = SigninFlow(CONFIG, ClientDirectory(store, documents(ca, Clock())), hasher, codes)
+    verifier, challenge = pkce_pair()
+    pending = await flow.start(authorize(url, challenge))
+    code = query_of(flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "").location)
+    form = {"client_id": url, "code": code["code"], "code_verifier": verifier}
+    tokens = TokenService(CONFIG, store, hasher, codes)
+    await tokens.exchange_code(await tokens.client(form), {**form, "redirect_uri": REDIRECT})
+    return url
+
+
+async def test_after_a_restart_a_known_client_is_served_from_its_row_while_the_budget_is_spent(
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
+) -> None:
+    known = await signed_in_before(ca, server, store)
+    fetched = len(server.seen)
+    # A restart: nothing in memory. A flood from three networks spends the budget.
+    directory = ClientDirectory(store, documents(ca, Clock(), fetches_per_minute=3))
+    for number in range(3):
+        server.answers[f"/flood{number}.json"] = Answer(404, b"no")
+        flood = f"https://client.test:{server.port}/flood{number}.json"
+        with pytest.raises(UnknownClient):
+            await directory.for_authorization(flood, prefix=f"198.51.100.{number}")
+    with pytest.raises(UnknownClient, match="Too many new applications"):
+        await directory.for_authorization(f"https://client.test:{server.port}/new.json")
+    client = await directory.for_authorization(known, prefix="203.0.113.9")
+    assert client.client_id == known
+    assert client.redirect_uris == (REDIRECT,)
+    assert len(server.seen) == fetched + 3, "the known client cost no fetch"
+    # A malformed request for it (no PKCE) is not a reason to fetch either: the stored
+    # row lets the error go back to the client's redirect URI.
+    assert (await directory.for_authorization(known, may_fetch=False)).client_id == known
+
+
+async def test_a_stored_row_without_a_sign_in_is_not_a_known_client(
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
+) -> None:
+    url = publish(server, [REDIRECT])
+    await ClientDirectory(store, documents(ca, Clock())).for_authorization(url)  # row, no grant
+    directory = ClientDirectory(store, documents(ca, Clock(), fetches_per_minute=1))
+    with pytest.raises(UnknownClient, match="HTTP 404"):  # spends the minute's one fetch
+        await directory.for_authorization(f"https://client.test:{server.port}/oauth/other.json")
+    with pytest.raises(UnknownClient, match="Too many new applications"):
+        await directory.for_authorization(url)
+
+
+async def test_a_withdrawn_document_is_refused_despite_its_stored_row(
+    ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore
+) -> None:
+    known = await signed_in_before(ca, server, store)
+    server.answers["/oauth/client.json"] = Answer(404, b"gone")
+    directory = ClientDirectory(store, documents(ca, Clock()))  # a restart, budget to spare
+    with pytest.raises(UnknownClient, match="HTTP 404"):
+        await directory.for_authorization(known)

@@ -10,7 +10,7 @@ import asyncio
 import json
 
 import pytest
-from fetch_testkit import Clock, SpyNetwork, documents
+from fetch_testkit import Clock, Resolver, SpyNetwork, documents
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from auth.client_documents import (
@@ -186,13 +186,63 @@ async def test_new_fetches_have_a_global_budget_and_cached_documents_do_not_spen
 ) -> None:
     docs = documents(ca, Clock(), fetches_per_minute=2)
     first, second, third = (publish(server, f"/c{i}.json") for i in range(3))
-    await docs.client(first)
-    await docs.client(second)
+    await docs.client(first, prefix="198.51.100.1")
+    await docs.client(second, prefix="198.51.100.2")
     with pytest.raises(DocumentRefused, match="Too many new applications"):
-        await docs.client(third)
+        await docs.client(third, prefix="198.51.100.3")
     assert len(server.seen) == 2, "the refused one was not fetched"
-    await docs.client(first)  # cached: still served
+    await docs.client(first, prefix="198.51.100.3")  # cached: still served
     assert len(server.seen) == 2
+
+
+async def test_one_prefix_spends_at_most_a_third_of_the_budget(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    docs = documents(ca, Clock(), fetches_per_minute=6)
+    flood = [publish(server, f"/flood{i}.json") for i in range(3)]
+    for url in flood[:2]:
+        await docs.client(url, prefix="2001:db8::/64")
+    with pytest.raises(DocumentRefused, match="Too many new applications"):
+        await docs.client(flood[2], prefix="2001:db8::/64")
+    honest = publish(server, "/honest.json")
+    assert (await docs.client(honest, prefix="203.0.113.9")).client_id == honest
+    assert len(server.seen) == 3
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/meta.json",
+        "https://[::1]/meta.json",
+        "https://10.0.0.1/meta.json",
+        "https://localhost/meta.json",
+        "https://app.localhost/meta.json",
+        "https://169.254.169.254/latest/meta-data",
+    ],
+)
+async def test_urls_that_can_never_be_fetched_spend_no_budget(url: str) -> None:
+    network = SpyNetwork()
+    fetcher = PublicFetcher(network=network, resolver=Resolver({}))
+    docs = ClientDocuments(fetcher, fetches_per_minute=1)
+    for _ in range(3):
+        with pytest.raises(DocumentRefused, match="private, loopback or link-local"):
+            await docs.client(url)
+    assert network.connected_to == []
+    # The one fetch of the minute is still there: the refusals spent nothing.
+    with pytest.raises(DocumentRefused, match="does not resolve"):
+        await docs.client("https://unreachable.invalid/meta.json")
+
+
+async def test_a_malformed_sign_in_request_fetches_nothing(
+    ca: ThrowawayCA, server: DocumentServer
+) -> None:
+    docs = documents(ca, Clock())
+    url = publish(server, "/meta.json")
+    with pytest.raises(DocumentRefused, match="sign-in request is incomplete"):
+        await docs.client(url, may_fetch=False)
+    assert server.seen == []
+    await docs.client(url)
+    assert (await docs.client(url, may_fetch=False)).client_id == url, "a cached copy is fine"
 
 
 async def test_the_cloud_metadata_address_is_refused_without_a_connection() -> None:
@@ -209,8 +259,9 @@ async def test_a_known_document_is_served_stale_while_the_budget_is_spent(
     clock = Clock()
     docs = documents(ca, clock, fetches_per_minute=2, default_ttl_s=30)
     known = publish(server, "/known.json")
-    await docs.client(known)
-    await docs.client(publish(server, "/flood.json"))  # the flood spends the budget
+    await docs.client(known, prefix="203.0.113.9")
+    # The flood spends the budget.
+    await docs.client(publish(server, "/flood.json"), prefix="198.51.100.1")
     clock.now += 45  # no longer fresh, and the minute's budget is still spent
     assert (await docs.client(known)).client_id == known
     assert len(server.seen) == 2, "served from the stale copy, nothing fetched"
@@ -314,9 +365,9 @@ async def test_a_document_in_use_is_evicted_last(ca: ThrowawayCA, server: Docume
 async def test_the_budget_refills_after_a_minute(ca: ThrowawayCA, server: DocumentServer) -> None:
     clock = Clock()
     docs = documents(ca, clock, fetches_per_minute=1)
-    await docs.client(publish(server, "/a.json"))
+    await docs.client(publish(server, "/a.json"), prefix="198.51.100.1")
     with pytest.raises(DocumentRefused, match="Too many new applications"):
-        await docs.client(publish(server, "/b.json"))
+        await docs.client(publish(server, "/b.json"), prefix="198.51.100.2")
     clock.now += 61
     assert (await docs.client(publish(server, "/b.json"))).client_name == "Example client"
 

@@ -54,7 +54,7 @@ class Server:
                 "code_challenge_method": "S256",
             }
         )
-        approval = self.flow.approve(pending.tx, pending.csrf, pending.csrf, "")
+        approval = self.flow.approve(self.flow.pressed(pending.tx, pending.csrf, pending.csrf), "")
         return query_of(approval.location)["code"], verifier
 
     def form(self, **values: str) -> dict[str, str]:

@@ -1,0 +1,179 @@
+"""The sign-in admission caps, on the real SQL store: live sandboxes per address prefix
+(grants from the store plus codes not yet redeemed), the per-minute burst and the
+server-wide hourly cap."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from db_testkit import migrated_sqlite
+from fetch_testkit import Clock
+from oauth_browser import pkce_pair, query_of
+
+from app.storage.auth_store import SqlAuthStore
+from auth.admission import SigninAdmission
+from auth.clients import ClientDirectory
+from auth.config import AuthConfig
+from auth.grants import TokenService
+from auth.pending import CodeGrant, ExpiringMap
+from auth.registration import Registrar
+from auth.signin import SigninFlow
+from auth.store import Client
+from auth.tokens import TokenHasher
+
+REDIRECT = "http://127.0.0.1:9/cb"
+HOME = "2001:db8:1:2::/64"
+ELSEWHERE = "198.51.100.7"
+
+
+@dataclass
+class Front:
+    clock: Clock
+    config: AuthConfig
+    store: SqlAuthStore
+    flow: SigninFlow
+    tokens: TokenService
+    admission: SigninAdmission
+    client: Client
+
+    async def press(self, prefix: str) -> tuple[str, str] | None:
+        """One checked press as the handler does it: None if refused, else (code, verifier)."""
+        verifier, challenge = pkce_pair()
+        pending = await self.flow.start(
+            {
+                "client_id": self.client.client_id,
+                "redirect_uri": REDIRECT,
+                "response_type": "code",
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            }
+        )
+        pressed = self.flow.pressed(pending.tx, pending.csrf, pending.csrf)
+        if await self.admission.check(prefix) is not None:
+            return None
+        approval = self.flow.approve(pressed, "", prefix)
+        assert approval.code is not None
+        self.admission.charge(prefix, approval.code)
+        return query_of(approval.location)["code"], verifier
+
+    async def sign_in(self, prefix: str) -> dict[str, object]:
+        pressed = await self.press(prefix)
+        assert pressed is not None, "refused"
+        code, verifier = pressed
+        form = {
+            "client_id": self.client.client_id,
+            "code": code,
+            "code_verifier": verifier,
+            "redirect_uri": REDIRECT,
+        }
+        return await self.tokens.exchange_code(self.client, form)
+
+
+async def front_with(tmp_path: Path, **limits: int) -> AsyncIterator[Front]:
+    engine = await migrated_sqlite(tmp_path)
+    clock = Clock()
+    config = AuthConfig(issuer="https://mcp.example.test", **limits)  # type: ignore[arg-type]
+    store = SqlAuthStore(engine)
+    hasher = TokenHasher(b"k" * 32)
+    codes: ExpiringMap[CodeGrant] = ExpiringMap(100, clock)
+    registered = await Registrar(store, clock).register({"redirect_uris": [REDIRECT]})
+    client = await store.load_client(str(registered["client_id"]))
+    assert client is not None
+    yield Front(
+        clock,
+        config,
+        store,
+        SigninFlow(config, ClientDirectory(store, None), hasher, codes, clock=clock),
+        TokenService(config, store, hasher, codes, clock),
+        SigninAdmission(config, store, clock=clock),
+        client,
+    )
+    await engine.dispose()
+
+
+@pytest.fixture
+async def front(tmp_path: Path) -> AsyncIterator[Front]:
+    async for made in front_with(
+        tmp_path, sandboxes_per_address=2, signins_per_address_per_minute=100
+    ):
+        yield made
+
+
+async def test_live_sandboxes_per_prefix_count_grants_and_unredeemed_codes(front: Front) -> None:
+    await front.sign_in(HOME)  # a grant in the store
+    assert await front.press(HOME) is not None  # a code, not yet redeemed
+    refusal = await front.admission.check(HOME)
+    assert refusal is not None
+    assert "already has 2 signed-in sandboxes" in refusal.message
+    assert "(2)" in refusal.message
+    # The code expires in 10 minutes: that is when the place frees.
+    assert 590 <= refusal.retry_after_s <= 601
+    assert await front.admission.check(ELSEWHERE) is None, "another network is not affected"
+
+
+async def test_the_cap_survives_a_restart_and_frees_on_revocation(front: Front) -> None:
+    first = await front.sign_in(HOME)
+    await front.sign_in(HOME)
+    restarted = SigninAdmission(front.config, front.store, clock=front.clock)
+    refusal = await restarted.check(HOME)
+    assert refusal is not None, "the grants are in the store, not in memory"
+    assert refusal.retry_after_s > 29 * 86400, "they expire with their refresh tokens"
+    await front.tokens.revoke(front.client, str(first["refresh_token"]))
+    assert await restarted.check(HOME) is None
+
+
+async def test_expired_sign_ins_and_expired_codes_stop_counting(front: Front) -> None:
+    await front.sign_in(HOME)
+    assert await front.press(HOME) is not None
+    front.clock.now += 601  # the code expired unredeemed
+    assert await front.admission.check(HOME) is None
+    assert await front.press(HOME) is not None
+    front.clock.now += front.config.refresh_ttl_s + 1  # every refresh token expired
+    assert await front.admission.check(HOME) is None
+
+
+async def test_refreshing_keeps_one_sandbox_one_place(front: Front) -> None:
+    pair = await front.sign_in(HOME)
+    for _ in range(3):
+        form = {"client_id": front.client.client_id, "refresh_token": str(pair["refresh_token"])}
+        pair = await front.tokens.refresh(front.client, form)
+    assert await front.admission.check(HOME) is None, "one grant, however often refreshed"
+
+
+async def test_the_burst_per_minute_is_per_prefix(tmp_path: Path) -> None:
+    async for front in front_with(tmp_path, signins_per_address_per_minute=2):
+        assert await front.press(HOME) is not None
+        assert await front.press(HOME) is not None
+        refusal = await front.admission.check(HOME)
+        assert refusal is not None
+        assert "in the last minute" in refusal.message
+        assert await front.press(ELSEWHERE) is not None
+        front.clock.now += 61
+        assert await front.press(HOME) is not None
+
+
+async def test_new_sandboxes_per_hour_are_capped_server_wide(tmp_path: Path) -> None:
+    async for front in front_with(tmp_path, new_sandboxes_per_hour=3):
+        for number in range(3):
+            assert await front.press(f"198.51.100.{number}") is not None
+        refusal = await front.admission.check("203.0.113.1")
+        assert refusal is not None
+        assert "at most 3 new sandboxes an hour" in refusal.message
+        assert "Try again in 60 minutes" in refusal.message
+        assert 3590 <= refusal.retry_after_s <= 3601
+        front.clock.now += 3601
+        assert await front.press("203.0.113.1") is not None
+
+
+async def test_a_refused_press_spends_nothing(tmp_path: Path) -> None:
+    async for front in front_with(tmp_path, new_sandboxes_per_hour=1, sandboxes_per_address=1):
+        assert await front.press(HOME) is not None
+        for _ in range(5):
+            assert await front.press(HOME) is None  # over the live cap
+        front.clock.now += 601  # the code expired; the hour has not passed
+        refusal = await front.admission.check(ELSEWHERE)
+        assert refusal is not None
+        assert "an hour" in refusal.message, "only the one admitted press was counted"
