@@ -9,7 +9,6 @@ are in ``app/admin.py``.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -41,11 +40,12 @@ from app.observability import configure_logging
 from app.runtime.docker import DockerBackend, output_streams
 from app.runtime.limits import Ceilings
 from app.runtime.probe import probe_docker
+from app.services import AuthParts, Services
 from app.settings import Settings
-from app.slot_storage import open_slots, slot_store
+from app.slot_storage import slot_store
 from app.state_dir import deployment_id, prepare_state_dir
 from app.storage.auth_store import SqlAuthStore
-from app.storage.db import Repository, create_engine, upgrade_schema
+from app.storage.db import Repository, create_engine
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_store import SqlPoolState
 from app.version import service_version
@@ -61,7 +61,7 @@ from auth.safe_fetch import PublicFetcher
 from auth.signin import SigninFlow
 from auth.tokens import TokenHasher, load_or_create_key
 from jail.context import SandboxMemory
-from pool.leases import PoolStats, SlotPool
+from pool.leases import SlotPool
 from pool.mailer import ReadyMailer
 from pool.slots import SlotStore
 from pool.watchdog import IdleWatchdog
@@ -76,80 +76,6 @@ INSTRUCTIONS = (
 
 
 ToolRegistrar = Callable[[MCPServer, ToolRunner], None]
-
-
-@dataclass
-class Services:
-    """Everything a transport needs; built by ``build_services``, opened by ``start``."""
-
-    settings: Settings
-    engine: AsyncEngine
-    repository: Repository
-    memory: SandboxMemory
-    pool: SlotPool
-    mailer: ReadyMailer
-    watchdog: IdleWatchdog
-    runner: ToolRunner
-    mcp: MCPServer
-    auth: AuthParts | None
-    manager: ExperimentManager
-    jobs: JobRegistry
-    backend: DockerBackend
-    metrics: Metrics
-    store: SlotStore
-
-    async def start(self) -> None:
-        """Prepare the state dir, the schema and the slots; start the watchdog.
-
-        Raises:
-            StateDirUnusable: the state dir cannot be created or written.
-            DatabaseUnavailable: the database cannot be reached or migrated.
-            SlotsMissing: slots of the pool were never provisioned.
-            PoolError: the slot storage cannot be opened.
-        """
-        prepare_state_dir(self.settings)
-        await upgrade_schema(self.engine)
-        await open_slots(self.store, self.settings)
-        await self.pool.open()
-        recovered = await self.manager.recover(self.pool.holders())
-        log.info("experiments.recovered", **recovered)
-        self.watchdog.start()
-        log.info(
-            "service.started",
-            version=service_version(),
-            auth=self.settings.auth,
-            slots=self.settings.slot_backend,
-            pool_size=self.settings.pool_size,
-        )
-
-    async def stop(self) -> None:
-        await self.watchdog.stop()
-        # Containers keep running: a restart finds them again (work is never lost to a
-        # restart); their jobs are marked lost, and orphans are swept at start-up.
-        await self.jobs.close()
-        await self.backend.aclose()
-        await self.mailer.close()
-        await self.store.close()
-        await self.engine.dispose()
-
-    async def pool_stats(self) -> PoolStats:
-        return self.pool.stats()
-
-
-@dataclass
-class AuthParts:
-    """The anonymous OAuth 2.1 authorization server (``SANDBOX_MCP_AUTH=oauth``)."""
-
-    config: AuthConfig
-    store: SqlAuthStore
-    registrar: Registrar
-    flow: SigninFlow
-    tokens: TokenService
-
-    async def housekeeping(self) -> None:
-        now = time.time()
-        await self.store.delete_expired(now)
-        await self.store.delete_stale_clients(now - self.config.client_ttl_without_grant_s)
 
 
 def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> AuthParts:

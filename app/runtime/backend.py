@@ -194,3 +194,8 @@ class SandboxBackend(Protocol):
                 empty), IMAGE_MISSING, CAPACITY_EXCEEDED, RUNTIME_UNAVAILABLE.
         """
         ...
+
+    async def aclose(self) -> None:
+        """Release the engine client; running containers are left running (a restart
+        finds them again)."""
+        ...

@@ -116,3 +116,6 @@ class FakeBackend:
         for container_id in orphans:
             await self.remove(container_id)
         return len(orphans)
+
+    async def aclose(self) -> None:
+        return None

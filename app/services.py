@@ -1,0 +1,111 @@
+"""The running service: its parts, and how they start and stop together.
+
+Built by the composition root (``app/main.py``); the HTTP lifespan and the stdio
+transport call ``start`` and ``stop``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import structlog
+from mcp.server.mcpserver import MCPServer
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.experiments.jobs import JobRegistry
+from app.experiments.manager import ExperimentManager
+from app.http.metrics import Metrics
+from app.mcp.runner import ToolRunner
+from app.runtime.backend import SandboxBackend
+from app.settings import Settings
+from app.slot_storage import open_slots
+from app.state_dir import prepare_state_dir
+from app.storage.auth_store import SqlAuthStore
+from app.storage.db import Repository, upgrade_schema
+from app.version import service_version
+from auth.config import AuthConfig
+from auth.grants import TokenService
+from auth.registration import Registrar
+from auth.signin import SigninFlow
+from jail.context import SandboxMemory
+from pool.leases import PoolStats, SlotPool
+from pool.mailer import ReadyMailer
+from pool.slots import SlotStore
+from pool.watchdog import IdleWatchdog
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Services:
+    """Everything a transport needs; built by ``build_services``, opened by ``start``."""
+
+    settings: Settings
+    engine: AsyncEngine
+    repository: Repository
+    memory: SandboxMemory
+    pool: SlotPool
+    mailer: ReadyMailer
+    watchdog: IdleWatchdog
+    runner: ToolRunner
+    mcp: MCPServer
+    auth: AuthParts | None
+    manager: ExperimentManager
+    jobs: JobRegistry
+    backend: SandboxBackend
+    metrics: Metrics
+    store: SlotStore
+
+    async def start(self) -> None:
+        """Prepare the state dir, the schema and the slots; start the watchdog.
+
+        Raises:
+            StateDirUnusable: the state dir cannot be created or written.
+            DatabaseUnavailable: the database cannot be reached or migrated.
+            SlotsMissing: slots of the pool were never provisioned.
+            PoolError: the slot storage cannot be opened.
+        """
+        prepare_state_dir(self.settings)
+        await upgrade_schema(self.engine)
+        await open_slots(self.store, self.settings)
+        await self.pool.open()
+        recovered = await self.manager.recover(self.pool.holders())
+        log.info("experiments.recovered", **recovered)
+        self.watchdog.start()
+        log.info(
+            "service.started",
+            version=service_version(),
+            auth=self.settings.auth,
+            slots=self.settings.slot_backend,
+            pool_size=self.settings.pool_size,
+        )
+
+    async def stop(self) -> None:
+        await self.watchdog.stop()
+        # Containers keep running: a restart finds them again (work is never lost to a
+        # restart); their jobs are marked lost, and orphans are swept at start-up.
+        await self.jobs.close()
+        await self.backend.aclose()
+        await self.mailer.close()
+        await self.store.close()
+        await self.engine.dispose()
+
+    async def pool_stats(self) -> PoolStats:
+        return self.pool.stats()
+
+
+@dataclass
+class AuthParts:
+    """The anonymous OAuth 2.1 authorization server (``SANDBOX_MCP_AUTH=oauth``)."""
+
+    config: AuthConfig
+    store: SqlAuthStore
+    registrar: Registrar
+    flow: SigninFlow
+    tokens: TokenService
+
+    async def housekeeping(self) -> None:
+        now = time.time()
+        await self.store.delete_expired(now)
+        await self.store.delete_stale_clients(now - self.config.client_ttl_without_grant_s)
