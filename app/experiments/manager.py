@@ -41,6 +41,7 @@ from app.experiments.views import (
     ExperimentView,
     JobView,
     RuntimeView,
+    Stream,
 )
 from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import (
@@ -49,6 +50,8 @@ from app.runtime.backend import (
 from app.runtime.limits import clamp_timeout
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext
+
+OutputPageRequest = tuple[Stream, int, int]  # stream, offset, max characters
 
 log = structlog.get_logger(__name__)
 
@@ -221,15 +224,24 @@ class ExperimentManager:
     async def job_status(self, call: CallContext, job_id: str) -> JobView:
         return JobView.of(await self._job(call, job_id), with_output=False)
 
-    async def job_result(self, call: CallContext, job_id: str, wait_s: float) -> JobView:
+    async def job_result(
+        self, call: CallContext, job_id: str, wait_s: float, page: OutputPageRequest | None = None
+    ) -> JobView:
+        """The job's result, waiting up to ``wait_s``; with ``page``, one page of an output
+        stream instead of the excerpts."""
         await self._job(call, job_id)
         running = self._jobs.get(job_id)
         if running is not None:
             await self._jobs.wait(running, max(0.0, min(wait_s, MAX_RESULT_WAIT_S)))
-        view = JobView.of(await self._job(call, job_id))
+        row = await self._job(call, job_id)
+        view = JobView.of(row) if page is None else JobView.paged(row, *page)
         if view.status == "running":
             view.notes.append("Still running; call get_job_result again to keep waiting.")
         return view
+
+    async def job_record(self, call: CallContext, job_id: str) -> JobRecord:
+        """The job as recorded, its whole output included (for the logs resource)."""
+        return await self._job(call, job_id)
 
     async def cancel_job(self, call: CallContext, job_id: str) -> JobView:
         row = await self._job(call, job_id)

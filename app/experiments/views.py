@@ -2,13 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from app.experiments.changes import FileChange
 from app.experiments.records import Experiment, JobRecord
 from app.experiments.result import Result
+
+# A result must fit the clients' windows with room to spare (Claude Code caps a tool
+# result at 25,000 tokens by default, claude.ai's connectors at about 150,000
+# characters), so a long output is shown as an excerpt: its start and, larger, its
+# end, where a failure says why. The whole recorded output is read in pages.
+EXCERPT_HEAD_CHARS = 2_000
+EXCERPT_TAIL_CHARS = 8_000
+MAX_PAGE_CHARS = 40_000
+Stream = Literal["stdout", "stderr"]
+
+
+def excerpt(text: str) -> tuple[str, int]:
+    """``text`` if it is short; else its head and tail around a marker, and how many
+    characters were left out."""
+    if len(text) <= EXCERPT_HEAD_CHARS + EXCERPT_TAIL_CHARS:
+        return text, 0
+    left_out = len(text) - EXCERPT_HEAD_CHARS - EXCERPT_TAIL_CHARS
+    marker = f"\n[... {left_out} characters left out of this excerpt ...]\n"
+    return text[:EXCERPT_HEAD_CHARS] + marker + text[-EXCERPT_TAIL_CHARS:], left_out
+
+
+class OutputPage(Result):
+    """One page of a recorded output stream (``get_job_result`` with ``offset``)."""
+
+    stream: Stream
+    offset: int = Field(description="Where this page starts, in characters.")
+    text: str
+    end: int = Field(description="Where this page ends; pass it as the next offset.")
+    total_chars: int = Field(description="Length of the whole recorded stream.")
+    more: bool = Field(description="Whether the stream goes on after this page.")
 
 
 class JobView(Result):
@@ -21,10 +51,24 @@ class JobView(Result):
         )
     )
     exit_code: int | None = None
-    stdout: str | None = None
-    stderr: str | None = None
-    stdout_truncated: bool = False
+    stdout: str | None = Field(
+        default=None, description="The output, or an excerpt of it (head and tail) if long."
+    )
+    stderr: str | None = Field(
+        default=None, description="The error output, or an excerpt of it if long."
+    )
+    stdout_truncated: bool = Field(
+        default=False, description="The command printed more than the server keeps (1 MB)."
+    )
     stderr_truncated: bool = False
+    stdout_chars: int | None = Field(
+        default=None, description="Length of the whole recorded stdout, in characters."
+    )
+    stderr_chars: int | None = None
+    stdout_left_out: int = Field(
+        default=0, description="Characters of stdout not in this result (read them in pages)."
+    )
+    stderr_left_out: int = 0
     duration_s: float | None = None
     reason: str | None = Field(default=None, description="Why it ended, when not by itself.")
     tests: dict[str, Any] | None = Field(
@@ -34,23 +78,79 @@ class JobView(Result):
             "`detected` is false the results could not be read: trust the exit code."
         ),
     )
+    page: OutputPage | None = Field(
+        default=None, description="The page asked for with `offset`, if any."
+    )
 
     @classmethod
     def of(cls, row: JobRecord, *, with_output: bool = True) -> JobView:
-        return cls(
+        view = cls(
             job_id=row.job_id,
             experiment_id=row.experiment_id,
             command=row.command,
             status=row.status,
             exit_code=row.exit_code,
-            stdout=row.stdout if with_output else None,
-            stderr=row.stderr if with_output else None,
             stdout_truncated=row.stdout_truncated,
             stderr_truncated=row.stderr_truncated,
             duration_s=row.duration_s,
             reason=row.reason,
             tests=row.test_summary,
         )
+        if with_output:
+            view.stdout, view.stdout_left_out = excerpt(row.stdout or "")
+            view.stderr, view.stderr_left_out = excerpt(row.stderr or "")
+            view.stdout_chars, view.stderr_chars = len(row.stdout or ""), len(row.stderr or "")
+            long = [name for name in ("stdout", "stderr") if getattr(view, f"{name}_left_out")]
+            if long:
+                view.notes.append(
+                    f"The {' and '.join(long)} {'is' if len(long) == 1 else 'are'} long: this "
+                    f"result shows the first {EXCERPT_HEAD_CHARS:,} and the last "
+                    f"{EXCERPT_TAIL_CHARS:,} characters. Read the rest in pages with "
+                    f"get_job_result(job_id={row.job_id!r}, offset=N, stream='stdout')."
+                )
+        return view
+
+    @classmethod
+    def paged(cls, row: JobRecord, stream: Stream, offset: int, max_chars: int) -> JobView:
+        """The job without its excerpts, and one page of ``stream`` from ``offset``."""
+        view = cls.of(row, with_output=False)
+        text = (row.stdout if stream == "stdout" else row.stderr) or ""
+        end = min(len(text), offset + min(max_chars, MAX_PAGE_CHARS))
+        start = min(offset, len(text))
+        view.page = OutputPage(
+            stream=stream,
+            offset=start,
+            text=text[start:end],
+            end=end,
+            total_chars=len(text),
+            more=end < len(text),
+        )
+        return view
+
+    def as_text(self) -> str:
+        """For the model to read: one line of what happened, then the output as it was."""
+        how = f"exit {self.exit_code}" if self.exit_code is not None else self.status
+        took = f" in {self.duration_s:g} s" if self.duration_s is not None else ""
+        parts = [f"Job {self.job_id} {self.status} ({how}){took}: {self.command[:200]}"]
+        if self.reason:
+            parts.append(self.reason)
+        if self.tests is not None and self.tests.get("detected"):
+            parts.append(
+                "Tests: {passed} passed, {failed} failed, {skipped} skipped.".format(
+                    **{k: self.tests.get(k, 0) for k in ("passed", "failed", "skipped")}
+                )
+            )
+        if self.page is not None:
+            page = self.page
+            parts.append(
+                f"--- {page.stream} [{page.offset}:{page.end} of {page.total_chars}] ---\n"
+                + page.text
+            )
+        for name in ("stdout", "stderr"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"--- {name} ---\n{value}")
+        return "\n".join(parts)
 
 
 class ExperimentView(Result):

@@ -54,9 +54,24 @@ def ok_result(
     if idle_expiry_s is not None:
         structured["idle_expiry_s"] = idle_expiry_s
     return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(structured, indent=2))],
+        content=[TextContent(type="text", text=readable(record, structured))],
         structured_content=structured,
     )
+
+
+def readable(record: BaseModel, structured: dict[str, Any]) -> str:
+    """The text content, written for the model: the notes first, then the record as its
+    own ``as_text()`` tells it (a command's output as plain text), else compact JSON.
+
+    Not a pretty-printed copy of the structured content: that doubled every result.
+    """
+    lines = [f"Note: {note}" for note in structured["notes"]]
+    as_text = getattr(record, "as_text", None)
+    if callable(as_text):
+        lines.append(str(as_text()))
+    else:
+        lines.append(json.dumps(structured, separators=(",", ":"), ensure_ascii=False))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def register_resources(server: MCPServer, runner: ToolRunner, manager: Experimen
             view = await manager.get(call, experiment_id)
             parts = []
             for job in view.jobs:
-                result = await manager.job_result(call, job.job_id, 0)
+                result = await manager.job_record(call, job.job_id)
                 parts.append(
                     f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
                     f"[{result.status}, exit {result.exit_code}]\n"

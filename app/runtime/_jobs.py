@@ -46,6 +46,7 @@ retries, and as a last resort restarts the container (see ``DockerBackend``).
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -161,22 +162,52 @@ _ANNOUNCEMENT_MAX = 32
 
 
 class CappedBuffer:
-    """Keeps the first ``cap`` bytes of a stream and notes whether more came."""
+    """Keeps at most ``cap`` bytes of a stream: its first quarter and its last three quarters.
+
+    A failing build or test run says why at the end of its output, so the end is what
+    must survive a cap; the start (what ran, with which versions) is kept too. What fell
+    between is counted, and ``text()`` says so where it was.
+    """
 
     def __init__(self, cap: int) -> None:
-        self._cap = cap
-        self._data = bytearray()
-        self.truncated = False
+        self._head_cap = cap // 4
+        self._tail_cap = cap - self._head_cap
+        self._head = bytearray()
+        # Chunks, trimmed from the left: each byte is copied at most once more.
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        self.omitted = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.omitted > 0
 
     def add(self, chunk: bytes) -> None:
-        room = self._cap - len(self._data)
-        if len(chunk) > room:
-            self.truncated = True
-            chunk = chunk[: max(room, 0)]
-        self._data += chunk
+        room = self._head_cap - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self._tail.append(chunk)
+        self._tail_len += len(chunk)
+        while self._tail_len > self._tail_cap:
+            excess = self._tail_len - self._tail_cap
+            first = self._tail[0]
+            cut = min(excess, len(first))
+            if cut == len(first):
+                self._tail.popleft()
+            else:
+                self._tail[0] = first[cut:]
+            self._tail_len -= cut
+            self.omitted += cut
 
     def text(self) -> str:
-        return self._data.decode("utf-8", errors="replace")
+        head = self._head.decode("utf-8", errors="replace")
+        tail = b"".join(self._tail).decode("utf-8", errors="replace")
+        if not self.omitted:
+            return head + tail
+        return f"{head}\n[... {self.omitted} bytes left out ...]\n{tail}"
 
 
 class Announcement:

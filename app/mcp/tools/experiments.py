@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from app.experiments.creation import CreateRequest
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import (
+    MAX_PAGE_CHARS,
     CreatedExperiment,
     DestroyReport,
     ExperimentList,
@@ -157,10 +158,27 @@ def register_experiment_tools(
         annotations=READ_ONLY,
     )
     async def get_job_result(
-        job_id: JobId, wait_s: Annotated[float, Field(ge=0, le=45)] = 30
+        job_id: JobId,
+        wait_s: Annotated[float, Field(ge=0, le=45)] = 30,
+        offset: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                description="Read the recorded output from this character on, one page at a "
+                "time, instead of its excerpt (pass each page's `end` as the next offset).",
+            ),
+        ] = None,
+        stream: Annotated[
+            Literal["stdout", "stderr"], Field(description="Which output `offset` pages.")
+        ] = "stdout",
+        max_chars: Annotated[
+            int, Field(ge=1, le=MAX_PAGE_CHARS, description="The most one page holds.")
+        ] = 20_000,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
+        page = (stream, offset, max_chars) if offset is not None else None
+
         async def body(call: CallContext) -> JobView:
-            return await manager.job_result(call, job_id, wait_s)
+            return await manager.job_result(call, job_id, wait_s, page)
 
         return await runner.run("get_job_result", body, takes_slot=False)
 

@@ -364,13 +364,18 @@ async def test_a_non_zero_exit_is_a_normal_result(sandbox: Sandbox) -> None:
     assert not result.cancelled
 
 
-async def test_output_is_capped_per_stream_while_read(sandbox: Sandbox) -> None:
+async def test_output_is_capped_per_stream_while_read_keeping_both_ends(
+    sandbox: Sandbox,
+) -> None:
     result = await sandbox.run(
-        'python3 -c \'import sys; sys.stdout.write("x" * 3_000_000); sys.stderr.write("é" * 10)\'',
+        "python3 -c 'import sys; sys.stdout.write(\"HEAD\" + \"x\" * 3_000_000 + \"TAIL\"); "
+        "sys.stderr.write(\"é\" * 10)'",
         max_output_bytes=1_000_000,
     )
     assert result.exit_code == 0
-    assert len(result.stdout) == 1_000_000
+    assert result.stdout.startswith("HEAD")
+    assert result.stdout.endswith("TAIL")
+    assert "[... 2000008 bytes left out ...]" in result.stdout
     assert result.stdout_truncated
     assert result.stderr == "é" * 10
     assert not result.stderr_truncated

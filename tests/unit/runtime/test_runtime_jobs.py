@@ -75,26 +75,43 @@ def test_a_short_stream_without_newline_is_flushed_as_output() -> None:
     assert announcement.flush() == b"12"
 
 
-def test_capped_buffer_keeps_the_head_and_flags_the_rest() -> None:
-    buffer = CappedBuffer(5)
+def test_capped_buffer_keeps_the_head_and_the_tail_and_counts_the_rest() -> None:
+    buffer = CappedBuffer(8)  # 2 bytes of head, 6 of tail
     buffer.add(b"abc")
     buffer.add(b"defgh")
-    buffer.add(b"ij")
-    assert buffer.text() == "abcde"
-    assert buffer.truncated
+    buffer.add(b"ijklmn")
+    assert buffer.text() == "ab\n[... 6 bytes left out ...]\nijklmn"
+    assert (buffer.truncated, buffer.omitted) == (True, 6)
+
+
+def test_capped_buffer_under_its_cap_keeps_everything() -> None:
+    buffer = CappedBuffer(100)
+    for part in (b"one ", b"two ", b"three"):
+        buffer.add(part)
+    assert (buffer.text(), buffer.truncated) == ("one two three", False)
+
+
+def test_capped_buffer_trims_inside_a_chunk_and_across_many() -> None:
+    buffer = CappedBuffer(40)  # 10 + 30
+    for n in range(1000):
+        buffer.add(f"{n:04d}\n".encode())
+    head, _, tail = buffer.text().partition("\n[... ")
+    assert head == "0000\n0001\n"
+    assert tail.endswith("0998\n0999\n")
+    assert buffer.omitted == 5000 - 40
 
 
 def test_capped_buffer_decodes_broken_utf8_with_replacement() -> None:
-    buffer = CappedBuffer(3)
-    buffer.add("é€".encode())  # 2 + 3 bytes: the cut falls inside the euro sign
-    assert buffer.text() == "é\ufffd"
-    assert buffer.truncated
+    buffer = CappedBuffer(4)  # 1 byte of head: the cut falls inside the e acute
+    buffer.add("é".encode())
+    assert buffer.text() == "\ufffd\ufffd"
+    assert not buffer.truncated
 
 
-def test_a_zero_cap_keeps_nothing() -> None:
+def test_a_zero_cap_keeps_nothing_but_says_so() -> None:
     buffer = CappedBuffer(0)
     buffer.add(b"x")
-    assert (buffer.text(), buffer.truncated) == ("", True)
+    assert (buffer.text(), buffer.truncated) == ("\n[... 1 bytes left out ...]\n", True)
 
 
 def test_a_job_id_runs_once_per_container() -> None:

@@ -1,0 +1,102 @@
+"""A command that prints a lot gives a result the clients can take, with its end in it.
+
+Claude Code caps a tool result at 25,000 tokens by default (MAX_MCP_OUTPUT_TOKENS) and
+claude.ai's connectors at about 150,000 characters; an agent needs the end of a failing
+log most. The whole recorded output stays readable, page by page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from oauth_browser import ManualClient, post_rpc, read_jsonrpc, tool
+
+pytestmark = pytest.mark.e2e
+
+# Far under both clients' caps, with room for the notes and the rest of the result.
+MAX_RESULT_BYTES = 60_000
+FIVE_MB = 'python3 -c \'import sys\nfor n in range(500_000): sys.stdout.write(f"line {n:06d}\\n")\nsys.stderr.write("Error: the last thing that went wrong\\n"); sys.exit(3)\''  # noqa: E501
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("sizes") / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
+    )
+    yield running
+    stop_server(running)
+
+
+async def raw_call(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, name: str, args: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    response = await post_rpc(
+        http,
+        server.mcp_url,
+        "tools/call",
+        {"name": name, "arguments": args},
+        token=token,
+        name=name,
+    )
+    assert response.status_code == 200, response.text[:500]
+    return len(response.content), read_jsonrpc(response)["result"]
+
+
+async def test_five_megabytes_of_output_fit_the_window_and_keep_their_end(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
+        "access_token"
+    ]
+    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    size, result = await raw_call(
+        http, server, token, "execute_experiment", {"experiment_id": exp, "command": FIVE_MB}
+    )
+    assert size < MAX_RESULT_BYTES, size
+    job = result["structuredContent"]
+    assert job["exit_code"] == 3
+    assert job["stdout"].startswith("line 000000\n")
+    assert job["stdout"].rstrip().endswith("line 499999")  # the end survives both caps
+    assert "Error: the last thing that went wrong" in job["stderr"]
+    assert job["stdout_truncated"]  # more than the 1 MB the server keeps
+    assert job["stdout_left_out"] > 0
+    assert any("offset=N" in note for note in job["notes"])
+
+    # The text is for the model: a summary line, then the output as plain text.
+    (text,) = [c["text"] for c in result["content"] if c["type"] == "text"]
+    assert not text.lstrip().startswith("{")
+    assert f"Job {job['job_id']} failed (exit 3)" in text
+    assert "line 499999" in text
+    assert "Error: the last thing that went wrong" in text
+
+    # Every recorded character is readable in pages, and the pages join up exactly.
+    pages: list[str] = []
+    offset = 0
+    while True:
+        size, result = await raw_call(
+            http,
+            server,
+            token,
+            "get_job_result",
+            {"job_id": job["job_id"], "offset": offset, "max_chars": 40_000},
+        )
+        assert size < MAX_RESULT_BYTES * 2, size
+        page = result["structuredContent"]["page"]
+        assert page["offset"] == offset
+        pages.append(page["text"])
+        if not page["more"]:
+            break
+        offset = page["end"]
+    whole = "".join(pages)
+    assert len(whole) == job["stdout_chars"]
+    assert whole.startswith("line 000000\n")
+    assert whole.rstrip().endswith("line 499999")
+    assert "bytes left out ...]" in whole  # where the server's own 1 MB cap cut it
+    assert len(pages) > 10
