@@ -163,6 +163,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         memory,
         pool,
         queue_wait_s=settings.queue_wait_s,
+        progress_every_s=settings.progress_interval_s,
         on_call=metrics.tool_call,
     )
     mcp = SandboxMCPServer(

@@ -102,6 +102,15 @@ class Settings(BaseSettings):
             "position; MCP clients give up after about 60 s."
         ),
     )
+    progress_interval_s: float = Field(
+        default=15,
+        ge=1,
+        le=30,
+        description=(
+            "How often a long call (a synchronous command, a wait for a job's result) tells "
+            "a client that asked for progress that it is alive."
+        ),
+    )
     images: str = Field(
         default="sandbox-mcp/python:3,sandbox-mcp/node:22,sandbox-mcp/node:18,sandbox-mcp/base:bookworm",
         description="Comma-separated allow-list of images experiments may use (built locally).",

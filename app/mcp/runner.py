@@ -12,6 +12,7 @@ idle-clock touch and metrics as tools.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -110,6 +111,7 @@ class ToolRunner:
         pool: SlotPool,
         *,
         queue_wait_s: float,
+        progress_every_s: float = 15.0,
         on_call: Callable[[str, str, float], None] | None = None,
     ) -> None:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
@@ -119,6 +121,7 @@ class ToolRunner:
         self._memory = memory
         self._pool = pool
         self._queue_wait_s = queue_wait_s
+        self._progress_every_s = progress_every_s
 
     async def run(
         self, tool: str, body: ToolBody, *, takes_slot: bool, progress: Progress | None = None
@@ -141,7 +144,7 @@ class ToolRunner:
             held = lease.slot if lease else self._pool.lease_of(key)
             slot_root = held.root if held else None
             ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
-            output = await body(ctx)
+            output = await self._alive(tool, body(ctx), progress)
             self._pool.touch(key)  # every call is activity, however long it ran
             if lease is None:
                 return ok_result(output)
@@ -215,6 +218,26 @@ class ToolRunner:
         if self._on_call is not None:
             self._on_call(name, outcome, elapsed)
         await self._audit(request_id, key, name, started, outcome)
+
+    async def _alive(self, tool: str, work: Awaitable[T], progress: Progress | None) -> T:
+        """Await ``work``, telling a client that asked for progress every ``progress_every_s``
+        that the call is alive: clients reset their idle timer on each notification
+        (Claude Code gives up on a silent call). If the client goes away, the call is
+        cancelled; a command it started runs on as a job (``get_job_status`` finds it)."""
+        if progress is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        started = time.monotonic()
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self._progress_every_s)
+                if done:
+                    return task.result()
+                waited = int(time.monotonic() - started)
+                await progress(0, None, f"Still working on {tool}: {waited} s so far.")
+        finally:
+            if not task.done():
+                task.cancel()
 
     async def _take_slot(self, key: str, progress: Progress | None) -> Lease:
         """Lease a slot, or wait in the queue up to ``queue_wait_s`` telling the client.

@@ -174,13 +174,14 @@ def register_experiment_tools(
         max_chars: Annotated[
             int, Field(ge=1, le=MAX_PAGE_CHARS, description="The most one page holds.")
         ] = 20_000,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         page = (stream, offset, max_chars) if offset is not None else None
 
         async def body(call: CallContext) -> JobView:
             return await manager.job_result(call, job_id, wait_s, page)
 
-        return await runner.run("get_job_result", body, takes_slot=False)
+        return await runner.run("get_job_result", body, takes_slot=False, progress=_progress(ctx))
 
     @server.tool(description="Cancel a running job: its whole process tree is killed.")
     async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:

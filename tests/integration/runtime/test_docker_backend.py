@@ -368,8 +368,8 @@ async def test_output_is_capped_per_stream_while_read_keeping_both_ends(
     sandbox: Sandbox,
 ) -> None:
     result = await sandbox.run(
-        "python3 -c 'import sys; sys.stdout.write(\"HEAD\" + \"x\" * 3_000_000 + \"TAIL\"); "
-        "sys.stderr.write(\"é\" * 10)'",
+        'python3 -c \'import sys; sys.stdout.write("HEAD" + "x" * 3_000_000 + "TAIL"); '
+        'sys.stderr.write("é" * 10)\'',
         max_output_bytes=1_000_000,
     )
     assert result.exit_code == 0
