@@ -37,6 +37,7 @@ from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
 from app.mcp.transport import StatelessTransport
 from app.observability import configure_logging
+from app.retention import Retention
 from app.runtime.docker import DockerBackend, output_streams
 from app.runtime.limits import Ceilings
 from app.runtime.probe import probe_docker
@@ -134,8 +135,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     ceilings = options.ceilings(settings)
     jobs = JobRegistry()
     backend = build_backend(settings, store, ceilings)
+    records = ExperimentRecords(engine)
     manager = ExperimentManager(
-        ExperimentRecords(engine), backend, jobs, options.experiment_options(settings, ceilings)
+        records, backend, jobs, options.experiment_options(settings, ceilings)
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
@@ -147,7 +149,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         on_reserved=mailer.sandbox_ready,
     )
     auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
-    chores = [mailer.housekeeping, manager.shelf.expire]
+    retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
+    chores = [mailer.housekeeping, manager.shelf.expire, retention.sweep]
     if auth is not None:
         chores.append(auth.housekeeping)
     watchdog = IdleWatchdog(

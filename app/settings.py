@@ -184,6 +184,15 @@ class Settings(BaseSettings):
         le=30 * 86_400,
         description="How long collected artifacts are kept after their sandbox is emptied.",
     )
+    record_retention_days: float = Field(
+        default=7,
+        gt=0,
+        le=3650,
+        description=(
+            "How long tool-call audit rows and destroyed experiments (with their jobs' output) "
+            "are kept."
+        ),
+    )
     snapshot_excludes: str = Field(
         default="",
         description="Comma-separated extra glob patterns never copied from a host project.",

@@ -148,6 +148,14 @@ class Repository:
         async with transaction(self._sessions) as session:
             session.add(row)
 
+    async def forget_tool_calls_before(self, cutoff: float) -> int:
+        """Delete audit rows of calls started before ``cutoff``; how many went."""
+        async with transaction(self._sessions) as session:
+            result = await session.execute(
+                sa.delete(ToolCall).where(ToolCall.started_at < datetime.fromtimestamp(cutoff, UTC))
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
     async def tool_calls(self, sandbox_key: str) -> list[ToolCall]:
         """The audit rows of one sandbox key, oldest first."""
         async with self._sessions() as session:

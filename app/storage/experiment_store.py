@@ -290,6 +290,22 @@ class ExperimentRecords:
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
+    async def forget_destroyed_before(self, cutoff: float) -> int:
+        """Delete experiments destroyed before ``cutoff`` (their transitions and jobs go
+        with them) that keep no artifact; how many went."""
+        kept = sa.select(ArtifactRow.experiment_id).where(
+            ArtifactRow.experiment_id == ExperimentRow.experiment_id
+        )
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.delete(ExperimentRow).where(
+                    ExperimentRow.state == State.DESTROYED.value,
+                    ExperimentRow.updated_at < cutoff,
+                    ~sa.exists(kept),
+                )
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
     async def add_artifacts(self, artifacts: list[ArtifactRecord]) -> None:
         async with self._transaction() as session:
             session.add_all([ArtifactRow(**asdict(artifact)) for artifact in artifacts])

@@ -1,0 +1,36 @@
+"""How long the records of finished work are kept: without it the audit trail and the
+outputs of destroyed experiments (up to 2 MB a job) grow for ever.
+
+Kept for ``keep_s`` after they end: tool-call rows, and destroyed experiments with
+their transitions and jobs (an experiment still holding an artifact is kept until the
+artifact expires, so no file on the shelf loses its row).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from app.storage.db import Repository
+from app.storage.experiment_store import ExperimentRecords
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Retention:
+    repository: Repository
+    records: ExperimentRecords
+    keep_s: float
+    clock: Callable[[], float] = field(default=time.time)
+
+    async def sweep(self) -> None:
+        """One pass (a watchdog chore): forget what ended more than ``keep_s`` ago."""
+        cutoff = self.clock() - self.keep_s
+        calls = await self.repository.forget_tool_calls_before(cutoff)
+        experiments = await self.records.forget_destroyed_before(cutoff)
+        if calls or experiments:
+            log.info("retention.swept", tool_calls=calls, experiments=experiments)

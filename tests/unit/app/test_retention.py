@@ -1,0 +1,93 @@
+"""Retention: finished work is forgotten after its time, and nothing else is."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.experiments.records import ArtifactRecord, Experiment, JobRecord
+from app.experiments.states import State
+from app.retention import Retention
+from app.storage.db import Repository, ToolCall
+from app.storage.experiment_store import ExperimentRecords
+
+DAY = 86_400.0
+NOW = 100 * DAY
+
+
+def experiment(experiment_id: str) -> Experiment:
+    return Experiment(
+        experiment_id=experiment_id,
+        sandbox_key="k",
+        name="",
+        goal="",
+        state=State.CREATING,
+        image="sandbox-mcp/python:3",
+        container_id=None,
+        isolation={},
+        warnings=[],
+        source="empty",
+        created_at=0.0,
+        updated_at=0.0,
+        findings=None,
+    )
+
+
+async def make(records: ExperimentRecords, experiment_id: str, destroyed_at: float | None) -> None:
+    await records.add(experiment(experiment_id), "created")
+    job = JobRecord(
+        job_id=f"job_{experiment_id}",
+        experiment_id=experiment_id,
+        sandbox_key="k",
+        kind="command",
+        command="true",
+        status="completed",
+        background=False,
+        timeout_s=60,
+        started_at=0.0,
+        stdout="x" * 1000,
+    )
+    await records.add_job(job)
+    if destroyed_at is not None:
+        await records.transition(experiment_id, State.DESTROYED, "destroyed", destroyed_at)
+
+
+async def test_old_destroyed_experiments_and_old_calls_go_and_the_rest_stays(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
+    await make(records, "old", destroyed_at=NOW - 8 * DAY)
+    await make(records, "recent", destroyed_at=NOW - 1 * DAY)
+    await make(records, "live", destroyed_at=None)  # never destroyed, however old
+    await make(records, "kept", destroyed_at=NOW - 8 * DAY)
+    await records.add_artifacts(
+        [
+            ArtifactRecord(
+                artifact_id="art_1",
+                experiment_id="kept",
+                sandbox_key="k",
+                path="out.txt",
+                size=1,
+                sha256="0" * 64,
+                stored_as="art_1",
+                created_at=0.0,
+            )
+        ]
+    )
+    for started in (NOW - 8 * DAY, NOW - 1 * DAY):
+        await repository.record_tool_call(
+            request_id=f"r{started}", sandbox_key="k", tool="t", started=started, outcome="ok"
+        )
+
+    await Retention(repository, records, keep_s=7 * DAY, clock=lambda: NOW).sweep()
+
+    left = {e.experiment_id for e in await records.of_sandbox("k")}
+    assert left == {"recent", "live", "kept"}
+    assert await records.jobs_of("old") == []  # the job's output went with it
+    assert await records.transitions("old") == []
+    assert [j.job_id for j in await records.jobs_of("kept")] == ["job_kept"]
+    async with sqlite_engine.connect() as connection:
+        starts = (await connection.execute(sa.select(ToolCall.started_at))).scalars().all()
+    assert [s.replace(tzinfo=UTC) for s in starts] == [datetime.fromtimestamp(NOW - 1 * DAY, UTC)]
