@@ -5,7 +5,8 @@ a link met in the project (or swapped in while copying) is never traversed:
 it is recreated as a link when its target stays inside the project, and left
 out otherwise. Special files are left out without being opened for I/O.
 Content moves with copy_file_range(2) (in-kernel, no userspace buffer), or
-sendfile(2) where the two trees are on file systems that refuse it.
+sendfile(2) where the two trees are on file systems that refuse it; only data
+segments move (SEEK_DATA/SEEK_HOLE), so sparse files stay sparse.
 """
 
 from __future__ import annotations
@@ -182,20 +183,55 @@ def _open_source_file(dir_fd: int, name: str) -> int:
 
 
 def _transfer(src: int, dst: int, size: int) -> int:
-    """Copy ``size`` bytes (fewer if the file shrank); later growth is not copied."""
+    """Copy ``size`` bytes (fewer if the file shrank; later growth is not copied), holes
+    kept as holes: only the data segments move, so a sparse file (a tenant's 2 GB of
+    nothing in a 16 KB slot) costs what it holds, not its apparent size. Returns the
+    data bytes copied."""
+    copied = 0
+    for start, end in _data_segments(src, size):
+        copied += _copy_range(src, dst, start, end)
+    os.ftruncate(dst, min(size, os.fstat(src).st_size))  # the trailing hole, if any
+    return copied
+
+
+def _data_segments(fd: int, size: int) -> list[tuple[int, int]]:
+    """The ``[start, end)`` ranges of ``fd`` that hold data, from SEEK_DATA/SEEK_HOLE (the
+    whole file where the file system cannot tell)."""
+    segments: list[tuple[int, int]] = []
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole from here to the end
+                break
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return [(offset, size)]
+            raise
+        if start >= size:
+            break
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        segments.append((start, end))
+        offset = end
+    return segments
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> int:
     copied = 0
     use_copy_range = True
-    while copied < size:
+    while start + copied < end:
+        at, left = start + copied, end - start - copied
         if use_copy_range:
             try:
-                sent = os.copy_file_range(src, dst, size - copied)
+                sent = os.copy_file_range(src, dst, left, at, at)
             except OSError as exc:
                 if exc.errno not in _NO_COPY_RANGE:
                     raise
                 use_copy_range = False
                 continue
         else:
-            sent = os.sendfile(dst, src, None, size - copied)
+            os.lseek(dst, at, os.SEEK_SET)
+            sent = os.sendfile(dst, src, at, left)
         if sent == 0:
             break
         copied += sent

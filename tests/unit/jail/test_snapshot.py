@@ -326,3 +326,26 @@ def test_secret_wins_over_everything() -> None:
     assert rules.classify("node_modules", is_dir=True) == "copy"
     assert SnapshotFilter().classify("node_modules", is_dir=True) == "build"
     assert SnapshotFilter().classify("dist", is_dir=False) == "copy"  # a file named dist
+
+
+def test_a_sparse_file_stays_sparse(tmp_path: Path) -> None:
+    """2 GB of nothing around two small pieces of data copies as the pieces, not 2 GB."""
+    project, dest = tmp_path / "project", tmp_path / "copy"
+    project.mkdir()
+    dest.mkdir()
+    with (project / "sparse.bin").open("wb") as out:
+        out.write(b"start")
+        out.seek(1 << 30)
+        out.write(b"middle")
+        out.truncate(2 << 30)  # and a trailing hole
+    report = snapshot_copy(project, dest, home=tmp_path / "home")
+    copied = dest / "sparse.bin"
+    assert copied.stat().st_size == 2 << 30
+    assert copied.stat().st_blocks * 512 < 1 << 20  # it holds kilobytes, not gigabytes
+    assert report.bytes_copied < 1 << 20
+    with copied.open("rb") as data:
+        assert data.read(5) == b"start"
+        data.seek(1 << 30)
+        assert data.read(6) == b"middle"
+        data.seek((2 << 30) - 4)
+        assert data.read() == b"\0" * 4
