@@ -50,6 +50,7 @@ def experiment_options(settings: Settings, limits: Ceilings) -> ExperimentOption
         },
         artifact_dir=settings.state_dir / "artifacts",
         artifact_ttl_s=settings.artifact_ttl_s,
+        max_artifact_bytes=settings.max_artifact_mb * 1_048_576,
     )
 
 

@@ -184,6 +184,12 @@ class Settings(BaseSettings):
         le=30 * 86_400,
         description="How long collected artifacts are kept after their sandbox is emptied.",
     )
+    max_artifact_mb: int = Field(
+        default=200,
+        ge=1,
+        le=1_048_576,
+        description="Artifacts one sandbox may keep on the shelf (MB), whatever their count.",
+    )
     record_retention_days: float = Field(
         default=7,
         gt=0,

@@ -58,8 +58,11 @@ def pattern_to_matcher(pattern: str) -> Matcher:
     return compile_glob(pattern)
 
 
-def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Collected], list[str]]:
-    """Copy the regular files matching any pattern into ``store``; returns (collected, skipped)."""
+def collect(
+    workspace: Path, patterns: list[str], store: Path, room: int = MAX_TOTAL_BYTES
+) -> tuple[list[Collected], list[str]]:
+    """Copy the regular files matching any pattern into ``store``, at most ``room`` bytes
+    in all (the sandbox's artifact space left); returns (collected, skipped)."""
     if not patterns or len(patterns) > MAX_PATTERNS:
         raise ProjectSourceError(f"Give between 1 and {MAX_PATTERNS} patterns.")
     matchers = [pattern_to_matcher(p) for p in patterns]
@@ -83,10 +86,16 @@ def collect(workspace: Path, patterns: list[str], store: Path) -> tuple[list[Col
             if info.size > MAX_FILE_BYTES or total + info.size > MAX_TOTAL_BYTES:
                 skipped.append(f"{info.path}: over the size limit")
                 continue
+            if total + info.size > room:
+                skipped.append(f"{info.path}: over the artifact space left to your sandbox")
+                continue
             try:
                 data = jail.read_bytes(info.path, max_bytes=MAX_FILE_BYTES)
             except JailError as exc:
                 skipped.append(f"{info.path}: {exc.message}")
+                continue
+            if total + len(data) > room:  # it grew since it was listed
+                skipped.append(f"{info.path}: over the artifact space left to your sandbox")
                 continue
             artifact_id = "art_" + uuid.uuid4().hex[:12]
             (store / artifact_id).write_bytes(data)

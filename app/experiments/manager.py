@@ -73,7 +73,13 @@ class ExperimentManager:
         self._jobs = jobs
         self._options = options
         self._clock = clock
-        self.shelf = ArtifactShelf(records, options.artifact_dir, options.artifact_ttl_s, clock)
+        self.shelf = ArtifactShelf(
+            records,
+            options.artifact_dir,
+            options.artifact_ttl_s,
+            clock,
+            max_bytes=options.max_artifact_bytes,
+        )
         limits = JobLimits(options.max_jobs_per_sandbox, options.max_jobs_per_experiment)
         self._commands = CommandRunner(
             records, backend, jobs, options.max_output_bytes, limits, clock

@@ -27,3 +27,4 @@ class ExperimentOptions:
     ceilings: Mapping[str, float] = field(default_factory=dict)
     artifact_dir: Path = Path("/nonexistent")
     artifact_ttl_s: float = 86_400
+    max_artifact_bytes: int = 200 * 1_048_576  # per sandbox, on the shelf

@@ -31,11 +31,16 @@ class ArtifactShelf:
         directory: Path,
         ttl_s: float,
         clock: Callable[[], float] = time.time,
+        *,
+        max_bytes: int = 200 * 1_048_576,
     ) -> None:
         self._records = records
         self._directory = directory
         self._ttl_s = ttl_s
         self._clock = clock
+        self._max_bytes = max_bytes
+        # One collection at a time per sandbox, so two cannot both fit the same room.
+        self._collecting: dict[str, asyncio.Lock] = {}
 
     def folder(self, sandbox_key: str) -> Path:
         return self._directory / fingerprint(sandbox_key)
@@ -43,9 +48,29 @@ class ArtifactShelf:
     async def collect(
         self, sandbox_key: str, experiment_id: str, workspace: Path, patterns: list[str]
     ) -> ArtifactList:
+        lock = self._collecting.setdefault(sandbox_key, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._collect(sandbox_key, experiment_id, workspace, patterns)
+        finally:
+            if not lock.locked() and self._collecting.get(sandbox_key) is lock:
+                del self._collecting[sandbox_key]
+
+    async def _collect(
+        self, sandbox_key: str, experiment_id: str, workspace: Path, patterns: list[str]
+    ) -> ArtifactList:
+        held = await self._records.artifact_bytes_of(sandbox_key)
+        room = max(0, self._max_bytes - held)
         collected, skipped = await asyncio.to_thread(
-            artifacts.collect, workspace, patterns, self.folder(sandbox_key)
+            artifacts.collect, workspace, patterns, self.folder(sandbox_key), room
         )
+        if any(
+            reason.endswith("over the artifact space left to your sandbox") for reason in skipped
+        ):
+            skipped.append(
+                f"Your sandbox keeps at most {self._max_bytes // 1_048_576} MB of artifacts "
+                f"({held // 1_048_576} MB held); they expire a while after the sandbox is emptied."
+            )
         now = self._clock()
         await self._records.add_artifacts(
             [

@@ -310,6 +310,16 @@ class ExperimentRecords:
         async with self._transaction() as session:
             session.add_all([ArtifactRow(**asdict(artifact)) for artifact in artifacts])
 
+    async def artifact_bytes_of(self, sandbox_key: str) -> int:
+        """What the sandbox's artifacts on the shelf weigh, in bytes."""
+        async with self._transaction() as session:
+            total = await session.scalar(
+                sa.select(sa.func.coalesce(sa.func.sum(ArtifactRow.size), 0)).where(
+                    ArtifactRow.sandbox_key == sandbox_key
+                )
+            )
+            return int(total or 0)
+
     async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRecord]:
         async with self._transaction() as session:
             rows = await session.scalars(

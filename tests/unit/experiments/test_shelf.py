@@ -1,0 +1,58 @@
+"""The shelf: one sandbox's artifacts have a byte budget, whatever the number of calls."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.experiments.records import Experiment
+from app.experiments.shelf import ArtifactShelf
+from app.experiments.states import State
+from app.storage.experiment_store import ExperimentRecords
+
+
+def experiment(experiment_id: str, sandbox_key: str) -> Experiment:
+    return Experiment(
+        experiment_id=experiment_id,
+        sandbox_key=sandbox_key,
+        name="",
+        goal="",
+        state=State.CREATING,
+        image="sandbox-mcp/python:3",
+        container_id=None,
+        isolation={},
+        warnings=[],
+        source="empty",
+        created_at=0.0,
+        updated_at=0.0,
+        findings=None,
+    )
+
+
+async def test_a_sandbox_cannot_shelve_more_than_its_budget(
+    sqlite_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    records = ExperimentRecords(sqlite_engine)
+    for key in ("greedy", "other"):
+        await records.add(experiment(f"exp_{key}", key), "created")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    for n in range(6):
+        (workspace / f"f{n}.bin").write_bytes(b"x" * 1000)
+    shelf = ArtifactShelf(records, tmp_path / "shelf", 86_400, max_bytes=3500)
+
+    # Many collections at once: together they never pass the budget.
+    listings = await asyncio.gather(
+        *(shelf.collect("greedy", "exp_greedy", workspace, [f"f{n}.bin"]) for n in range(6))
+    )
+    assert await records.artifact_bytes_of("greedy") == 3000
+    refused = [item for listing in listings for item in listing.skipped]
+    assert sum("over the artifact space left" in item for item in refused) == 3
+    assert any("Your sandbox keeps at most" in item for item in refused)
+
+    # Another sandbox's budget is its own.
+    mine = await shelf.collect("other", "exp_other", workspace, ["f*.bin"])
+    assert len(mine.artifacts) == 3
+    assert await records.artifact_bytes_of("other") == 3000
