@@ -178,6 +178,13 @@ class Settings(BaseSettings):
         default=False,
         description="Whether create_experiment may clone https repositories (egress for a helper).",
     )
+    accept_shared_disk: bool = Field(
+        default=False,
+        description=(
+            "Serve anyone (oauth) on the dir backend although its slots have no quota and share "
+            "a filesystem with the database, so one tenant could fill it: for trials only."
+        ),
+    )
     artifact_ttl_s: int = Field(
         default=86_400,
         ge=60,

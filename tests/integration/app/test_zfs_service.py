@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
-from oauth_browser import ManualClient, probe
+from oauth_browser import ManualClient, probe, tool
 
 pytestmark = pytest.mark.integration
 
@@ -113,5 +113,81 @@ async def test_a_zfs_sandbox_is_leased_used_and_emptied_by_rollback(
             again = await probe(http, server, token)
             assert again["files"] == []
             assert any("emptied" in note for note in again["notes"])
+    finally:
+        stop_server(server)
+
+
+async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_path: Path) -> None:
+    """The quota of a ZFS slot bounds what one tenant can write: the database and the
+    other tenants keep working while it is full, and it recovers by deleting."""
+    state = tmp_path / "state"
+    done = cli("provision", "--slots", "2", "--zfs-parent", dataset, "--quota", "40M", state=state)
+    assert done.returncode == 0, done.stderr
+    server = start_server(
+        state,
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_SLOT_BACKEND="zfs",
+        SANDBOX_MCP_ZFS_PARENT=dataset,
+        SANDBOX_MCP_POOL_SIZE="2",
+    )
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+            client = await ManualClient.register(http, server.base_url)
+            hog, honest = [(await client.tokens(http))["access_token"] for _ in range(2)]
+            hogs = (await tool(http, server, hog, "create_experiment", {}))["experiment_id"]
+            filled = await tool(
+                http,
+                server,
+                hog,
+                "execute_experiment",
+                {
+                    "experiment_id": hogs,
+                    "command": "dd if=/dev/urandom of=big bs=1M count=100; sync; ls -l big",
+                },
+            )
+            assert filled["exit_code"] != 0 or "100" not in filled["stdout"], filled
+            assert "quota" in filled["stderr"].lower() or "space" in filled["stderr"].lower()
+            refused = await tool(
+                http,
+                server,
+                hog,
+                "write_sandbox_file",
+                {"experiment_id": hogs, "path": "more.txt", "content": "x" * 1_000_000},
+            )
+            assert refused["is_error"], refused
+            assert refused["error"]["code"] != "INTERNAL_ERROR", refused
+
+            # The others and the database do not notice.
+            health = (await http.get(f"{server.base_url}/health")).json()
+            assert health["database"]["ok"], health
+            mine = (await tool(http, server, honest, "create_experiment", {}))["experiment_id"]
+            wrote = await tool(
+                http,
+                server,
+                honest,
+                "write_sandbox_file",
+                {"experiment_id": mine, "path": "notes.txt", "content": "fine\n"},
+            )
+            assert not wrote["is_error"], wrote
+            ran = await tool(
+                http,
+                server,
+                honest,
+                "execute_experiment",
+                {"experiment_id": mine, "command": "cat notes.txt"},
+            )
+            assert ran["stdout"] == "fine\n"
+            again = await client.tokens(http)  # signing in still works
+            assert again["access_token"]
+
+            # The full tenant recovers by deleting.
+            freed = await tool(
+                http,
+                server,
+                hog,
+                "execute_experiment",
+                {"experiment_id": hogs, "command": "rm -f big && echo ok > small && cat small"},
+            )
+            assert freed["stdout"] == "ok\n", freed
     finally:
         stop_server(server)
