@@ -24,6 +24,7 @@ import pytest
 from claude_code import ClaudeCode
 from e2e_server import RunningServer, free_port, start_server, stop_server
 from oauth_browser import ManualClient
+from recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -75,6 +76,47 @@ def test_local_mode_is_connected(server: RunningServer, claude: ClaudeCode) -> N
     # The health check really reached /mcp, and nothing came back an error.
     assert '"POST /mcp HTTP/1.1\\" 200' in server.log()
     assert '"POST /mcp HTTP/1.1\\" 5' not in server.log()
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Iterator[tuple[RunningServer, RecordingProxy]]:
+    """A local-mode server behind a proxy that writes down what Claude Code sends."""
+    proxy = RecordingProxy(free_port(), free_port()).start()
+    running = start_server(
+        tmp_path / "state", port=proxy.target_port, SANDBOX_MCP_PUBLIC_URL=proxy.base_url
+    )
+    yield running, proxy
+    stop_server(running)
+    proxy.stop()
+
+
+def test_claude_code_speaks_2026_07_28_and_keeps_no_session(
+    recorded: tuple[RunningServer, RecordingProxy], claude: ClaudeCode
+) -> None:
+    server, proxy = recorded
+    url = f"{proxy.base_url}/mcp"
+    add(claude, "sandbox", url)
+    shown = claude.run("mcp", "list")
+    assert listed(shown.stdout, "sandbox", url) == "✔ Connected", shown.stdout
+    assert not proxy.unparsed, proxy.unparsed
+
+    sent = proxy.requests
+    print(json.dumps([(r.method, r.path, r.rpc_method, r.headers) for r in sent], indent=1))
+    methods = [r.rpc_method for r in sent]
+    # It probes the 2026-07-28 era first and, served, never falls back to initialize.
+    assert methods[0] == "server/discover", methods
+    assert "tools/list" in methods, methods
+    assert "initialize" not in methods, methods
+    for request in sent:
+        assert (request.method, request.path) == ("POST", "/mcp"), request
+        assert request.headers["mcp-protocol-version"] == "2026-07-28", request
+        assert request.headers["mcp-method"] == request.rpc_method, request
+        assert "mcp-session-id" not in request.headers, request
+        meta = request.body["params"]["_meta"]
+        assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28", request
+        assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "claude-code", request
+        assert request.headers["user-agent"].startswith("claude-code/2.1.332 "), request
+    assert "mcp.protocol_version_header_mismatch" not in server.log()
 
 
 async def test_hosted_mode_with_a_bearer_header_is_connected(
