@@ -6,7 +6,8 @@ health-checks every server and must report ours "✔ Connected".
 - hosted mode with a token passed as a header (`--header "Authorization: Bearer ..."`);
 - hosted mode with Claude Code's own sign-in (`claude mcp login`): it discovers the
   server, registers, opens $BROWSER on the sign-in page, where a "person" presses the
-  button, and redeems the code on its loopback callback.
+  button, and redeems the code on its loopback callback;
+- what it sends, recorded by a loopback relay: the 2026-07-28 era, no session id.
 
 Claude Code needs no API key and no network for this (its HOME is a temp dir).
 Needs `bash tests/e2e/clients/install.sh` first.
@@ -40,6 +41,15 @@ def listed(output: str, name: str, url: str) -> str:
     match = re.search(rf"^{re.escape(name)}: {re.escape(url)} \(HTTP\) - (.+)$", output, re.M)
     assert match, output
     return match.group(1).strip()
+
+
+def server_errors(server: RunningServer) -> list[str]:
+    """Log records at error level or above (a dropped stream must not leave any)."""
+    return [
+        line
+        for line in server.log().splitlines()
+        if line.strip() and json.loads(line).get("level") in ("error", "critical")
+    ]
 
 
 @pytest.fixture
@@ -76,6 +86,7 @@ def test_local_mode_is_connected(server: RunningServer, claude: ClaudeCode) -> N
     # The health check really reached /mcp, and nothing came back an error.
     assert '"POST /mcp HTTP/1.1\\" 200' in server.log()
     assert '"POST /mcp HTTP/1.1\\" 5' not in server.log()
+    assert not server_errors(server)
 
 
 @pytest.fixture
@@ -117,6 +128,9 @@ def test_claude_code_speaks_2026_07_28_and_keeps_no_session(
         assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "claude-code", request
         assert request.headers["user-agent"].startswith("claude-code/2.1.332 "), request
     assert "mcp.protocol_version_header_mismatch" not in server.log()
+    # Claude Code exits with its subscriptions/listen stream still open; the server
+    # closes it quietly.
+    assert not server_errors(server)
 
 
 async def test_hosted_mode_with_a_bearer_header_is_connected(
