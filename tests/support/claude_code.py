@@ -3,8 +3,8 @@
 Each instance has its own HOME and project folder, so nothing touches the machine's
 own Claude Code configuration, and an environment without API keys, telemetry,
 error reporting or the auto-updater: ``claude mcp add/list/get/login`` needs none of
-them (with these switches it connects to nothing but the MCP server; checked with
-strace).
+them (with these switches it connects to nothing but the MCP server: checked once
+by hand with strace; without them it makes DNS look-ups).
 """
 
 from __future__ import annotations
