@@ -45,6 +45,7 @@ from app.services import AuthParts, Services
 from app.settings import Settings
 from app.slot_storage import slot_store
 from app.state_dir import deployment_id, prepare_state_dir
+from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine
 from app.storage.experiment_store import ExperimentRecords
@@ -160,9 +161,10 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         housekeeping=chores,
     )
     identity: Identity = LocalIdentity() if auth is None else TokenIdentity()
+    audit = AuditTrail(engine)
     runner = ToolRunner(
         identity,
-        repository,
+        audit,
         memory,
         pool,
         queue_wait_s=settings.queue_wait_s,
@@ -186,6 +188,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         settings=settings,
         engine=engine,
         repository=repository,
+        audit=audit,
         memory=memory,
         pool=pool,
         mailer=mailer,

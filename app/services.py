@@ -21,6 +21,7 @@ from app.runtime.backend import SandboxBackend
 from app.settings import Settings
 from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
+from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, upgrade_schema
 from app.version import service_version
@@ -44,6 +45,7 @@ class Services:
     settings: Settings
     engine: AsyncEngine
     repository: Repository
+    audit: AuditTrail
     memory: SandboxMemory
     pool: SlotPool
     mailer: ReadyMailer
@@ -89,6 +91,7 @@ class Services:
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()
+        await self.audit.close()  # rows of calls already answered
         await self.engine.dispose()
 
     async def pool_stats(self) -> PoolStats:

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from app.errors import DatabaseUnavailable, ServiceError
 from app.mcp.envelope import ToolFailure, error_result, ok_result
-from app.storage.db import Repository
+from app.storage.audit import AuditTrail
 from jail.context import CallContext, SandboxMemory, new_call_context
 from jail.errors import JailError
 from pool.errors import PoolError
@@ -106,7 +106,7 @@ class ToolRunner:
     def __init__(
         self,
         identity: Identity,
-        repository: Repository,
+        audit: AuditTrail,
         memory: SandboxMemory,
         pool: SlotPool,
         *,
@@ -117,7 +117,7 @@ class ToolRunner:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
         self._identity = identity
         self._on_call = on_call
-        self._repository = repository
+        self._audit_trail = audit
         self._memory = memory
         self._pool = pool
         self._queue_wait_s = queue_wait_s
@@ -266,7 +266,7 @@ class ToolRunner:
         self, request_id: str, key: str, tool: str, started: float, outcome: str
     ) -> None:
         try:
-            await self._repository.record_tool_call(
+            await self._audit_trail.record(
                 request_id=request_id, sandbox_key=key, tool=tool, started=started, outcome=outcome
             )
         except DatabaseUnavailable as exc:

@@ -7,7 +7,6 @@ Never stored here: token values, e-mail addresses, environment variable values.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -121,6 +120,10 @@ class Repository:
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
     async def ping(self) -> None:
         """Check the database answers.
 
@@ -132,21 +135,6 @@ class Repository:
                 await connection.execute(sa.text("SELECT 1"))
         except (SQLAlchemyError, OSError) as exc:
             raise DatabaseUnavailable(describe_db_error(exc)) from exc
-
-    async def record_tool_call(
-        self, *, request_id: str, sandbox_key: str, tool: str, started: float, outcome: str
-    ) -> None:
-        """Append one row to the audit trail (``started`` is a ``time.time()`` value)."""
-        row = ToolCall(
-            request_id=request_id,
-            sandbox_key=sandbox_key,
-            tool=tool,
-            started_at=datetime.fromtimestamp(started, UTC),
-            duration_ms=round((time.time() - started) * 1000, 3),
-            outcome=outcome,
-        )
-        async with transaction(self._sessions) as session:
-            session.add(row)
 
     async def forget_tool_calls_before(self, cutoff: float) -> int:
         """Delete audit rows of calls started before ``cutoff``; how many went."""

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine, upgrade_schema
 from auth.client_documents import MAX_URL_LENGTH
@@ -61,7 +62,7 @@ async def test_migrations_run_on_postgresql(fresh_engine: AsyncEngine) -> None:
     assert {"alembic_version", "tool_calls"} <= tables
     repo = Repository(fresh_engine)
     await repo.ping()
-    await repo.record_tool_call(
+    await AuditTrail(fresh_engine).record(
         request_id="r", sandbox_key="k", tool="t", started=time.time(), outcome="ok"
     )
     assert [row.request_id for row in await repo.tool_calls("k")] == ["r"]

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord
 from app.experiments.states import State
 from app.retention import Retention
+from app.storage.audit import AuditTrail
 from app.storage.db import Repository, ToolCall
 from app.storage.experiment_store import ExperimentRecords
 
@@ -77,7 +78,7 @@ async def test_old_destroyed_experiments_and_old_calls_go_and_the_rest_stays(
         ]
     )
     for started in (NOW - 8 * DAY, NOW - 1 * DAY):
-        await repository.record_tool_call(
+        await AuditTrail(sqlite_engine).record(
             request_id=f"r{started}", sandbox_key="k", tool="t", started=started, outcome="ok"
         )
 

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.errors import InvalidArgument
 from app.mcp.envelope import ToolOutput
 from app.mcp.runner import LocalIdentity, ToolRunner
+from app.storage.audit import AuditTrail
 from app.storage.db import Repository
 from jail import CallContext, JailError, SandboxMemory
 from pool.errors import PoolError
@@ -34,7 +35,8 @@ async def parts(tmp_path: Path, sqlite_engine: AsyncEngine) -> tuple[Repository,
 
 def runner(parts: tuple[Repository, SlotPool], key: str = "k1") -> ToolRunner:
     repository, pool = parts
-    return ToolRunner(LocalIdentity(key), repository, SandboxMemory(), pool, queue_wait_s=0)
+    audit = AuditTrail(repository.engine)
+    return ToolRunner(LocalIdentity(key), audit, SandboxMemory(), pool, queue_wait_s=0)
 
 
 async def test_success_carries_the_sandbox_lifetime_and_passes_the_context(
@@ -109,9 +111,9 @@ async def test_no_identity_fails_closed(parts: tuple[Repository, SlotPool]) -> N
         called.append(call)
         return ToolOutput()
 
-    result = await ToolRunner(Nobody(), repository, SandboxMemory(), pool, queue_wait_s=0).run(
-        "t", body, takes_slot=True
-    )
+    result = await ToolRunner(
+        Nobody(), AuditTrail(repository.engine), SandboxMemory(), pool, queue_wait_s=0
+    ).run("t", body, takes_slot=True)
     assert result.is_error
     assert result.structured_content is not None
     assert result.structured_content["error"]["code"] == "UNAUTHENTICATED"
@@ -170,6 +172,6 @@ async def test_a_resource_read_goes_through_the_runner(
         ("resource:x", "INTERNAL_ERROR"),
     ]
     with pytest.raises(ResourceNotFoundError, match="Sign in"):
-        await ToolRunner(Nobody(), repository, SandboxMemory(), pool, queue_wait_s=0).read(
-            "resource:x", body
-        )
+        await ToolRunner(
+            Nobody(), AuditTrail(repository.engine), SandboxMemory(), pool, queue_wait_s=0
+        ).read("resource:x", body)

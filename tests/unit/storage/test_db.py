@@ -7,6 +7,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.errors import DatabaseUnavailable
+from app.storage.audit import AuditTrail
 from app.storage.db import Repository, create_engine, upgrade_schema
 
 
@@ -36,10 +37,11 @@ async def test_tool_calls_are_recorded_per_sandbox_key(tmp_path: Path) -> None:
         await upgrade_schema(engine)
         repo = Repository(engine)
         started = time.time()
-        await repo.record_tool_call(
+        audit = AuditTrail(engine)
+        await audit.record(
             request_id="r1", sandbox_key="k1", tool="t", started=started, outcome="ok"
         )
-        await repo.record_tool_call(
+        await audit.record(
             request_id="r2", sandbox_key="k2", tool="t", started=started, outcome="NOT_FOUND"
         )
         rows = await repo.tool_calls("k2")
