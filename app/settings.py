@@ -112,7 +112,10 @@ class Settings(BaseSettings):
         description="uid:gid the commands run as inside containers (never root).",
     )
     max_experiments: int = Field(
-        default=3, ge=1, le=50, description="Live experiments per sandbox."
+        default=4,
+        ge=1,
+        le=50,
+        description="Live experiments per sandbox (4: a baseline plus three candidate fixes).",
     )
     max_containers: int = Field(
         default=300, ge=1, le=10_000, description="Live experiment containers, server-wide."
