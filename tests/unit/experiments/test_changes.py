@@ -684,5 +684,6 @@ def test_max_files_with_diff_caps_the_diffed_files_not_the_listing(tmp_path: Pat
     assert "max_files_with_diff" in report.diff
     assert report.diff_truncated
     uncapped = _inspect(ws, base, include_diff=True)
-    assert uncapped.diff is not None and uncapped.diff.count("+++ b/") == 5
+    assert uncapped.diff is not None
+    assert uncapped.diff.count("+++ b/") == 5
     assert not uncapped.diff_truncated

@@ -77,4 +77,4 @@ def test_the_reason_names_experiments_by_their_labels() -> None:
         ]
     )
     assert best == "exp_1"
-    assert reason.startswith("Decimal fix: fewest failing tests (0 of 6, against 1 for Rounding fix")
+    assert reason.startswith("Decimal fix: fewest failing tests (0 of 6, against 1 for Rounding")

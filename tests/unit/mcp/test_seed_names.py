@@ -38,7 +38,24 @@ def test_memory_limits_in_the_seeds_forms(given: str | int, mb: int) -> None:
 
 @pytest.mark.parametrize(
     "given",
-    ["", "lots", "1 gigabyte", "1gg", "5i", "1bb", "-1g", "0", 0, -5, "1e9", "NaN", "inf", "1x", True, "9" * 40],
+    [
+        "",
+        "lots",
+        "1 gigabyte",
+        "1gg",
+        "5i",
+        "1bb",
+        "-1g",
+        "0",
+        0,
+        -5,
+        "1e9",
+        "NaN",
+        "inf",
+        "1x",
+        True,
+        "9" * 40,
+    ],
 )
 def test_invalid_memory_limits_name_the_field_and_the_forms(given: str | int) -> None:
     with pytest.raises(InvalidArgument) as caught:
@@ -91,7 +108,8 @@ def test_status_filter_is_case_insensitive_and_checked() -> None:
     assert seed.state_filter("Destroyed") is State.DESTROYED
     with pytest.raises(InvalidArgument) as caught:
         seed.state_filter("alive")
-    assert "ready" in caught.value.message and caught.value.details == {"field": "status"}
+    assert "ready" in caught.value.message
+    assert caught.value.details == {"field": "status"}
 
 
 def test_labels_only_for_compared_experiments() -> None:
