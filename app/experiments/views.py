@@ -39,6 +39,7 @@ class JobView(Result):
         default=None, description="The same as `tests`, plus `framework` (= `runner`)."
     )
     duration_ms: int | None = Field(default=None, description="duration_s in milliseconds.")
+    finished: bool = Field(default=False, description="Whether the job has ended.")
 
     @classmethod
     def of(cls, row: JobRecord, *, with_output: bool = True) -> JobView:
@@ -57,6 +58,7 @@ class JobView(Result):
             tests=row.test_summary,
             test_summary=_seed_summary(row.test_summary),
             duration_ms=None if row.duration_s is None else round(row.duration_s * 1000),
+            finished=row.status != "running",
         )
 
 

@@ -208,3 +208,46 @@ async def test_the_seeds_node_demo_in_the_seeds_names(tmp_path: Path) -> None:
             assert all(e["status"] == "DESTROYED" for e in destroyed["experiments"])
     finally:
         stop_server(server)
+
+
+async def test_seed_options_this_server_does_not_offer_are_refused_with_a_code(
+    tmp_path: Path,
+) -> None:
+    server = start_server(tmp_path / "state", SANDBOX_MCP_POOL_SIZE="1")
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+
+            async def refused(**arguments: object) -> dict[str, Any]:
+                answer = await tool(http, server, "", "create_experiment", arguments)
+                assert answer["is_error"], answer
+                assert "Traceback" not in str(answer)
+                return dict(answer["error"])
+
+            restricted = await refused(network_mode="restricted")
+            assert restricted["code"] == "NOT_SUPPORTED"
+            assert "not available on this server yet" in restricted["message"]
+            enabled = await refused(network_mode="enabled", base_image=NODE)
+            assert enabled["code"] == "EGRESS_DISABLED"
+            mounted = await refused(
+                project_path=str(EXAMPLE), mount_strategy="READ_ONLY_BIND_MOUNT"
+            )
+            assert mounted["code"] == "NOT_SUPPORTED"
+            memory = await refused(memory_limit="a lot")
+            assert (memory["code"], memory["field"]) == ("INVALID_ARGUMENT", "memory_limit")
+            both = await refused(goal="one thing", objective="another")
+            assert both["code"] == "INVALID_ARGUMENT"
+            assert "keep one of them" in both["message"]
+            unknown = await refused(objectiv="typo")
+            assert "did you mean 'objective'?" in unknown["message"]
+            # The same value under both names is no conflict.
+            same = await tool(
+                http,
+                server,
+                "",
+                "create_experiment",
+                {"goal": "g", "objective": "g", "image": NODE, "base_image": NODE},
+            )
+            assert not same["is_error"], same
+            assert same["goal"] == same["objective"] == "g"
+    finally:
+        stop_server(server)
