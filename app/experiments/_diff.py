@@ -316,21 +316,18 @@ class DiffWriter:
         self._left -= used
 
     def text(self) -> str:
-        if self._omitted_by_count:
-            self.truncated = True
-            self._parts.append(
-                f"[... {self._omitted_by_count} more changed file(s) not shown: the diff "
-                f"covers at most {self._max_files} files (max_files_with_diff) ...]\n"
-            )
-            self._omitted_by_count = 0
-        if self._omitted:
-            self.truncated = True
-            self._parts.append(
-                f"[... {self._omitted} more changed file(s) not shown: the diff reached "
-                f"its limit of {self._total} bytes ...]\n"
-            )
-            self._omitted = 0
+        self._tell_omitted(
+            self._omitted_by_count,
+            f"the diff covers at most {self._max_files} files (max_files_with_diff)",
+        )
+        self._tell_omitted(self._omitted, f"the diff reached its limit of {self._total} bytes")
+        self._omitted_by_count = self._omitted = 0
         return "".join(self._parts)
+
+    def _tell_omitted(self, count: int, why: str) -> None:
+        if count:
+            self.truncated = True
+            self._parts.append(f"[... {count} more changed file(s) not shown: {why} ...]\n")
 
 
 def _line(sign: str, line: str) -> str:

@@ -17,35 +17,13 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
+from legacy_vault import NEW_OPEN, NEW_SEAL, OLD_OPEN, OLD_SEAL
 from oauth_browser import tool
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "legacy-vault"
 NODE = "sandbox-mcp/node:22"
-
-OLD_SEAL = """function seal(passphrase, text) {
-  const cipher = crypto.createCipher('aes-256-cbc', passphrase);
-  return cipher.update(text, 'utf8', 'base64') + cipher.final('base64');
-}"""
-NEW_SEAL = """function seal(passphrase, text) {
-  const salt = crypto.randomBytes(16);
-  const iv = crypto.randomBytes(16);
-  const key = crypto.scryptSync(passphrase, salt, 32);
-  const cipher = crypto.createCipheriv('aes-256-cbc', key, iv);
-  const body = Buffer.concat([cipher.update(text, 'utf8'), cipher.final()]);
-  return Buffer.concat([salt, iv, body]).toString('base64');
-}"""
-OLD_OPEN = """function open(passphrase, sealed) {
-  const decipher = crypto.createDecipher('aes-256-cbc', passphrase);
-  return decipher.update(sealed, 'base64', 'utf8') + decipher.final('utf8');
-}"""
-NEW_OPEN = """function open(passphrase, sealed) {
-  const raw = Buffer.from(sealed, 'base64');
-  const key = crypto.scryptSync(passphrase, raw.subarray(0, 16), 32);
-  const decipher = crypto.createDecipheriv('aes-256-cbc', key, raw.subarray(16, 32));
-  return Buffer.concat([decipher.update(raw.subarray(32)), decipher.final()]).toString('utf8');
-}"""
 
 # What the seed's create_experiment took, all of it.
 SEED_CREATE: dict[str, Any] = {
@@ -88,6 +66,7 @@ async def allow_node_22(call: Call, experiment: str) -> None:
 
 
 async def test_the_seeds_node_demo_in_the_seeds_names(tmp_path: Path) -> None:
+    host_copy = {path: path.read_bytes() for path in EXAMPLE.rglob("*") if path.is_file()}
     server = start_server(
         tmp_path / "state", SANDBOX_MCP_POOL_SIZE="2", SEED_DEMO_FORWARDED="from-the-server"
     )
@@ -208,6 +187,8 @@ async def test_the_seeds_node_demo_in_the_seeds_names(tmp_path: Path) -> None:
             assert all(e["status"] == "DESTROYED" for e in destroyed["experiments"])
     finally:
         stop_server(server)
+    after = {path: path.read_bytes() for path in EXAMPLE.rglob("*") if path.is_file()}
+    assert after == host_copy, "the host copy of the project was changed"
 
 
 async def test_seed_options_this_server_does_not_offer_are_refused_with_a_code(

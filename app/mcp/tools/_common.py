@@ -17,6 +17,8 @@ from app.mcp.runner import Progress
 
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
+# A wall clock; above the operator's ceiling it is clamped (and the agent told), not refused.
+Seconds = Annotated[float, Field(gt=0)]
 
 
 def hints(

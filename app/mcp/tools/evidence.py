@@ -17,10 +17,8 @@ from app.experiments.views import ChangesView, JobView
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import READ_ONLY, ExperimentId, hints, progress
+from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, hints, progress
 from jail import CallContext
-
-Seconds = Annotated[float, Field(gt=0)]
 
 
 def register_evidence_tools(
@@ -55,7 +53,7 @@ def register_evidence_tools(
         timeout_s: Annotated[
             Seconds | None, Field(description="Seconds before it is killed.")
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s (seed name).")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:

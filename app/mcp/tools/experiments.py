@@ -27,7 +27,7 @@ from app.experiments.views import (
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import READ_ONLY, ExperimentId, JobId, hints, progress
+from app.mcp.tools._common import READ_ONLY, ExperimentId, JobId, Seconds, hints, progress
 from app.runtime.backend import Limits
 from jail import CallContext
 
@@ -51,7 +51,6 @@ EnvRequests = Annotated[
         ),
     ),
 ]
-Seconds = Annotated[float, Field(gt=0)]
 ListLimit = Annotated[int, Field(ge=1, le=200)]
 
 CREATE = (
@@ -130,27 +129,33 @@ def register_experiment_tools(
             Literal["none", "egress"] | None,
             Field(description="none (the default) or egress (only where the operator allows)."),
         ] = None,
-        cpus: Annotated[float | None, Field(gt=0)] = None,
-        memory_mb: Annotated[int | None, Field(gt=0)] = None,
-        pids: Annotated[int | None, Field(gt=0)] = None,
+        cpus: Annotated[float | None, Field(gt=0, description="CPU cores; clamped.")] = None,
+        memory_mb: Annotated[int | None, Field(gt=0, description="Memory, MB; clamped.")] = None,
+        pids: Annotated[int | None, Field(gt=0, description="Processes; clamped.")] = None,
         env: EnvRequests | None = None,
         timeout_s: Annotated[
             Seconds | None,
             Field(description="Default wall clock of each command (setup ones too), seconds."),
         ] = None,
         # Seed 001's names, with the seed's meaning.
-        objective: Annotated[str | None, Field(max_length=4000, description="= goal.")] = None,
-        base_image: Annotated[str | None, Field(max_length=200, description="= image.")] = None,
+        objective: Annotated[
+            str | None, Field(max_length=4000, description="What you want to find out (= goal).")
+        ] = None,
+        base_image: Annotated[
+            str | None, Field(max_length=200, description="The image to run in (= image).")
+        ] = None,
         network_mode: Annotated[
             seed.SeedNetworkMode | None,
             Field(description="none, enabled (= network egress) or restricted (not yet here)."),
         ] = None,
         cpu_limit: Annotated[float | None, Field(gt=0, description="CPU cores (= cpus).")] = None,
         memory_limit: Annotated[
-            str | int | None, Field(description="Memory: '512m', '1g', '2GB' or bytes.")
+            str | int | None, Field(description="'512m', '1g', '2GB' or bytes (= memory_mb).")
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s.")] = None,  # noqa: ASYNC109 (the seed\'s name)
-        environment_allowlist: Annotated[EnvRequests | None, Field(description="= env.")] = None,
+        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        environment_allowlist: Annotated[
+            EnvRequests | None, Field(description="NAME=value, or NAME (local mode only) (= env).")
+        ] = None,
         mount_strategy: Annotated[
             seed.MountStrategy | None,
             Field(description="COPY_TO_SANDBOX (always; READ_ONLY_BIND_MOUNT is refused)."),
@@ -206,7 +211,7 @@ def register_experiment_tools(
             str | None,
             Field(max_length=4096, description="A folder relative to /workspace to run in."),
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s (seed name).")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:

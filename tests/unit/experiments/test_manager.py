@@ -137,6 +137,28 @@ async def test_timeouts_are_clamped_and_reported(world: World) -> None:
     assert any("clamped to 1800" in note for note in job.notes)
 
 
+async def test_the_experiments_timeout_is_its_commands_default(world: World) -> None:
+    exp = await world.manager.create(
+        world.call(), CreateRequest(setup_commands=("sleep 5",), timeout_s=1.5)
+    )
+    assert exp.isolation["command_timeout_s"] == 1.5
+    assert [job.status for job in exp.setup] == ["timeout"]
+    defaulted = await world.manager.execute(world.call(), exp.experiment_id, "sleep 5")
+    assert defaulted.status == "timeout"
+    own = await world.manager.execute(world.call(), exp.experiment_id, "sleep 2", timeout_s=4)
+    assert own.status == "completed"
+    jobs = await world.records.jobs_of(exp.experiment_id)
+    assert [job.timeout_s for job in jobs] == [1.5, 1.5, 4]
+
+
+async def test_an_experiment_timeout_above_the_ceiling_is_clamped_and_reported(
+    world: World,
+) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest(timeout_s=99_999))
+    assert exp.isolation["command_timeout_s"] == 1800
+    assert any("clamped to 1800" in warning for warning in exp.warnings)
+
+
 async def test_another_sandbox_sees_not_found_exactly_as_for_a_missing_id(world: World) -> None:
     exp = await world.manager.create(world.call("alice"), CreateRequest())
     job = await world.manager.execute(world.call("alice"), exp.experiment_id, "echo x")
