@@ -340,3 +340,24 @@ async def test_jobs_running_when_the_server_died_are_marked_lost(world: World) -
     assert "restarted" in lost.reason
     assert (await world.manager.get(world.call(), exp.experiment_id)).state == "FAILED"
     await world.manager.cancel_job(world.call(), job.job_id)
+
+
+async def test_a_bare_name_forwards_the_servers_value_only_in_local_mode(
+    tmp_path: Path, worlds: list[World], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # environment_allowlist's names (the seed's) are env's: local mode forwards them.
+    monkeypatch.setenv("SEED_FORWARDED", "from-the-server")
+    (tmp_path / "local").mkdir()
+    (tmp_path / "hosted").mkdir()
+    worlds.append(await make_world(tmp_path / "local", hosted=False))
+    local = worlds[-1]
+    exp = await local.manager.create(local.call(), CreateRequest(env=("SEED_FORWARDED", "A=1")))
+    spec = local.backend.containers[f"c-{exp.experiment_id}"]
+    assert spec.env == {"SEED_FORWARDED": "from-the-server", "A": "1"}
+    # A hosted server forwards nothing of its own environment: the name is refused.
+    worlds.append(await make_world(tmp_path / "hosted", hosted=True))
+    hosted = worlds[-1]
+    with pytest.raises(JailError) as caught:
+        await hosted.manager.create(hosted.call(), CreateRequest(env=("SEED_FORWARDED",)))
+    assert caught.value.code == "ENV_INVALID"
+    assert "pass SEED_FORWARDED=value" in caught.value.message
