@@ -178,9 +178,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         log_level=settings.log_level,
     )
     register_tools(mcp, runner, pool)
-    register_experiment_tools(mcp, runner, manager)
+    # Egress decides the openWorldHint of the tools that can then reach the network.
+    egress, git_egress = settings.allow_egress, settings.allow_git_egress
+    register_experiment_tools(mcp, runner, manager, egress=egress, git_egress=git_egress)
     register_file_tools(mcp, runner, manager)
-    register_evidence_tools(mcp, runner, manager)
+    register_evidence_tools(mcp, runner, manager, egress=egress)
     register_resources(mcp, runner, manager)
     if extra_tools is not None:
         extra_tools(mcp, runner)

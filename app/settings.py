@@ -123,7 +123,10 @@ class Settings(BaseSettings):
         description="uid:gid the commands run as inside containers (never root).",
     )
     max_experiments: int = Field(
-        default=3, ge=1, le=50, description="Live experiments per sandbox."
+        default=4,
+        ge=1,
+        le=50,
+        description="Live experiments per sandbox (4: a baseline plus three candidate fixes).",
     )
     max_containers: int | None = Field(
         default=None,

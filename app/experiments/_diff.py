@@ -267,21 +267,29 @@ def shown_path(path: str) -> str:
 class DiffWriter:
     """Joins per-file diffs into one text, cut per file and in total with a marker line."""
 
-    def __init__(self, per_file: int, total: int) -> None:
+    def __init__(self, per_file: int, total: int, max_files: int | None = None) -> None:
         self._per_file = per_file
         self._left = total
         self._total = total
+        self._files_left = max_files
+        self._max_files = max_files
         self._parts: list[str] = []
         self._omitted = 0
+        self._omitted_by_count = 0
         self.truncated = False
 
     def add(
         self, path: str, created: bool, deleted: bool, hunks: Iterator[str] | None, summary: str
     ) -> None:
         """Append one file's diff: its hunks, or ``summary`` ("Files {} and {} differ")."""
+        if self._files_left is not None and self._files_left <= 0:
+            self._omitted_by_count += 1
+            return
         if self._left <= 0:
             self._omitted += 1
             return
+        if self._files_left is not None:
+            self._files_left -= 1
         a = "/dev/null" if created else shown_path("a/" + path)
         b = "/dev/null" if deleted else shown_path("b/" + path)
         if hunks is None:
@@ -308,14 +316,18 @@ class DiffWriter:
         self._left -= used
 
     def text(self) -> str:
-        if self._omitted:
-            self.truncated = True
-            self._parts.append(
-                f"[... {self._omitted} more changed file(s) not shown: the diff reached "
-                f"its limit of {self._total} bytes ...]\n"
-            )
-            self._omitted = 0
+        self._tell_omitted(
+            self._omitted_by_count,
+            f"the diff covers at most {self._max_files} files (max_files_with_diff)",
+        )
+        self._tell_omitted(self._omitted, f"the diff reached its limit of {self._total} bytes")
+        self._omitted_by_count = self._omitted = 0
         return "".join(self._parts)
+
+    def _tell_omitted(self, count: int, why: str) -> None:
+        if count:
+            self.truncated = True
+            self._parts.append(f"[... {count} more changed file(s) not shown: {why} ...]\n")
 
 
 def _line(sign: str, line: str) -> str:

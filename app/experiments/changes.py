@@ -82,13 +82,15 @@ def inspect(
     include_diff: bool,
     max_diff_bytes_per_file: int = 64_000,
     max_diff_bytes_total: int = 512_000,
+    max_files_with_diff: int | None = None,
     max_entries: int = 200_000,
     excluded_dirs: frozenset[str] = DEFAULT_EXCLUDED,
 ) -> ChangeReport:
     """Compare ``workspace`` with ``baseline`` (blocking: run it in a thread).
 
     Folders named in ``excluded_dirs`` (names or globs) are neither walked nor
-    reported. Entries that vanish or cannot be read mid-way become notes.
+    reported. ``max_files_with_diff`` caps the files whose diff is included (all
+    changes are still listed). Entries that vanish or cannot be read mid-way become notes.
 
     Raises:
         JailError: the workspace or baseline folder itself cannot be opened.
@@ -98,7 +100,9 @@ def inspect(
     with Jail.open(workspace) as ws, Jail.open(baseline) as base:
         after = _walk(ws, "workspace", skip, max_entries, notes)
         before = _walk(base, "baseline", skip, max_entries, notes)
-        writer = _diff.DiffWriter(max_diff_bytes_per_file, max_diff_bytes_total)
+        writer = _diff.DiffWriter(
+            max_diff_bytes_per_file, max_diff_bytes_total, max_files_with_diff
+        )
         reader = _diff.ContentReader(READ_LIMIT, COMPARE_LIMIT, READ_BUDGET, notes.add)
         cmp = _Comparer(base, ws, writer if include_diff else None, notes, reader)
         for path in sorted(after.entries.keys() | before.entries.keys()):

@@ -15,6 +15,9 @@ from app.experiments.result import Result
 class ExperimentEvidence(BaseModel):
     experiment_id: str
     name: str
+    label: str | None = Field(
+        default=None, description="The caller's label for it (compare_experiments `labels`)."
+    )
     state: str
     tests_passed: int | None = None
     tests_failed: int | None = Field(default=None, description="Failed plus errored tests.")
@@ -33,6 +36,10 @@ class Comparison(Result):
     experiments: list[ExperimentEvidence]
     recommended: str | None = Field(default=None, description="The experiment id to prefer.")
     reason: str
+
+
+def _shown(e: ExperimentEvidence) -> str:
+    return e.label or e.name
 
 
 def _key(e: ExperimentEvidence) -> tuple[float, int, float, float]:
@@ -59,13 +66,13 @@ def recommend(evidence: list[ExperimentEvidence]) -> tuple[str | None, str]:
     if runner_up is None:
         return (
             best.experiment_id,
-            f"{best.name} is the only one with {'test results' if tested else 'results'}.",
+            f"{_shown(best)} is the only one with {'test results' if tested else 'results'}.",
         )
     first, second = _key(best), _key(runner_up)
     if tested and first[0] != second[0]:
         why = (
             f"fewest failing tests ({best.tests_failed} of {best.tests_total}, against "
-            f"{runner_up.tests_failed} for {runner_up.name})"
+            f"{runner_up.tests_failed} for {_shown(runner_up)})"
         )
     elif first[1] != second[1]:
         why = "same test results, and its last command exited cleanly"
@@ -73,4 +80,4 @@ def recommend(evidence: list[ExperimentEvidence]) -> tuple[str | None, str]:
         why = f"same tests and exit, and the smallest change ({best.lines_changed} lines)"
     else:
         why = f"same tests, exit and change size, and the fastest ({best.duration_s:.1f} s)"
-    return best.experiment_id, f"{best.name}: {why}."
+    return best.experiment_id, f"{_shown(best)}: {why}."

@@ -28,8 +28,12 @@ from app.experiments.states import State
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import ContainerSpec, GitSource, Limits, NetworkMode, SandboxBackend
+from app.runtime.limits import clamp_timeout
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, resolve_env
+
+# Where an experiment's default command timeout is kept: beside the limits it was given.
+COMMAND_TIMEOUT_KEY = "command_timeout_s"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class CreateRequest:
     network: NetworkMode = "none"
     limits: Limits = field(default_factory=Limits)
     env: Sequence[str] = ()
+    # The wall clock of each of its commands (setup ones too) unless a command says.
+    timeout_s: float | None = None
 
 
 def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
@@ -122,6 +128,9 @@ class ExperimentCreator:
     ) -> CreatedExperiment:
         assert call.slot_root is not None
         now = self._clock()
+        timeout_s, clamped = clamp_timeout(
+            request.timeout_s or self._options.default_timeout_s, self._options.max_timeout_s
+        )
         experiment_id = "exp_" + uuid.uuid4().hex[:12]
         image = request.image or self._options.default_image
         record = Experiment(
@@ -174,8 +183,9 @@ class ExperimentCreator:
             "container started",
             self._clock(),
             container_id=container.container_id,
-            isolation=asdict(container.isolation),
-            warnings=list(container.warnings),
+            # The command wall clock is a limit applied like the others; commands read it here.
+            isolation={**asdict(container.isolation), COMMAND_TIMEOUT_KEY: timeout_s},
+            warnings=[*container.warnings, *([clamped] if clamped else [])],
             source=prepared.source,
         )
         setup: list[JobView] = []
@@ -186,7 +196,7 @@ class ExperimentCreator:
                 container.container_id,
                 command,
                 "setup",
-                self._options.default_timeout_s,
+                timeout_s,
                 env,
             )
             setup.append(job)

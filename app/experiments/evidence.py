@@ -18,13 +18,16 @@ from app.storage.experiment_store import ExperimentRecords
 EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
 
 
-async def inspect(dirs: ExperimentDirs, *, include_diff: bool) -> changes.ChangeReport:
+async def inspect(
+    dirs: ExperimentDirs, *, include_diff: bool, max_files_with_diff: int | None = None
+) -> changes.ChangeReport:
     """The workspace against its baseline (in a worker thread: it walks and reads files)."""
     return await asyncio.to_thread(
         changes.inspect,
         dirs.workspace,
         dirs.baseline,
         include_diff=include_diff,
+        max_files_with_diff=max_files_with_diff,
         excluded_dirs=EXCLUDED_FROM_CHANGES,
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -20,7 +20,12 @@ from app.experiments import evidence, project, testing, workspace
 from app.experiments.artifacts import ArtifactList
 from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.compare import Comparison, recommend
-from app.experiments.creation import CreateRequest, ExperimentCreator, forwarded_env
+from app.experiments.creation import (
+    COMMAND_TIMEOUT_KEY,
+    CreateRequest,
+    ExperimentCreator,
+    forwarded_env,
+)
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
@@ -175,7 +180,9 @@ class ExperimentManager:
             raise ProjectSourceError("The command is empty.")
         call.project_map.invalidate()  # a command may change any file
         warnings: list[str] = []
-        timeout = self._timeout(timeout_s, warnings)
+        timeout = self._timeout(
+            timeout_s or experiment.isolation.get(COMMAND_TIMEOUT_KEY), warnings
+        )
         running = await self._commands.start(
             Command(
                 call.sandbox_key,
@@ -289,18 +296,37 @@ class ExperimentManager:
     # -- changes, comparison, artifacts ----------------------------------------------
 
     async def inspect_changes(
-        self, call: CallContext, experiment_id: str, include_diff: bool
+        self,
+        call: CallContext,
+        experiment_id: str,
+        include_diff: bool,
+        max_files_with_diff: int | None = None,
     ) -> ChangesView:
         workspace_dir = await self.workspace(call, experiment_id)
         dirs = ExperimentDirs(
             workspace_dir.parent, workspace_dir, workspace_dir.parent / "baseline"
         )
-        report = await evidence.inspect(dirs, include_diff=include_diff)
-        return ChangesView(experiment_id=experiment_id, **report.model_dump())
+        report = await evidence.inspect(
+            dirs, include_diff=include_diff, max_files_with_diff=max_files_with_diff
+        )
+        return ChangesView(
+            experiment_id=experiment_id,
+            **report.model_dump(),
+            files_created=[c.path for c in report.created],
+            files_modified=[c.path for c in report.modified],
+            files_deleted=[c.path for c in report.deleted],
+        )
 
-    async def compare(self, call: CallContext, experiment_ids: list[str]) -> Comparison:
+    async def compare(
+        self,
+        call: CallContext,
+        experiment_ids: list[str],
+        labels: Mapping[str, str] | None = None,
+    ) -> Comparison:
+        """Gather each experiment's evidence and recommend one; ``labels`` name them."""
         if not 2 <= len(set(experiment_ids)) <= 10:
             raise ProjectSourceError("Compare between 2 and 10 different experiments.")
+        labels = labels or {}
         found = []
         for experiment_id in dict.fromkeys(experiment_ids):
             experiment = await self._get(call, experiment_id)
@@ -309,7 +335,8 @@ class ExperimentManager:
                 if call.slot_root is not None and experiment.state is not State.DESTROYED
                 else None
             )
-            found.append(await evidence.gather(self._records, experiment, dirs))
+            gathered = await evidence.gather(self._records, experiment, dirs)
+            found.append(gathered.model_copy(update={"label": labels.get(experiment_id)}))
         recommended, reason = recommend(found)
         return Comparison(experiments=found, recommended=recommended, reason=reason)
 

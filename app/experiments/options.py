@@ -13,7 +13,7 @@ from app.experiments.workspace import Owner
 class ExperimentOptions:
     hosted: bool
     default_image: str
-    max_experiments: int = 3
+    max_experiments: int = 4
     max_jobs_per_sandbox: int = 8
     max_jobs_per_experiment: int = 4
     sync_wait_s: float = 45.0

@@ -81,6 +81,12 @@ class JobView(Result):
     page: OutputPage | None = Field(
         default=None, description="The page asked for with `offset`, if any."
     )
+    # Seed 001's names for the same facts, so a client written for it reads them unchanged.
+    test_summary: dict[str, Any] | None = Field(
+        default=None, description="The same as `tests`, plus `framework` (= `runner`)."
+    )
+    duration_ms: int | None = Field(default=None, description="duration_s in milliseconds.")
+    finished: bool = Field(default=False, description="Whether the job has ended.")
 
     @classmethod
     def of(cls, row: JobRecord, *, with_output: bool = True) -> JobView:
@@ -95,6 +101,9 @@ class JobView(Result):
             duration_s=row.duration_s,
             reason=row.reason,
             tests=row.test_summary,
+            test_summary=_seed_summary(row.test_summary),
+            duration_ms=None if row.duration_s is None else round(row.duration_s * 1000),
+            finished=row.status != "running",
         )
         if with_output:
             view.stdout, view.stdout_left_out = excerpt(row.stdout or "")
@@ -153,6 +162,10 @@ class JobView(Result):
         return "\n".join(parts)
 
 
+def _seed_summary(tests: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if tests is None else {**tests, "framework": tests.get("runner")}
+
+
 class ExperimentView(Result):
     experiment_id: str
     name: str
@@ -167,6 +180,11 @@ class ExperimentView(Result):
     findings: dict[str, Any] | None = Field(
         default=None, description="Recorded when the experiment was destroyed."
     )
+    # Seed 001's names for the same facts.
+    objective: str = Field(default="", description="The same as `goal`.")
+    base_image: str = Field(default="", description="The same as `image`.")
+    status: str = Field(default="", description="The same as `state`.")
+    network_mode: str = Field(default="none", description="none, or enabled (network egress).")
 
     @classmethod
     def of(cls, experiment: Experiment, jobs: list[JobRecord] | None = None) -> ExperimentView:
@@ -182,6 +200,10 @@ class ExperimentView(Result):
             created_at=experiment.created_at,
             jobs=[JobView.of(job, with_output=False) for job in jobs or []],
             findings=experiment.findings,
+            objective=experiment.goal,
+            base_image=experiment.image,
+            status=experiment.state.value,
+            network_mode="enabled" if experiment.isolation.get("network") == "egress" else "none",
         )
 
 
@@ -194,7 +216,8 @@ class CreatedExperiment(ExperimentView):
 
 
 class ExperimentList(Result):
-    experiments: list[ExperimentView]
+    experiments: list[ExperimentView] = Field(description="Newest first.")
+    total: int = Field(default=0, description="How many matched, shown or not.")
 
 
 class DestroyReport(ExperimentView):
@@ -227,3 +250,7 @@ class ChangesView(Result):
     files_changed: int
     diff: str | None = None
     diff_truncated: bool = False
+    # Seed 001's names: the paths alone.
+    files_created: list[str] = Field(default_factory=list)
+    files_modified: list[str] = Field(default_factory=list)
+    files_deleted: list[str] = Field(default_factory=list)

@@ -11,37 +11,15 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
+from legacy_vault import NEW_OPEN, NEW_SEAL, OLD_OPEN, OLD_SEAL
 from oauth_browser import tool
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "legacy-vault"
 
-OLD_CODE = """function seal(passphrase, text) {
-  const cipher = crypto.createCipher('aes-256-cbc', passphrase);
-  return cipher.update(text, 'utf8', 'base64') + cipher.final('base64');
-}
-
-function open(passphrase, sealed) {
-  const decipher = crypto.createDecipher('aes-256-cbc', passphrase);
-  return decipher.update(sealed, 'base64', 'utf8') + decipher.final('utf8');
-}"""
-
-NEW_CODE = """function seal(passphrase, text) {
-  const salt = crypto.randomBytes(16);
-  const iv = crypto.randomBytes(16);
-  const key = crypto.scryptSync(passphrase, salt, 32);
-  const cipher = crypto.createCipheriv('aes-256-cbc', key, iv);
-  const body = Buffer.concat([cipher.update(text, 'utf8'), cipher.final()]);
-  return Buffer.concat([salt, iv, body]).toString('base64');
-}
-
-function open(passphrase, sealed) {
-  const raw = Buffer.from(sealed, 'base64');
-  const key = crypto.scryptSync(passphrase, raw.subarray(0, 16), 32);
-  const decipher = crypto.createDecipheriv('aes-256-cbc', key, raw.subarray(16, 32));
-  return Buffer.concat([decipher.update(raw.subarray(32)), decipher.final()]).toString('utf8');
-}"""
+OLD_CODE = f"{OLD_SEAL}\n\n{OLD_OPEN}"
+NEW_CODE = f"{NEW_SEAL}\n\n{NEW_OPEN}"
 
 
 def digest(root: Path) -> str:

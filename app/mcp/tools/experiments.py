@@ -3,6 +3,7 @@
 Thin by design: each declares its parameters and output model and hands the
 work to ``ExperimentManager`` through the ``ToolRunner``. No tool exposes a
 Docker flag, a mount or a privilege, and no tool name starts with ``docker_``.
+Seed 001's parameter names are accepted beside ours (see ``seed_names``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
 from app.experiments.creation import CreateRequest
@@ -25,11 +26,11 @@ from app.experiments.views import (
     RuntimeView,
 )
 from app.mcp.envelope import enveloped
-from app.mcp.runner import Progress, ToolRunner
+from app.mcp.runner import ToolRunner
+from app.mcp.tools import seed_names as seed
+from app.mcp.tools._common import READ_ONLY, ExperimentId, JobId, Seconds, hints, progress
 from app.runtime.backend import Limits
 from jail import CallContext
-
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 class GitRequest(BaseModel):
@@ -39,40 +40,78 @@ class GitRequest(BaseModel):
     ] = None
 
 
-ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
-JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
 Command = Annotated[str, Field(min_length=1, max_length=100_000, description="Run by /bin/sh -c.")]
 EnvRequests = Annotated[
     list[Annotated[str, Field(max_length=32_768)]],
     Field(
         max_length=100,
         description=(
-            "Environment for the command: NAME=value sets a literal; credential-shaped names "
-            "(*_TOKEN, *_SECRET, *PASSWORD*, AWS_*, ...) are refused."
+            "Environment for the command: NAME=value sets a literal; NAME alone forwards the "
+            "server's value (local mode only). Credential-shaped names (*_TOKEN, *_SECRET, "
+            "*PASSWORD*, AWS_*, ...) are refused."
         ),
     ),
 ]
+ListLimit = Annotated[int, Field(ge=1, le=200)]
+
+CREATE = (
+    "Create an experiment: a fresh, isolated container with the project in /workspace.\n\n"
+    "USE THIS before anything you should not do on the user's machine: installing "
+    "dependencies, a build, an upgrade, unfamiliar code, a fix you are unsure of. For "
+    "several approaches, create one experiment each (a baseline plus candidates), then "
+    "compare_experiments.\n\n"
+    "The project comes from `files` (path -> text), `git` (https URL), `from_experiment` "
+    "(a copy of another), `project_path` (local mode only; secrets are never copied), or "
+    "nothing. `setup_commands` run in order and stop at the first failure.\n\n"
+    "RETURNS the experiment_id and the isolation applied; read `warnings` (clamped limits).\n\n"
+    "NEVER: network unless asked and allowed, host environment (hosted), host mounts, "
+    "writes back to your project."
+)
+EXECUTE = (
+    "Run a shell command (/bin/sh -c) inside an experiment's container, in /workspace or "
+    "`workdir`.\n\n"
+    "USE THIS for anything you would otherwise run in a terminal: installs, builds, "
+    "scripts, one-off exploration. Prefer run_tests for the test suite.\n\n"
+    "RETURNS exit code, stdout and stderr and duration; a long output comes as an excerpt "
+    "(its start and its end, where errors are; read it whole with get_job_result `offset`). "
+    "A non-zero "
+    "exit is a normal result to read, not an error. `background=true` returns a job id at "
+    "once (then get_job_status / get_job_result); a synchronous call still running after "
+    "45 s also returns its job id and keeps running to its timeout.\n\n"
+    "NEVER runs on the host or reaches your project: only the experiment's copy."
+)
 
 
 def register_experiment_tools(
-    server: MCPServer, runner: ToolRunner, manager: ExperimentManager
+    server: MCPServer,
+    runner: ToolRunner,
+    manager: ExperimentManager,
+    *,
+    egress: bool = False,
+    git_egress: bool = False,
 ) -> None:
-    """Add the experiment tools to ``server``. Called once, by the composition root."""
+    """Add the experiment tools to ``server``. Called once, by the composition root.
+
+    ``egress`` and ``git_egress``: whether this server lets experiments, or the clones
+    of create_experiment, out to the network; the tools that can then reach it say so
+    (``openWorldHint``).
+    """
 
     @server.tool(
-        description=(
-            "Create an experiment: a fresh, isolated container (no network by default) with a "
-            "workspace at /workspace holding your project, from `files` (path -> text), from "
-            "`git` (https URL and ref), from another experiment (`from_experiment`), or empty. "
-            "`setup_commands` run in order and stop at the first failure. Returns the "
-            "experiment id and the isolation applied."
-        )
+        title="Create experiment",
+        description=CREATE,
+        # Adds a new experiment and touches no existing one; each call makes another.
+        annotations=hints(
+            read_only=False, destructive=False, idempotent=False, open_world=egress or git_egress
+        ),
     )
     async def create_experiment(
         name: Annotated[str, Field(max_length=200)] = "",
-        goal: Annotated[str, Field(max_length=4000, description="What you want to find out.")] = "",
+        goal: Annotated[
+            str | None, Field(max_length=4000, description="What you want to find out.")
+        ] = None,
         image: Annotated[
-            str | None, Field(description="One of check_sandbox_runtime's images.")
+            str | None, Field(max_length=200, description="One of check_sandbox_runtime's images.")
         ] = None,
         files: Annotated[
             dict[str, str] | None,
@@ -89,64 +128,120 @@ def register_experiment_tools(
             Field(description="Clone a repository (https) in a short-lived helper container."),
         ] = None,
         setup_commands: Annotated[list[Command], Field(max_length=50)] = [],  # noqa: B006
-        network: Literal["none", "egress"] = "none",
-        cpus: Annotated[float | None, Field(gt=0)] = None,
-        memory_mb: Annotated[int | None, Field(gt=0)] = None,
-        pids: Annotated[int | None, Field(gt=0)] = None,
-        env: EnvRequests = [],  # noqa: B006
+        network: Annotated[
+            Literal["none", "egress"] | None,
+            Field(description="none (the default) or egress (only where the operator allows)."),
+        ] = None,
+        cpus: Annotated[float | None, Field(gt=0, description="CPU cores; clamped.")] = None,
+        memory_mb: Annotated[int | None, Field(gt=0, description="Memory, MB; clamped.")] = None,
+        pids: Annotated[int | None, Field(gt=0, description="Processes; clamped.")] = None,
+        env: EnvRequests | None = None,
+        timeout_s: Annotated[
+            Seconds | None,
+            Field(description="Default wall clock of each command (setup ones too), seconds."),
+        ] = None,
+        # Seed 001's names, with the seed's meaning.
+        objective: Annotated[
+            str | None, Field(max_length=4000, description="What you want to find out (= goal).")
+        ] = None,
+        base_image: Annotated[
+            str | None, Field(max_length=200, description="The image to run in (= image).")
+        ] = None,
+        network_mode: Annotated[
+            seed.SeedNetworkMode | None,
+            Field(description="none, enabled (= network egress) or restricted (not yet here)."),
+        ] = None,
+        cpu_limit: Annotated[float | None, Field(gt=0, description="CPU cores (= cpus).")] = None,
+        memory_limit: Annotated[
+            str | int | None, Field(description="'512m', '1g', '2GB' or bytes (= memory_mb).")
+        ] = None,
+        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        environment_allowlist: Annotated[
+            EnvRequests | None, Field(description="NAME=value, or NAME (local mode only) (= env).")
+        ] = None,
+        mount_strategy: Annotated[
+            seed.MountStrategy | None,
+            Field(description="COPY_TO_SANDBOX (always; READ_ONLY_BIND_MOUNT is refused)."),
+        ] = None,
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(CreatedExperiment)]:
-        defaults = Limits()
-        request = CreateRequest(
-            name=name,
-            goal=goal,
-            image=image,
-            files=files,
-            project_path=project_path,
-            from_experiment=from_experiment,
-            git_url=git.url if git else None,
-            git_ref=git.ref if git else None,
-            setup_commands=tuple(setup_commands),
-            network=network,
-            limits=Limits(
-                cpus=cpus or defaults.cpus,
-                memory_mb=memory_mb or defaults.memory_mb,
-                pids=pids or defaults.pids,
-            ),
-            env=tuple(env),
-        )
-
         async def body(call: CallContext) -> CreatedExperiment:
+            seed.copy_only(mount_strategy)
+            defaults = Limits()
+            memory = seed.memory_mb(memory_limit) if memory_limit is not None else None
+            request = CreateRequest(
+                name=name,
+                goal=seed.pick(("goal", goal), ("objective", objective)) or "",
+                image=seed.pick(("image", image), ("base_image", base_image)),
+                files=files,
+                project_path=project_path,
+                from_experiment=from_experiment,
+                git_url=git.url if git else None,
+                git_ref=git.ref if git else None,
+                setup_commands=tuple(setup_commands),
+                network=seed.network(network, network_mode),
+                limits=Limits(
+                    cpus=seed.pick(("cpus", cpus), ("cpu_limit", cpu_limit)) or defaults.cpus,
+                    memory_mb=seed.pick(("memory_mb", memory_mb), ("memory_limit", memory))
+                    or defaults.memory_mb,
+                    pids=pids or defaults.pids,
+                ),
+                env=tuple(
+                    seed.pick(("env", env), ("environment_allowlist", environment_allowlist)) or ()
+                ),
+                timeout_s=seed.pick(("timeout_s", timeout_s), ("timeout", timeout)),
+            )
             return await manager.create(call, request)
 
-        return await runner.run("create_experiment", body, takes_slot=True, progress=_progress(ctx))
+        return await runner.run("create_experiment", body, takes_slot=True, progress=progress(ctx))
 
     @server.tool(
-        description=(
-            "Run a shell command in an experiment's /workspace. Returns exit code, stdout and "
-            "stderr (each capped at 1 MB) and duration; a non-zero exit is a normal result. "
-            "`background=true` returns a job id at once; a synchronous call that runs past "
-            "45 s also returns its job id and keeps running to its own timeout."
-        )
+        title="Run a command in an experiment",
+        description=EXECUTE,
+        # An arbitrary command may delete or overwrite anything in the experiment's copy
+        # (never outside it); it reaches the network only where egress is allowed.
+        annotations=hints(read_only=False, destructive=True, idempotent=False, open_world=egress),
     )
     async def execute_experiment(
         experiment_id: ExperimentId,
         command: Command,
         background: bool = False,
-        timeout_s: Annotated[float | None, Field(gt=0)] = None,
+        timeout_s: Annotated[
+            Seconds | None, Field(description="Seconds; default the experiment's.")
+        ] = None,
         env: EnvRequests = [],  # noqa: B006
+        workdir: Annotated[
+            str | None,
+            Field(max_length=4096, description="A folder relative to /workspace to run in."),
+        ] = None,
+        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
+            seconds = seed.pick(("timeout_s", timeout_s), ("timeout", timeout))
+            text = command
+            if workdir is not None:
+                workspace = await manager.workspace(call, experiment_id)
+                text = await seed.in_workdir(workspace, workdir, command)
             return await manager.execute(
-                call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
+                call, experiment_id, text, background=background, timeout_s=seconds, env=env
             )
 
-        return await runner.run(
-            "execute_experiment", body, takes_slot=True, progress=_progress(ctx)
-        )
+        return await runner.run("execute_experiment", body, takes_slot=True, progress=progress(ctx))
 
-    @server.tool(description="The status of a job (no output).", annotations=READ_ONLY)
+    @server.tool(
+        title="Job status",
+        description=(
+            "The status of a job (a command started by execute_experiment or run_tests), "
+            "without its output.\n\n"
+            "USE THIS to poll a background command cheaply: is it still running, did it "
+            "finish, with which exit code. Then call get_job_result for the output.\n\n"
+            "RETURNS job id, experiment id, command, status (running, completed, failed, "
+            "timeout, cancelled or lost), exit code and duration.\n\n"
+            "NEVER waits, changes the job, or takes a sandbox slot."
+        ),
+        annotations=READ_ONLY,
+    )
     async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.job_status(call, job_id)
@@ -154,7 +249,19 @@ def register_experiment_tools(
         return await runner.run("get_job_status", body, takes_slot=False)
 
     @server.tool(
-        description="A job's result with its output, waiting up to wait_s (at most 45) for it.",
+        title="Job result",
+        description=(
+            "A job's result with its output, waiting up to `wait_s` seconds (at most 45) for "
+            "it to finish.\n\n"
+            "USE THIS after execute_experiment returned a job id (background=true, or a "
+            "command that outlived the synchronous wait). Call it again while the status is "
+            "still `running`. USE IT with `offset` to read a long output whole, page by page "
+            "(each page's `end` is the next `offset`).\n\n"
+            "RETURNS the same shape as execute_experiment: status, exit code, stdout and "
+            "stderr (an excerpt, head and tail, when long), duration, and for run_tests jobs "
+            "the parsed `tests`; with `offset`, one `page` of the stream instead.\n\n"
+            "NEVER starts, stops or changes the job; waiting is its only effect."
+        ),
         annotations=READ_ONLY,
     )
     async def get_job_result(
@@ -181,9 +288,22 @@ def register_experiment_tools(
         async def body(call: CallContext) -> JobView:
             return await manager.job_result(call, job_id, wait_s, page)
 
-        return await runner.run("get_job_result", body, takes_slot=False, progress=_progress(ctx))
+        return await runner.run("get_job_result", body, takes_slot=False, progress=progress(ctx))
 
-    @server.tool(description="Cancel a running job: its whole process tree is killed.")
+    @server.tool(
+        title="Cancel job",
+        description=(
+            "Cancel a running job: its whole process tree inside the container is killed.\n\n"
+            "USE THIS when a command is stuck, runs far longer than it should, or is no "
+            "longer needed. Safe on a job that already ended: it returns the final state "
+            "untouched, with a note.\n\n"
+            "RETURNS the job as it ended (status `cancelled`, and the output up to the kill).\n\n"
+            "NEVER touches other jobs, the experiment's files or its container; the "
+            "experiment stays usable."
+        ),
+        # Kills a running process (its work is lost); cancelling twice changes nothing more.
+        annotations=hints(read_only=False, destructive=True, idempotent=True),
+    )
     async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.cancel_job(call, job_id)
@@ -191,7 +311,17 @@ def register_experiment_tools(
         return await runner.run("cancel_job", body, takes_slot=False)
 
     @server.tool(
-        description="One experiment: state, isolation, and the commands run in it.",
+        title="Get experiment",
+        description=(
+            "One experiment: its state, image, goal, the isolation and limits applied, and "
+            "every command run in it (without output).\n\n"
+            "USE THIS to re-orient after a gap, or to check that an experiment is still "
+            "alive before sending it more commands; destroyed experiments are kept, with the "
+            "findings recorded at teardown.\n\n"
+            "RETURNS state (READY, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, "
+            "DESTROYED...), isolation, warnings, jobs and findings.\n\n"
+            "NEVER changes the experiment or takes a sandbox slot."
+        ),
         annotations=READ_ONLY,
     )
     async def get_experiment(
@@ -202,18 +332,59 @@ def register_experiment_tools(
 
         return await runner.run("get_experiment", body, takes_slot=False)
 
-    @server.tool(description="Your experiments, destroyed ones included.", annotations=READ_ONLY)
-    async def list_experiments() -> Annotated[CallToolResult, enveloped(ExperimentList)]:
+    @server.tool(
+        title="List experiments",
+        description=(
+            "Your experiments, newest first, destroyed ones included.\n\n"
+            "USE THIS to find an experiment you created earlier, or to see which are still "
+            "alive (and destroy the ones you no longer need) before creating more: a sandbox "
+            "holds a limited number of live experiments (check_sandbox_runtime says how "
+            "many).\n\n"
+            "RETURNS up to `limit` experiments (default 20) with their state, filtered by "
+            "`status` if given (e.g. 'running', 'destroyed'), and `total`, how many matched.\n\n"
+            "NEVER shows another sandbox's experiments, changes anything, or takes a slot."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def list_experiments(
+        status: Annotated[
+            str | None,
+            Field(max_length=20, description="Only experiments in this state (any case)."),
+        ] = None,
+        limit: Annotated[ListLimit, Field(description="At most this many, newest first.")] = 20,
+    ) -> Annotated[CallToolResult, enveloped(ExperimentList)]:
         async def body(call: CallContext) -> ExperimentList:
-            return ExperimentList(experiments=await manager.list_all(call))
+            wanted = seed.state_filter(status)
+            found = [
+                view
+                for view in reversed(await manager.list_all(call))
+                if wanted is None or view.state == wanted.value
+            ]
+            listing = ExperimentList(experiments=found[:limit], total=len(found))
+            if len(found) > limit:
+                listing.notes.append(
+                    f"{len(found) - limit} more experiment(s) match; pass a larger limit "
+                    "(at most 200) or a status to see them."
+                )
+            return listing
 
         return await runner.run("list_experiments", body, takes_slot=False)
 
     @server.tool(
+        title="Destroy experiment",
         description=(
-            "Destroy an experiment: its container and files go, its record and findings stay "
-            "(comparable later). Idempotent: returns the final report."
-        )
+            "Destroy an experiment: its container is killed and its files deleted; its record "
+            "and findings stay, so it remains comparable.\n\n"
+            "USE THIS as soon as an experiment has told you what you needed (first "
+            "collect_artifacts for files to keep), and before creating more than your "
+            "sandbox holds.\n\n"
+            "RETURNS the final report: state DESTROYED, the commands run, and the findings "
+            "(tests, exit codes, change size) recorded before teardown. Idempotent: on an "
+            "already destroyed experiment it returns the same report.\n\n"
+            "NEVER touches your own project or other experiments."
+        ),
+        # Deletes the experiment's files for good; a second call changes nothing more.
+        annotations=hints(read_only=False, destructive=True, idempotent=True),
     )
     async def destroy_experiment(
         experiment_id: ExperimentId,
@@ -224,9 +395,17 @@ def register_experiment_tools(
         return await runner.run("destroy_experiment", body, takes_slot=False)
 
     @server.tool(
+        title="Check sandbox runtime",
         description=(
-            "What the runtime offers: reachability, images, limits and network policy. "
-            "Never takes a slot."
+            "What this server's runtime offers: whether the container engine is reachable, "
+            "the images you may use, the default image, the limits (ceilings on CPU, memory, "
+            "processes, command time), how many live experiments a sandbox holds, and the "
+            "network policy.\n\n"
+            "USE THIS first, to pick an image, or when create_experiment fails, to tell a "
+            "stopped engine from a refused request.\n\n"
+            "RETURNS reachable, version, images, missing_images, default_image, "
+            "network_default, egress_allowed, max_experiments and ceilings.\n\n"
+            "NEVER takes a sandbox slot or changes anything."
         ),
         annotations=READ_ONLY,
     )
@@ -235,8 +414,3 @@ def register_experiment_tools(
             return await manager.runtime()
 
         return await runner.run("check_sandbox_runtime", body, takes_slot=False)
-
-
-def _progress(ctx: Context | None) -> Progress | None:
-    # Queue position updates reach the client only if it asked for progress.
-    return ctx.report_progress if ctx is not None else None

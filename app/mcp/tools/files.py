@@ -10,17 +10,16 @@ import asyncio
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from app.experiments import files
 from app.experiments.manager import ExperimentManager
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
+from app.mcp.tools._common import READ_ONLY, ExperimentId, hints
 from jail import CallContext
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 WorkspacePath = Annotated[
     str, Field(min_length=1, max_length=4096, description="Relative to /workspace.")
 ]
@@ -30,9 +29,17 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
     """Add the file tools to ``server``. Called once, by the composition root."""
 
     @server.tool(
+        title="Read sandbox file",
         description=(
             "Read a text file of an experiment's workspace, optionally a line range "
-            "(1-based, inclusive). Binary files are reported as such, without content."
+            "(1-based, inclusive).\n\n"
+            "USE THIS to investigate a failure (the source, a config, a log) instead of "
+            "guessing from a stack trace, and before edit_sandbox_file, which needs a read "
+            "of the file first.\n\n"
+            "RETURNS the content (up to `max_bytes`), its line range and total line count; "
+            "a binary file is reported as such, without content.\n\n"
+            "NEVER reads outside the experiment's /workspace (paths are relative; links "
+            "that leave it are refused) and never your own machine's files."
         ),
         annotations=READ_ONLY,
     )
@@ -58,7 +65,23 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
 
         return await runner.run("read_sandbox_file", body, takes_slot=False)
 
-    @server.tool(description="Write a whole text file (parents are created), replacing it.")
+    @server.tool(
+        title="Write sandbox file",
+        description=(
+            "Write a whole text file in an experiment's workspace, creating its folders, "
+            "replacing the file if it exists.\n\n"
+            "USE THIS to apply a candidate fix or add a file; prefer it to shell heredocs "
+            "(no quoting to get wrong). For a small change to a long file, edit_sandbox_file "
+            "is cheaper.\n\n"
+            "RETURNS the path written and the bytes written.\n\n"
+            "NEVER writes outside the experiment's /workspace, and never to your own "
+            "project: to keep a change, show the diff from inspect_changes and apply it "
+            "yourself."
+        ),
+        # Changes one named file of the disposable copy; the original stays in the baseline
+        # (inspect_changes shows it) and the user's project is never written.
+        annotations=hints(read_only=False, destructive=False, idempotent=True),
+    )
     async def write_sandbox_file(
         experiment_id: ExperimentId,
         path: WorkspacePath,
@@ -75,10 +98,20 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         return await runner.run("write_sandbox_file", body, takes_slot=False)
 
     @server.tool(
+        title="Edit sandbox file",
         description=(
-            "Replace exact text in a file you have read: old_text must occur exactly once "
-            "(or pass replace_all). Refused if the file changed since you last read it."
-        )
+            "Replace exact text in a file of an experiment's workspace that you have read "
+            "with read_sandbox_file.\n\n"
+            "USE THIS for a targeted change to an existing file: `old_text` must occur "
+            "exactly once (or pass `replace_all`).\n\n"
+            "RETURNS the path, the bytes written and the number of replacements. Refused, "
+            "with nothing written, if old_text is missing or ambiguous, or if the file "
+            "changed since you last read it (read it again).\n\n"
+            "NEVER writes outside the experiment's /workspace, and never to your own project."
+        ),
+        # As write_sandbox_file: one file of the disposable copy, the original kept in the
+        # baseline. Not idempotent: once replaced, the old text is gone and a repeat fails.
+        annotations=hints(read_only=False, destructive=False, idempotent=False),
     )
     async def edit_sandbox_file(
         experiment_id: ExperimentId,
@@ -105,7 +138,16 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         return await runner.run("edit_sandbox_file", body, takes_slot=False)
 
     @server.tool(
-        description="List files and folders (with sizes) under a workspace folder, bounded.",
+        title="List sandbox files",
+        description=(
+            "List the files and folders under a folder of an experiment's workspace, with "
+            "sizes, bounded by `max_entries`.\n\n"
+            "USE THIS to find your way around a project you have not seen, or to check what "
+            "a build produced before collect_artifacts.\n\n"
+            "RETURNS each entry's path, kind (file, dir, symlink) and size, and whether the "
+            "listing was cut.\n\n"
+            "NEVER lists outside the experiment's /workspace or changes anything."
+        ),
         annotations=READ_ONLY,
     )
     async def list_sandbox_files(
@@ -122,10 +164,15 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         return await runner.run("list_sandbox_files", body, takes_slot=False)
 
     @server.tool(
+        title="Search sandbox",
         description=(
-            "Search the workspace's text files with a regular expression (RE2 syntax: like "
-            "Python's, without backreferences or lookaround); returns file, line number and "
-            "line, bounded."
+            "Search the text files of an experiment's workspace with a regular expression "
+            "(RE2 syntax: like Python's, without backreferences or lookaround).\n\n"
+            "USE THIS to find where something is defined or used (a function, a removed API, "
+            "an error message) without reading every file.\n\n"
+            "RETURNS matching file, line number and line, at most `max_results`, and whether "
+            "more were left out.\n\n"
+            "NEVER searches outside the experiment's /workspace or changes anything."
         ),
         annotations=READ_ONLY,
     )

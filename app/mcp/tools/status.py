@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from app.experiments.shelf import fingerprint
 from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
+from app.mcp.tools._common import READ_ONLY
 from jail.context import CallContext
 from pool.leases import SlotPool
 
@@ -38,11 +39,18 @@ def register_tools(server: MCPServer, runner: ToolRunner, pool: SlotPool) -> Non
     """Add every tool to ``server``. Called once, by the composition root."""
 
     @server.tool(
+        title="Sandbox status",
         description=(
-            "Show what you hold on this server: your sandbox, whether a slot is leased to you, "
-            "and how long an idle sandbox survives. Never takes a slot."
+            "What you hold on this server: your sandbox (a short fingerprint), whether a "
+            "sandbox slot is leased to you, your place in the queue if you are waiting, and "
+            "how long an idle sandbox survives.\n\n"
+            "USE THIS when a call answered that you are queued, to see your place without "
+            "joining the queue again, or to learn how long your work survives idle.\n\n"
+            "RETURNS sandbox, holds_slot, slot, queue_position, idle_timeout_s, and the "
+            "server-wide free slots and queue length.\n\n"
+            "NEVER takes a slot, joins the queue or changes anything."
         ),
-        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )
     async def sandbox_status() -> Annotated[CallToolResult, enveloped(SandboxStatus)]:
         async def body(call: CallContext) -> SandboxStatus:

@@ -669,3 +669,21 @@ def test_special_files_count_towards_the_entry_limit(tmp_path: Path) -> None:
     report = _inspect(ws, base, max_entries=50)
 
     assert report.notes == ["workspace: over 50 entries, the rest not compared"]
+
+
+def test_max_files_with_diff_caps_the_diffed_files_not_the_listing(tmp_path: Path) -> None:
+    ws, base = _project(tmp_path, {f"f{i}.txt": f"{i}\n" for i in range(5)})
+    for i in range(5):
+        _rewrite(ws / f"f{i}.txt", f"{i} changed\n")
+    report = _inspect(ws, base, include_diff=True, max_files_with_diff=2)
+    assert len(report.modified) == 5
+    assert report.insertions == 5
+    assert report.diff is not None
+    assert report.diff.count("+++ b/") == 2
+    assert "3 more changed file(s) not shown" in report.diff
+    assert "max_files_with_diff" in report.diff
+    assert report.diff_truncated
+    uncapped = _inspect(ws, base, include_diff=True)
+    assert uncapped.diff is not None
+    assert uncapped.diff.count("+++ b/") == 5
+    assert not uncapped.diff_truncated

@@ -67,3 +67,14 @@ def test_tested_experiments_beat_untested_ones() -> None:
         )[0]
         == "tested"
     )
+
+
+def test_the_reason_names_experiments_by_their_labels() -> None:
+    best, reason = recommend(
+        [
+            ev("exp_1", label="Decimal fix", tests_total=6, tests_failed=0, last_exit_code=0),
+            ev("exp_2", label="Rounding fix", tests_total=6, tests_failed=1, last_exit_code=1),
+        ]
+    )
+    assert best == "exp_1"
+    assert reason.startswith("Decimal fix: fewest failing tests (0 of 6, against 1 for Rounding")

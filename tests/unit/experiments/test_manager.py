@@ -139,6 +139,28 @@ async def test_timeouts_are_clamped_and_reported(world: World) -> None:
     assert any("clamped to 1800" in note for note in job.notes)
 
 
+async def test_the_experiments_timeout_is_its_commands_default(world: World) -> None:
+    exp = await world.manager.create(
+        world.call(), CreateRequest(setup_commands=("sleep 5",), timeout_s=1.5)
+    )
+    assert exp.isolation["command_timeout_s"] == 1.5
+    assert [job.status for job in exp.setup] == ["timeout"]
+    defaulted = await world.manager.execute(world.call(), exp.experiment_id, "sleep 5")
+    assert defaulted.status == "timeout"
+    own = await world.manager.execute(world.call(), exp.experiment_id, "sleep 2", timeout_s=4)
+    assert own.status == "completed"
+    jobs = await world.records.jobs_of(exp.experiment_id)
+    assert [job.timeout_s for job in jobs] == [1.5, 1.5, 4]
+
+
+async def test_an_experiment_timeout_above_the_ceiling_is_clamped_and_reported(
+    world: World,
+) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest(timeout_s=99_999))
+    assert exp.isolation["command_timeout_s"] == 1800
+    assert any("clamped to 1800" in warning for warning in exp.warnings)
+
+
 async def test_another_sandbox_sees_not_found_exactly_as_for_a_missing_id(world: World) -> None:
     exp = await world.manager.create(world.call("alice"), CreateRequest())
     job = await world.manager.execute(world.call("alice"), exp.experiment_id, "echo x")
@@ -161,7 +183,7 @@ async def test_another_sandbox_sees_not_found_exactly_as_for_a_missing_id(world:
 
 
 async def test_at_most_max_experiments_live(world: World) -> None:
-    for _ in range(3):
+    for _ in range(ExperimentOptions().max_experiments):  # the default the world uses
         await world.manager.create(world.call(), CreateRequest())
     with pytest.raises(ServiceError) as caught:
         await world.manager.create(world.call(), CreateRequest())
@@ -396,3 +418,24 @@ async def test_many_calls_at_once_cannot_slip_under_the_cap(
     assert len(results) - len(refused) == 3
     assert {r.code for r in refused} == {"LIMIT_REACHED"}
     assert world.backend.ran.count("sleep 30") == 3
+
+
+async def test_a_bare_name_forwards_the_servers_value_only_in_local_mode(
+    tmp_path: Path, worlds: list[World], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # environment_allowlist's names (the seed's) are env's: local mode forwards them.
+    monkeypatch.setenv("SEED_FORWARDED", "from-the-server")
+    (tmp_path / "local").mkdir()
+    (tmp_path / "hosted").mkdir()
+    worlds.append(await make_world(tmp_path / "local", hosted=False))
+    local = worlds[-1]
+    exp = await local.manager.create(local.call(), CreateRequest(env=("SEED_FORWARDED", "A=1")))
+    spec = local.backend.containers[f"c-{exp.experiment_id}"]
+    assert spec.env == {"SEED_FORWARDED": "from-the-server", "A": "1"}
+    # A hosted server forwards nothing of its own environment: the name is refused.
+    worlds.append(await make_world(tmp_path / "hosted", hosted=True))
+    hosted = worlds[-1]
+    with pytest.raises(JailError) as caught:
+        await hosted.manager.create(hosted.call(), CreateRequest(env=("SEED_FORWARDED",)))
+    assert caught.value.code == "ENV_INVALID"
+    assert "pass SEED_FORWARDED=value" in caught.value.message

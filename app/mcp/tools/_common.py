@@ -1,0 +1,42 @@
+"""What every tool module shares: parameter types, annotation presets, progress.
+
+Annotations are hints a client acts on (Claude runs read-only tools without
+asking, and its connector directory requires ``title``, ``readOnlyHint`` and
+``destructiveHint``), so every tool states all four, from one of these presets.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import Context
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from app.mcp.runner import Progress
+
+ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
+JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
+# A wall clock; above the operator's ceiling it is clamped (and the agent told), not refused.
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def hints(
+    *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool = False
+) -> ToolAnnotations:
+    """All four hints, always set: a client reads a missing one as its worst case."""
+    return ToolAnnotations(
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=open_world,
+    )
+
+
+# Looks at the caller's sandbox and changes nothing; the same call answers the same.
+READ_ONLY = hints(read_only=True, destructive=False, idempotent=True)
+
+
+def progress(ctx: Context | None) -> Progress | None:
+    # Queue position updates reach the client only if it asked for progress.
+    return ctx.report_progress if ctx is not None else None
