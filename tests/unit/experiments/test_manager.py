@@ -183,7 +183,7 @@ async def test_another_sandbox_sees_not_found_exactly_as_for_a_missing_id(world:
 
 
 async def test_at_most_max_experiments_live(world: World) -> None:
-    for _ in range(ExperimentOptions().max_experiments):  # the default the world uses
+    for _ in range(ExperimentOptions(hosted=True, default_image="img:1").max_experiments):
         await world.manager.create(world.call(), CreateRequest())
     with pytest.raises(ServiceError) as caught:
         await world.manager.create(world.call(), CreateRequest())
