@@ -162,3 +162,34 @@ def test_provision_unknown_owner_is_one_clear_line(capsys: pytest.CaptureFixture
     assert err.startswith("sandbox-mcp: ")
     assert "no-such-user-xyz" in err
     assert_no_traceback(err)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+async def test_connections_to_the_listening_socket_send_without_nagle(host: str) -> None:
+    """asyncio turns Nagle off only on sockets that say they are TCP; with proto 0 every
+    response waited out the client's delayed ACK (about 40 ms a request)."""
+    import asyncio
+
+    from app.cli import _bind
+
+    sock = _bind(host, 0)
+    accepted: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raw = writer.get_extra_info("socket")
+        accepted.append(raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, sock=sock)
+    try:
+        port = sock.getsockname()[1]
+        _, writer = await asyncio.open_connection(host, port)
+        for _ in range(100):
+            if accepted:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert accepted == [1]
