@@ -25,7 +25,8 @@ from starlette.types import Receive, Scope, Send
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 from e2e_server import start_server, stop_server
-from oauth_browser import ManualClient, call_tool
+from mcp_http import call_tool
+from oauth_browser import ManualClient
 
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import create_engine, upgrade_schema

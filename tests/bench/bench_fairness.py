@@ -29,7 +29,8 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, tool
+from mcp_http import tool
+from oauth_browser import ManualClient
 
 HONEST = 20
 HOSTILE = 20

@@ -23,7 +23,8 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 from e2e_server import free_port, start_server, stop_server
-from oauth_browser import ManualClient, call_tool
+from mcp_http import call_tool
+from oauth_browser import ManualClient
 
 CONNECTIONS = 16
 SECONDS = 8.0

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, tool
+from mcp_http import tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 from e2e_server import start_server, stop_server
 from legacy_vault import NEW_OPEN, NEW_SEAL, OLD_OPEN, OLD_SEAL
-from oauth_browser import tool
+from mcp_http import tool
 
 pytestmark = pytest.mark.e2e
 

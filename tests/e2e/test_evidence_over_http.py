@@ -12,7 +12,8 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, read_jsonrpc, tool
+from mcp_http import read_jsonrpc, tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,8 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, tool
+from mcp_http import tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,8 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, tool
+from mcp_http import tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import post_rpc, read_jsonrpc, tool
+from mcp_http import post_rpc, read_jsonrpc, tool
 
 pytestmark = pytest.mark.e2e
 

@@ -13,16 +13,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import (
-    REDIRECT_URI,
-    ManualClient,
-    call_tool,
-    pkce_pair,
-    press_button,
-    query_of,
-    read_jsonrpc,
-    read_page,
-)
+from mcp_http import call_tool, read_jsonrpc
+from oauth_browser import REDIRECT_URI, ManualClient, pkce_pair, press_button, query_of, read_page
 
 pytestmark = pytest.mark.e2e
 

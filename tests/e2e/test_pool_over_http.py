@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from oauth_browser import ManualClient, call_tool, probe, read_jsonrpc
+from mcp_http import call_tool, probe, read_jsonrpc
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 

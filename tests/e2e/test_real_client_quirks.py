@@ -26,11 +26,11 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import SESSIONLESS_META, ManualClient, probe, read_jsonrpc
+from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, probe, read_jsonrpc
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 
-LEGACY = "2025-11-25"
 ENV = {
     "SANDBOX_MCP_AUTH": "oauth",
     "SANDBOX_MCP_POOL_SIZE": "2",
@@ -44,35 +44,6 @@ def oauth_server(tmp_path: Path) -> Iterator[RunningServer]:
     running = start_server(tmp_path / "state", **ENV)
     yield running
     stop_server(running)
-
-
-async def legacy_rpc(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    token: str,
-    method: str,
-    params: dict[str, Any] | None = None,
-    *,
-    session_id: str | None = None,
-    request_id: int | None = 1,
-) -> httpx2.Response:
-    """One legacy-era (2025-11-25) JSON-RPC POST; ``request_id=None`` sends a notification.
-
-    The version header goes on every request after ``initialize``, as the spec asks;
-    ``session_id`` is sent only when given: the quirky clients decide that."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = params
-    if request_id is not None:
-        message["id"] = request_id
-    headers = {
-        "authorization": f"Bearer {token}",
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        **({} if method == "initialize" else {"mcp-protocol-version": LEGACY}),
-        **({"mcp-session-id": session_id} if session_id is not None else {}),
-    }
-    return await http.post(server.mcp_url, content=json.dumps(message), headers=headers)
 
 
 async def initialize(

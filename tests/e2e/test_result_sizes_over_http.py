@@ -13,7 +13,8 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, post_rpc, read_jsonrpc, tool
+from mcp_http import post_rpc, read_jsonrpc, tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import post_rpc, read_jsonrpc
+from mcp_http import post_rpc, read_jsonrpc
 
 pytestmark = pytest.mark.e2e
 

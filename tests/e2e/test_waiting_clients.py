@@ -16,12 +16,10 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import ManualClient, read_jsonrpc, tool
+from mcp_http import LEGACY, MODERN, read_jsonrpc, tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
-
-LEGACY = "2025-11-25"
-MODERN = "2026-07-28"
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
-from e2e_server import RunningServer
 
 REDIRECT_URI = "http://127.0.0.1:9/callback"
 
@@ -124,127 +121,3 @@ class ManualClient:
                 "client_id": self.client_id,
             },
         )
-
-
-async def call_tool(
-    http: httpx2.AsyncClient, base_url: str, token: str, name: str = "sandbox_status"
-) -> httpx2.Response:
-    """One sessionless (2026-07-28) tools/call with a bearer token."""
-    return await http.post(
-        f"{base_url}/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": name,
-                "arguments": {},
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        },
-        headers={
-            "authorization": f"Bearer {token}",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tools/call",
-            "mcp-name": name,
-        },
-    )
-
-
-async def tool(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    token: str,
-    name: str,
-    arguments: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One sessionless tools/call; returns the structured content plus ``is_error``."""
-    response = await http.post(
-        server.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": name,
-                "arguments": arguments or {},
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        },
-        headers={
-            # An empty token means local mode (SANDBOX_MCP_AUTH=none): no header at all.
-            **({"authorization": f"Bearer {token}"} if token else {}),
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tools/call",
-            "mcp-name": name,
-        },
-    )
-    assert response.status_code == 200, response.text
-    body = read_jsonrpc(response)
-    assert "result" in body, body
-    result = body["result"]
-    structured = result.get("structuredContent") or {}
-    return {"is_error": result.get("isError", False), **structured}
-
-
-async def probe(
-    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
-) -> dict[str, Any]:
-    """Call the test suite's slot-taking probe tool (tests/support/probe_app.py)."""
-    return await tool(http, server, token, "probe_sandbox", {"write": write})
-
-
-SESSIONLESS_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
-
-
-async def post_rpc(
-    http: httpx2.AsyncClient,
-    mcp_url: str,
-    method: str,
-    params: dict[str, Any],
-    *,
-    token: str = "",
-    name: str | None = None,
-) -> httpx2.Response:
-    """One sessionless (2026-07-28) JSON-RPC request; ``name`` fills the Mcp-Name header.
-
-    ``params`` goes out as given (plus the protocol ``_meta``), so tests can send
-    arguments of any shape, hostile ones included."""
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": "2026-07-28",
-        "mcp-method": method,
-        **({"mcp-name": name} if name is not None else {}),
-        **({"authorization": f"Bearer {token}"} if token else {}),
-    }
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": method,
-        "params": {**params, "_meta": SESSIONLESS_META},
-    }
-    return await http.post(mcp_url, content=json.dumps(body), headers=headers)
-
-
-def read_jsonrpc(response: httpx2.Response) -> dict[str, Any]:
-    """The JSON-RPC answer, whether sent as JSON or as an SSE stream (after progress)."""
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        for line in response.text.splitlines():
-            if line.startswith("data:"):
-                message = json.loads(line[5:])
-                if "result" in message or "error" in message:
-                    return dict(message)
-        raise AssertionError(f"no JSON-RPC answer in the stream: {response.text[:500]}")
-    return dict(response.json())

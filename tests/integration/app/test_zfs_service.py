@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
-from oauth_browser import ManualClient, probe, tool
+from mcp_http import probe, tool
+from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,133 @@
+"""An MCP client over plain HTTP, for tests that need to see (or shape) the wire.
+
+Every request is one sessionless JSON-RPC POST to ``/mcp``, built in one place
+(``post_rpc``), in the 2026-07-28 era unless a test asks for the legacy one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+from e2e_server import RunningServer
+
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+SESSIONLESS_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+async def post_rpc(
+    http: httpx2.AsyncClient,
+    mcp_url: str,
+    method: str,
+    params: dict[str, Any],
+    *,
+    token: str = "",
+    name: str | None = None,
+) -> httpx2.Response:
+    """One sessionless (2026-07-28) JSON-RPC request; ``name`` fills the Mcp-Name header.
+
+    ``params`` goes out as given (plus the protocol ``_meta``), so tests can send
+    arguments of any shape, hostile ones included. An empty ``token`` means local mode
+    (``SANDBOX_MCP_AUTH=none``): no Authorization header at all."""
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": method,
+        **({"mcp-name": name} if name is not None else {}),
+        **({"authorization": f"Bearer {token}"} if token else {}),
+    }
+    meta = {**SESSIONLESS_META, **params.get("_meta", {})}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    return await http.post(mcp_url, content=json.dumps(body), headers=headers)
+
+
+async def legacy_rpc(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    session_id: str | None = None,
+    request_id: int | None = 1,
+) -> httpx2.Response:
+    """One legacy-era (2025-11-25) JSON-RPC POST; ``request_id=None`` sends a notification.
+
+    The version header goes on every request after ``initialize``, as the spec asks;
+    ``session_id`` is sent only when given: the quirky clients decide that."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    if request_id is not None:
+        message["id"] = request_id
+    headers = {
+        "authorization": f"Bearer {token}",
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        **({} if method == "initialize" else {"mcp-protocol-version": LEGACY}),
+        **({"mcp-session-id": session_id} if session_id is not None else {}),
+    }
+    return await http.post(server.mcp_url, content=json.dumps(message), headers=headers)
+
+
+def read_jsonrpc(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer, whether sent as JSON or as an SSE stream (after progress)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if "result" in message or "error" in message:
+                    return dict(message)
+        raise AssertionError(f"no JSON-RPC answer in the stream: {response.text[:500]}")
+    return dict(response.json())
+
+
+async def call_tool(
+    http: httpx2.AsyncClient, base_url: str, token: str, name: str = "sandbox_status"
+) -> httpx2.Response:
+    """One tools/call with no arguments; the raw response."""
+    return await post_rpc(
+        http,
+        f"{base_url}/mcp",
+        "tools/call",
+        {"name": name, "arguments": {}},
+        token=token,
+        name=name,
+    )
+
+
+async def tool(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    name: str,
+    arguments: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One tools/call; returns the structured content plus ``is_error``."""
+    response = await post_rpc(
+        http,
+        server.mcp_url,
+        "tools/call",
+        {"name": name, "arguments": arguments or {}},
+        token=token,
+        name=name,
+    )
+    assert response.status_code == 200, response.text
+    body = read_jsonrpc(response)
+    assert "result" in body, body
+    result = body["result"]
+    structured = result.get("structuredContent") or {}
+    return {"is_error": result.get("isError", False), **structured}
+
+
+async def probe(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, write: str = ""
+) -> dict[str, Any]:
+    """Call the test suite's slot-taking probe tool (tests/support/probe_app.py)."""
+    return await tool(http, server, token, "probe_sandbox", {"write": write})
