@@ -58,6 +58,29 @@ class CommandRunner:
         self._max_output_bytes = max_output_bytes
         self._clock = clock
 
+    async def run(
+        self, command: Command, *, wait_s: float | None, tests: TestContext | None = None
+    ) -> tuple[JobRecord, bool]:
+        """Start ``command`` and wait up to ``wait_s`` seconds (``None``: to its end) without
+        cancelling it; the job as recorded then, and whether it had finished.
+
+        The one way a caller runs a command and reads its outcome (a command, a test run,
+        a setup command).
+
+        Raises:
+            LimitReached: as for ``start``.
+            RuntimeFailure: the runtime failed while this call waited (the job records it).
+        """
+        running = await self.start(command, tests)
+        if wait_s is None:
+            await asyncio.shield(running.task)
+            finished = True
+        else:
+            finished = await self._jobs.wait(running, wait_s) if wait_s > 0 else False
+        record = await self._records.load_job(command.sandbox_key, running.job_id)
+        assert record is not None  # written by start, never deleted while it runs
+        return record, finished
+
     async def start(self, command: Command, tests: TestContext | None = None) -> RunningJob:
         """Record the job, move the experiment to RUNNING (if idle) and start the command.
 

@@ -4,7 +4,6 @@ container, run its setup commands; every step recorded before the caller hears o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 import uuid
@@ -15,7 +14,6 @@ from pathlib import Path
 from app.experiments import workspace
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.errors import (
-    ExperimentNotFound,
     InvalidTransition,
     ModeRefused,
     ProjectSourceError,
@@ -99,7 +97,7 @@ class ExperimentCreator:
             )
         copy_from = None
         if request.from_experiment:
-            source = await self._owned(call, request.from_experiment)
+            source = await self._records.get(call.sandbox_key, request.from_experiment)
             if source.state is State.DESTROYED:
                 raise InvalidTransition(
                     "That experiment was destroyed; its files are gone.", state=source.state.value
@@ -202,7 +200,7 @@ class ExperimentCreator:
             setup.append(job)
             if job.status != "completed":
                 break
-        created = await self._owned(call, experiment_id)
+        created = await self._records.get(call.sandbox_key, experiment_id)
         view = ExperimentView.of(created, await self._records.jobs_of(experiment_id))
         return CreatedExperiment(
             **view.model_dump(exclude={"notes"}),
@@ -247,22 +245,12 @@ class ExperimentCreator:
         timeout_s: float,
         env: dict[str, str],
     ) -> JobView:
-        experiment = await self._records.load(sandbox_key, experiment_id)
-        assert experiment is not None
-        running = await self._commands.start(
-            Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False)
+        experiment = await self._records.get(sandbox_key, experiment_id)
+        row, _ = await self._commands.run(
+            Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False),
+            wait_s=None,
         )
-        with contextlib.suppress(Exception):
-            await running.task
-        row = await self._records.load_job(sandbox_key, running.job_id)
-        assert row is not None
         return JobView.of(row)
-
-    async def _owned(self, call: CallContext, experiment_id: str) -> Experiment:
-        experiment = await self._records.load(call.sandbox_key, experiment_id)
-        if experiment is None:
-            raise ExperimentNotFound("experiment", experiment_id)
-        return experiment
 
 
 def _count_files(root: Path) -> int:

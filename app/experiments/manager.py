@@ -183,7 +183,8 @@ class ExperimentManager:
         timeout = self._timeout(
             timeout_s or experiment.isolation.get(COMMAND_TIMEOUT_KEY), warnings
         )
-        running = await self._commands.start(
+        wait = 0.0 if background else self._options.sync_wait_s
+        row, finished = await self._commands.run(
             Command(
                 call.sandbox_key,
                 experiment,
@@ -193,13 +194,10 @@ class ExperimentManager:
                 forwarded_env(self._options, env),
                 background,
             ),
-            tests,
+            wait_s=wait,
+            tests=tests,
         )
-        job_id = running.job_id
-        wait = 0.0 if background else self._options.sync_wait_s
-        finished = await self._jobs.wait(running, wait) if wait else False
-        row = await self._records.load_job(call.sandbox_key, job_id)
-        assert row is not None
+        job_id = row.job_id
         view = JobView.of(row)
         view.notes.extend(warnings)
         if not finished and not background:
@@ -270,10 +268,7 @@ class ExperimentManager:
     # -- look ------------------------------------------------------------------------
 
     async def _get(self, call: CallContext, experiment_id: str) -> Experiment:
-        experiment = await self._records.load(call.sandbox_key, experiment_id)
-        if experiment is None:
-            raise ExperimentNotFound("experiment", experiment_id)
-        return experiment
+        return await self._records.get(call.sandbox_key, experiment_id)
 
     async def get(self, call: CallContext, experiment_id: str) -> ExperimentView:
         experiment = await self._get(call, experiment_id)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.experiments.errors import ExperimentNotFound
 from app.experiments.records import ArtifactRecord, Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, check_transition
 from app.storage.db import Base, transaction
@@ -191,6 +192,18 @@ class ExperimentRecords:
             if row is None or row.sandbox_key != sandbox_key:
                 return None
             return _experiment(row)
+
+    async def get(self, sandbox_key: str, experiment_id: str) -> Experiment:
+        """The sandbox's experiment ``experiment_id``: the one ownership check.
+
+        Raises:
+            ExperimentNotFound: there is none in this sandbox (another sandbox's id reads
+                exactly like one that never existed).
+        """
+        experiment = await self.load(sandbox_key, experiment_id)
+        if experiment is None:
+            raise ExperimentNotFound("experiment", experiment_id)
+        return experiment
 
     async def of_sandbox(
         self, sandbox_key: str, *, include_destroyed: bool = True
