@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from app.errors import DatabaseUnavailable
-from app.runtime.probe import probe_docker
+from app.runtime.probe import DockerProbe
 from app.settings import Settings
 from app.slot_storage import open_slots, slot_store
 from app.state_dir import StateDirUnusable, prepare_state_dir
@@ -58,7 +58,11 @@ async def check(settings: Settings) -> dict[str, object]:
         database = {"ok": False, "reason": exc.details["reason"]}
     finally:
         await engine.dispose()
-    runtime = await probe_docker()
+    probe = DockerProbe()
+    try:
+        runtime = await probe()
+    finally:
+        probe.close()
     ok = bool(state["ok"] and database["ok"] and runtime.reachable)
     return {
         "version": service_version(),

@@ -40,7 +40,7 @@ from app.observability import configure_logging
 from app.retention import Retention
 from app.runtime.docker import DockerBackend, output_streams
 from app.runtime.limits import Ceilings
-from app.runtime.probe import probe_docker
+from app.runtime.probe import DockerProbe
 from app.services import AuthParts, Services
 from app.settings import Settings
 from app.slot_storage import slot_store
@@ -203,6 +203,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         backend=backend,
         metrics=metrics,
         store=store,
+        docker_probe=DockerProbe(),
     )
 
 
@@ -265,7 +266,7 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         version=service_version(),
         ping_database=services.repository.ping,
         pool_stats=services.pool_stats,
-        probe_runtime=probe_docker,
+        probe_runtime=services.docker_probe,
     )
 
     @contextlib.asynccontextmanager

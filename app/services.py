@@ -18,6 +18,7 @@ from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
 from app.runtime.backend import SandboxBackend
+from app.runtime.probe import DockerProbe
 from app.settings import Settings
 from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
@@ -58,6 +59,7 @@ class Services:
     backend: SandboxBackend
     metrics: Metrics
     store: SlotStore
+    docker_probe: DockerProbe
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -92,6 +94,7 @@ class Services:
         await self.mailer.close()
         await self.store.close()
         await self.audit.close()  # rows of calls already answered
+        self.docker_probe.close()
         await self.engine.dispose()
 
     async def pool_stats(self) -> PoolStats:
