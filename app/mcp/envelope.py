@@ -16,6 +16,8 @@ from typing import Any
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, create_model
 
+from app.mcp.fit import fit
+
 NOTES_DESCRIPTION = "One-time messages for the agent (read them)."
 IDLE_EXPIRY_DESCRIPTION = (
     "Seconds your sandbox survives without activity from now on; after that it is "
@@ -49,7 +51,11 @@ def ok_result(
 ) -> CallToolResult:
     """Wrap ``record``: the envelope's ``notes`` come first, then the record's own."""
     structured = record.model_dump(mode="json")
-    structured["notes"] = [*(notes or []), *structured.get("notes", [])]
+    cut = fit(structured)
+    if cut:
+        # The text is made from what is left, so the two never disagree.
+        record = type(record).model_validate(structured)
+    structured["notes"] = [*(notes or []), *structured.get("notes", []), *cut]
     structured.setdefault("idle_expiry_s", None)
     if idle_expiry_s is not None:
         structured["idle_expiry_s"] = idle_expiry_s

@@ -1,0 +1,86 @@
+"""Results cut to fit the clients' windows, whatever a tool returned.
+
+Claude Code caps a tool result at 25,000 tokens by default (``MAX_MCP_OUTPUT_TOKENS``)
+and claude.ai's connectors at about 150,000 characters; a result over the cap reaches
+the model cut off mid-JSON, or as an error. Tools bound their own results (an output
+excerpt, a read of at most ``max_bytes``, ``max_results``); this is the net under
+them: while the structured content is over its budget, its largest list loses its
+second half, or its largest string keeps its head and tail, and a note says which
+field was cut and how to get the rest. Lists and strings only shrink, so the result
+still matches the tool's output schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Characters of structured content; the text content is about the same again.
+STRUCTURED_BUDGET = 30_000
+_KEEP_HEAD = 0.3  # of a cut string, the share kept from its start (the end matters more)
+
+
+def fit(structured: dict[str, Any], budget: int = STRUCTURED_BUDGET) -> list[str]:
+    """Shrink ``structured`` in place until it serializes under ``budget`` characters;
+    returns one note per cut (empty when it already fitted)."""
+    cuts: dict[str, tuple[int, int, str]] = {}  # path -> (kept, total, unit)
+    for _ in range(64):  # each pass halves something: a bound, not a loop on luck
+        size = _size(structured)
+        if size <= budget:
+            break
+        found = _largest(structured, "", None)
+        if found is None:
+            break
+        path, holder, key, value = found
+        excess = size - budget
+        if isinstance(value, list):
+            total = cuts.get(path, (0, len(value), ""))[1]
+            holder[key] = value[: len(value) // 2]
+            cuts[path] = (len(holder[key]), total, "entries")
+        else:
+            total = cuts.get(path, (0, len(value), ""))[1]
+            keep = max(0, len(value) - excess - 200)
+            head = int(keep * _KEEP_HEAD)
+            tail = keep - head
+            left_out = len(value) - keep
+            holder[key] = (
+                value[:head]
+                + f"\n[... {left_out} characters cut to fit the client's window ...]\n"
+                + (value[-tail:] if tail else "")
+            )
+            cuts[path] = (keep, total, "characters")
+    return [
+        f"This result was cut to fit the client's window: `{path}` keeps {kept} of its "
+        f"{total} {unit}. Ask for less at a time (a narrower path, a line range, a smaller "
+        "limit, or pages) to see the rest."
+        for path, (kept, total, unit) in cuts.items()
+    ]
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def _largest(
+    value: Any, path: str, best: tuple[str, Any, Any, Any] | None, depth: int = 0
+) -> tuple[str, Any, Any, Any] | None:
+    """The largest cuttable value below ``value``: (path, its holder, its key, it)."""
+    if depth > 6:
+        return best
+    items: list[tuple[Any, Any]] = (
+        list(value.items())
+        if isinstance(value, dict)
+        else list(enumerate(value))
+        if isinstance(value, list)
+        else []
+    )
+    for key, child in items:
+        if key == "notes":
+            continue  # the notes say what was cut; never cut them
+        child_path = f"{path}.{key}" if path else str(key)
+        cuttable = isinstance(child, str | list) and len(child) > 1
+        if cuttable and (best is None or _size(child) > _size(best[3])):
+            best = (child_path, value, key, child)
+        if isinstance(child, dict | list):
+            best = _largest(child, child_path, best, depth + 1)
+    return best

@@ -1,0 +1,52 @@
+"""The net under every result: it shrinks what is over budget, says so, keeps the shape."""
+
+from __future__ import annotations
+
+import json
+
+from app.mcp.fit import fit
+
+
+def size(value: object) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def test_a_result_under_budget_is_left_alone() -> None:
+    result = {"path": "a.txt", "content": "x" * 100, "notes": []}
+    assert fit(result, budget=1000) == []
+    assert result == {"path": "a.txt", "content": "x" * 100, "notes": []}
+
+
+def test_the_largest_list_loses_entries_until_it_fits() -> None:
+    result = {
+        "matches": [{"path": f"f{n}.py", "line": n, "text": "y" * 80} for n in range(1000)],
+        "pattern": "y",
+        "notes": ["kept"],
+    }
+    notes = fit(result, budget=10_000)
+    assert size(result) <= 10_000
+    assert 0 < len(result["matches"]) < 1000
+    assert result["matches"][0]["path"] == "f0.py"  # the first ones stay
+    assert result["notes"] == ["kept"]  # never cut
+    (note,) = notes
+    assert f"`matches` keeps {len(result['matches'])} of its 1000 entries" in note
+
+
+def test_a_long_string_keeps_its_head_and_its_end() -> None:
+    content = "START" + "m" * 200_000 + "THE END"
+    result = {"content": content, "notes": []}
+    (note,) = fit(result, budget=20_000)
+    assert size(result) <= 20_000
+    assert result["content"].startswith("START")
+    assert result["content"].endswith("THE END")
+    assert "characters cut to fit the client's window" in result["content"]
+    assert "`content` keeps" in note
+    assert "of its 200012 characters" in note
+
+
+def test_nested_fields_are_found_and_named() -> None:
+    result = {"page": {"text": "z" * 50_000}, "jobs": [{"stdout": "s" * 40_000}], "notes": []}
+    notes = fit(result, budget=15_000)
+    assert size(result) <= 15_000
+    assert any("`page.text`" in n for n in notes)
+    assert any("`jobs.0.stdout`" in n for n in notes)
