@@ -77,6 +77,28 @@ class CommandRunner:
         running.task.add_done_callback(lambda _: release())
         return running
 
+    async def run_to_end(self, running: RunningJob) -> None:
+        """Wait for the command to end, however long it runs; if the waiting call is
+        cancelled first, kill the command (as ``cancel_job`` does) before giving up.
+
+        For callers that own their command: a setup command, or a call served as an
+        MCP task, whose cancellation (``tasks/cancel``) means "stop this work". The
+        command's own errors reach the caller.
+        """
+        try:
+            await asyncio.shield(running.task)
+        except asyncio.CancelledError:
+            if not running.task.done():
+                # The call was cancelled, not the command (at shutdown the registry
+                # cancels the command itself, and its container is kept).
+                await asyncio.shield(self.kill(running))
+            raise
+
+    async def kill(self, running: RunningJob) -> None:
+        """Kill the command's process tree and wait (10 s at most) for its record."""
+        await self._backend.cancel(running.container_id, running.job_id)
+        await self._jobs.wait(running, 10)
+
     async def _start(
         self, command: Command, tests: TestContext | None, release: Callable[[], None]
     ) -> RunningJob:

@@ -243,7 +243,8 @@ class ExperimentCreator:
             Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False)
         )
         with contextlib.suppress(Exception):
-            await running.task
+            # A cancelled creation (tasks/cancel, a client gone) kills its setup command.
+            await self._commands.run_to_end(running)
         row = await self._records.load_job(sandbox_key, running.job_id)
         assert row is not None
         return JobView.of(row)

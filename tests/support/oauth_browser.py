@@ -216,11 +216,13 @@ async def post_rpc(
     *,
     token: str = "",
     name: str | None = None,
+    capabilities: dict[str, Any] | None = None,
 ) -> httpx2.Response:
     """One sessionless (2026-07-28) JSON-RPC request; ``name`` fills the Mcp-Name header.
 
-    ``params`` goes out as given (plus the protocol ``_meta``), so tests can send
-    arguments of any shape, hostile ones included."""
+    ``params`` goes out as given (plus the protocol ``_meta``, declaring
+    ``capabilities``, none by default), so tests can send arguments of any shape,
+    hostile ones included."""
     headers = {
         "content-type": "application/json",
         "accept": "application/json, text/event-stream",
@@ -233,7 +235,13 @@ async def post_rpc(
         "jsonrpc": "2.0",
         "id": 1,
         "method": method,
-        "params": {**params, "_meta": SESSIONLESS_META},
+        "params": {
+            **params,
+            "_meta": {
+                **SESSIONLESS_META,
+                "io.modelcontextprotocol/clientCapabilities": capabilities or {},
+            },
+        },
     }
     return await http.post(mcp_url, content=json.dumps(body), headers=headers)
 

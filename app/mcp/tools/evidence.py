@@ -16,6 +16,7 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
 from app.mcp.envelope import enveloped
 from app.mcp.runner import Progress, ToolRunner
+from app.mcp.tasks import running_as_task
 from jail import CallContext
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -43,7 +44,9 @@ def register_evidence_tools(
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
-            return await manager.run_tests(call, experiment_id, command, timeout_s=timeout_s)
+            return await manager.run_tests(
+                call, experiment_id, command, timeout_s=timeout_s, until_done=running_as_task()
+            )
 
         return await runner.run("run_tests", body, takes_slot=True, progress=_progress(ctx))
 
@@ -122,5 +125,6 @@ def register_evidence_tools(
 
 
 def _progress(ctx: Context | None) -> Progress | None:
-    # Queue position updates reach the client only if it asked for progress.
-    return ctx.report_progress if ctx is not None else None
+    # Queue position updates reach the client only if it asked for progress, and
+    # never from a task: the response that would carry them has been sent.
+    return ctx.report_progress if ctx is not None and not running_as_task() else None

@@ -26,6 +26,7 @@ from app.experiments.views import (
 )
 from app.mcp.envelope import enveloped
 from app.mcp.runner import Progress, ToolRunner
+from app.mcp.tasks import running_as_task
 from app.runtime.backend import Limits
 from jail import CallContext
 
@@ -139,7 +140,13 @@ def register_experiment_tools(
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             return await manager.execute(
-                call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
+                call,
+                experiment_id,
+                command,
+                background=background,
+                timeout_s=timeout_s,
+                env=env,
+                until_done=running_as_task(),
             )
 
         return await runner.run(
@@ -238,5 +245,6 @@ def register_experiment_tools(
 
 
 def _progress(ctx: Context | None) -> Progress | None:
-    # Queue position updates reach the client only if it asked for progress.
-    return ctx.report_progress if ctx is not None else None
+    # Queue position updates reach the client only if it asked for progress, and
+    # never from a task: the response that would carry them has been sent.
+    return ctx.report_progress if ctx is not None and not running_as_task() else None
