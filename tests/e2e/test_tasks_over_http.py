@@ -37,6 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="100",
         # A synchronous call gives up waiting after 1.5 s: a task must not.
         SANDBOX_MCP_SYNC_WAIT_S=str(SYNC_WAIT_S),
+        SANDBOX_MCP_MAX_TASKS_PER_SANDBOX="2",
     )
     yield running
     stop_server(running)
@@ -399,3 +400,42 @@ async def test_tasks_update_is_acknowledged_for_a_task_that_asks_no_input(
     task, _ = await poll(http, server, token, task_id)
     assert task["status"] == "completed"
     assert task["result"]["structuredContent"]["stdout"] == "fine\n"
+
+
+async def test_a_sandbox_whose_tasks_all_run_is_served_without_a_task(
+    http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
+) -> None:
+    token, experiment = signed_in
+    command = {"experiment_id": experiment, "command": "sleep 3; echo busy"}
+    first = assert_task_handle(await call(http, server, token, "execute_experiment", command))
+    second = assert_task_handle(await call(http, server, token, "execute_experiment", command))
+    # MAX_TASKS_PER_SANDBOX=2, both running: the third call is an ordinary one.
+    third = await call(http, server, token, "execute_experiment", command)
+    assert third["resultType"] == "complete"
+    assert third["structuredContent"]["job_id"].startswith("job_")
+    for task_id in (first, second):
+        task, _ = await poll(http, server, token, task_id)
+        assert task["result"]["structuredContent"]["stdout"] == "busy\n"
+    # Once they have finished, the oldest is forgotten to make room for a new task.
+    fourth = assert_task_handle(await call(http, server, token, "execute_experiment", command))
+    gone = await rpc(http, server, token, "tasks/get", {"taskId": first})
+    assert gone["error"]["code"] == -32602
+    assert (await get_task(http, server, token, second))["status"] == "completed"
+    await rpc(http, server, token, "tasks/cancel", {"taskId": fourth})
+
+
+async def test_the_handshake_era_has_no_tasks(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    # The result shapes are 2026-07-28 vocabulary: a 2025-11-25 wire cannot carry them.
+    token = await sign_in(http, server)
+    response = await http.post(
+        server.mcp_url,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": "x"}},
+        headers={
+            "authorization": f"Bearer {token}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2025-11-25",
+        },
+    )
+    assert read_jsonrpc(response)["error"]["code"] == -32601
