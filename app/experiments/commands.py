@@ -77,6 +77,21 @@ class CommandRunner:
         running.task.add_done_callback(lambda _: release())
         return running
 
+    async def start_owned(self, command: Command, tests: TestContext | None = None) -> RunningJob:
+        """``start``, for a caller that owns its command (see ``run_to_end``): if the call
+        is cancelled while the command is being recorded and started, the start still
+        completes, and the command is killed, so no record is left saying "running"."""
+        starting = asyncio.ensure_future(self.start(command, tests))
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # a refused start has nothing to kill
+                await asyncio.shield(self._kill_once_started(starting))
+            raise
+
+    async def _kill_once_started(self, starting: asyncio.Future[RunningJob]) -> None:
+        await self.kill(await starting)
+
     async def run_to_end(self, running: RunningJob) -> None:
         """Wait for the command to end, however long it runs; if the waiting call is
         cancelled first, kill the command (as ``cancel_job`` does) before giving up.

@@ -239,7 +239,7 @@ class ExperimentCreator:
     ) -> JobView:
         experiment = await self._records.load(sandbox_key, experiment_id)
         assert experiment is not None
-        running = await self._commands.start(
+        running = await self._commands.start_owned(
             Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False)
         )
         with contextlib.suppress(Exception):

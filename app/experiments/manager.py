@@ -186,7 +186,9 @@ class ExperimentManager:
         call.project_map.invalidate()  # a command may change any file
         warnings: list[str] = []
         timeout = self._timeout(timeout_s, warnings)
-        running = await self._commands.start(
+        owned = until_done and not background
+        start = self._commands.start_owned if owned else self._commands.start
+        running = await start(
             Command(
                 call.sandbox_key,
                 experiment,
@@ -200,7 +202,7 @@ class ExperimentManager:
         )
         job_id = running.job_id
         wait = 0.0 if background else self._options.sync_wait_s
-        if until_done and not background:
+        if owned:
             await self._commands.run_to_end(running)
             finished = True
         else:
