@@ -31,6 +31,8 @@ from app.mcp.allowed_hosts import transport_security
 from app.mcp.resources import register_resources
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.mcp.server import SandboxMCPServer
+from app.mcp.task_store import TaskStore
+from app.mcp.tasks import TasksExtension
 from app.mcp.tools.evidence import register_evidence_tools
 from app.mcp.tools.experiments import register_experiment_tools
 from app.mcp.tools.files import register_file_tools
@@ -171,11 +173,17 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         progress_every_s=settings.progress_interval_s,
         on_call=metrics.tool_call,
     )
+    tasks = TaskStore(
+        keep_s=settings.task_keep_s,
+        max_per_sandbox=settings.max_tasks_per_sandbox,
+        max_total=settings.max_tasks,
+    )
     mcp = SandboxMCPServer(
         "sandbox-mcp",
         version=service_version(),
         instructions=INSTRUCTIONS,
         log_level=settings.log_level,
+        extensions=[TasksExtension(identity, tasks)],
     )
     register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.

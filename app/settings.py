@@ -111,6 +111,34 @@ class Settings(BaseSettings):
             "a client that asked for progress that it is alive."
         ),
     )
+    task_keep_s: int = Field(
+        default=3600,
+        ge=60,
+        le=86_400,
+        description=(
+            "How long a finished MCP task (its final result) is kept for tasks/get; then it "
+            "reads as unknown (its command's job stays in the records)."
+        ),
+    )
+    max_tasks_per_sandbox: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description=(
+            "MCP tasks one sandbox holds, running and finished; a new one forgets the "
+            "sandbox's oldest finished task, and a call finding them all running is served "
+            "without a task."
+        ),
+    )
+    max_tasks: int = Field(
+        default=2000,
+        ge=1,
+        le=100_000,
+        description=(
+            "MCP tasks the server holds in memory, all sandboxes together; beyond it calls "
+            "are served without a task (no sandbox's results are dropped for another's)."
+        ),
+    )
     images: str = Field(
         default="sandbox-mcp/python:3,sandbox-mcp/node:22,sandbox-mcp/node:18,sandbox-mcp/base:bookworm",
         description="Comma-separated allow-list of images experiments may use (built locally).",

@@ -61,8 +61,10 @@ class CommandRunner:
     async def run(
         self, command: Command, *, wait_s: float | None, tests: TestContext | None = None
     ) -> tuple[JobRecord, bool]:
-        """Start ``command`` and wait up to ``wait_s`` seconds (``None``: to its end) without
-        cancelling it; the job as recorded then, and whether it had finished.
+        """Start ``command`` and wait up to ``wait_s`` seconds without cancelling it; the
+        job as recorded then, and whether it had finished. ``wait_s=None``: the caller
+        owns the command (a setup command, an MCP task): it waits to the end, and if the
+        call is cancelled the command is killed (``run_to_end``).
 
         The one way a caller runs a command and reads its outcome (a command, a test run,
         a setup command).
@@ -71,11 +73,12 @@ class CommandRunner:
             LimitReached: as for ``start``.
             RuntimeFailure: the runtime failed while this call waited (the job records it).
         """
-        running = await self.start(command, tests)
         if wait_s is None:
-            await asyncio.shield(running.task)
+            running = await self.start_owned(command, tests)
+            await self.run_to_end(running)
             finished = True
         else:
+            running = await self.start(command, tests)
             finished = await self._jobs.wait(running, wait_s) if wait_s > 0 else False
         record = await self._records.load_job(command.sandbox_key, running.job_id)
         assert record is not None  # written by start, never deleted while it runs
@@ -99,6 +102,43 @@ class CommandRunner:
         # Released when the run ends (in _finish); this covers a task cancelled unstarted.
         running.task.add_done_callback(lambda _: release())
         return running
+
+    async def start_owned(self, command: Command, tests: TestContext | None = None) -> RunningJob:
+        """``start``, for a caller that owns its command (see ``run_to_end``): if the call
+        is cancelled while the command is being recorded and started, the start still
+        completes, and the command is killed, so no record is left saying "running"."""
+        starting = asyncio.ensure_future(self.start(command, tests))
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # a refused start has nothing to kill
+                await asyncio.shield(self._kill_once_started(starting))
+            raise
+
+    async def _kill_once_started(self, starting: asyncio.Future[RunningJob]) -> None:
+        await self.kill(await starting)
+
+    async def run_to_end(self, running: RunningJob) -> None:
+        """Wait for the command to end, however long it runs; if the waiting call is
+        cancelled first, kill the command (as ``cancel_job`` does) before giving up.
+
+        For callers that own their command: a setup command, or a call served as an
+        MCP task, whose cancellation (``tasks/cancel``) means "stop this work". The
+        command's own errors reach the caller.
+        """
+        try:
+            await asyncio.shield(running.task)
+        except asyncio.CancelledError:
+            if not running.task.done():
+                # The call was cancelled, not the command (at shutdown the registry
+                # cancels the command itself, and its container is kept).
+                await asyncio.shield(self.kill(running))
+            raise
+
+    async def kill(self, running: RunningJob) -> None:
+        """Kill the command's process tree and wait (10 s at most) for its record."""
+        await self._backend.cancel(running.container_id, running.job_id)
+        await self._jobs.wait(running, 10)
 
     async def _start(
         self, command: Command, tests: TestContext | None, release: Callable[[], None]

@@ -119,9 +119,17 @@ class ExperimentManager:
         background: bool = False,
         timeout_s: float | None = None,
         env: Sequence[str] = (),
+        until_done: bool = False,
     ) -> JobView:
+        """Run ``command``; see ``_execute`` for ``background`` and ``until_done``."""
         return await self._execute(
-            call, experiment_id, command, background=background, timeout_s=timeout_s, env=env
+            call,
+            experiment_id,
+            command,
+            background=background,
+            timeout_s=timeout_s,
+            env=env,
+            until_done=until_done,
         )
 
     async def run_tests(
@@ -131,6 +139,7 @@ class ExperimentManager:
         command: str | None = None,
         *,
         timeout_s: float | None = None,
+        until_done: bool = False,
     ) -> JobView:
         """Detect the runner (unless ``command`` says), run it, and parse its results."""
         workspace_dir = await self.workspace(call, experiment_id)
@@ -152,6 +161,7 @@ class ExperimentManager:
             kind="tests",
             timeout_s=timeout_s,
             tests=(workspace_dir, plan),
+            until_done=until_done,
         )
         if plan is not None:
             view.notes[:0] = plan.notes
@@ -168,7 +178,13 @@ class ExperimentManager:
         timeout_s: float | None = None,
         env: Sequence[str] = (),
         tests: TestContext | None = None,
+        until_done: bool = False,
     ) -> JobView:
+        """Start the command and wait ``sync_wait_s`` for it (none with ``background``):
+        past that it runs on as a job, even if this call is cancelled (a client that
+        hung up keeps its command). With ``until_done`` (a call served as an MCP task,
+        whose client polls instead of holding the line) the wait lasts to the command's
+        end, and cancelling the call kills the command."""
         experiment = await self._get(call, experiment_id)
         if experiment.state not in RUNNABLE or experiment.container_id is None:
             raise InvalidTransition(
@@ -183,7 +199,10 @@ class ExperimentManager:
         timeout = self._timeout(
             timeout_s or experiment.isolation.get(COMMAND_TIMEOUT_KEY), warnings
         )
-        wait = 0.0 if background else self._options.sync_wait_s
+        # A call that owns its command (an MCP task) waits to the end, and a cancelled
+        # call kills it; any other waits at most the synchronous wait.
+        owned = until_done and not background
+        wait = None if owned else 0.0 if background else self._options.sync_wait_s
         row, finished = await self._commands.run(
             Command(
                 call.sandbox_key,
@@ -258,8 +277,7 @@ class ExperimentManager:
         row = await self._job(call, job_id)
         running = self._jobs.get(job_id)
         if running is not None and row.status == "running":
-            await self._backend.cancel(running.container_id, job_id)
-            await self._jobs.wait(running, 10)
+            await self._commands.kill(running)
         view = JobView.of(await self._job(call, job_id))
         if running is None:
             view.notes.append(f"The job had already ended ({view.status}); nothing to cancel.")

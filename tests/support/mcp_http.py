@@ -28,11 +28,13 @@ async def post_rpc(
     *,
     token: str = "",
     name: str | None = None,
+    capabilities: dict[str, Any] | None = None,
 ) -> httpx2.Response:
     """One sessionless (2026-07-28) JSON-RPC request; ``name`` fills the Mcp-Name header.
 
-    ``params`` goes out as given (plus the protocol ``_meta``), so tests can send
-    arguments of any shape, hostile ones included. An empty ``token`` means local mode
+    ``params`` goes out as given (plus the protocol ``_meta``, declaring
+    ``capabilities``, none by default), so tests can send arguments of any shape,
+    hostile ones included. An empty ``token`` means local mode
     (``SANDBOX_MCP_AUTH=none``): no Authorization header at all."""
     headers = {
         "content-type": "application/json",
@@ -42,7 +44,11 @@ async def post_rpc(
         **({"mcp-name": name} if name is not None else {}),
         **({"authorization": f"Bearer {token}"} if token else {}),
     }
-    meta = {**SESSIONLESS_META, **params.get("_meta", {})}
+    meta = {
+        **SESSIONLESS_META,
+        "io.modelcontextprotocol/clientCapabilities": capabilities or {},
+        **params.get("_meta", {}),
+    }
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
     return await http.post(mcp_url, content=json.dumps(body), headers=headers)
 

@@ -14,6 +14,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from app.mcp.runner import Progress
+from app.mcp.tasks import running_as_task
 
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
@@ -38,5 +39,6 @@ READ_ONLY = hints(read_only=True, destructive=False, idempotent=True)
 
 
 def progress(ctx: Context | None) -> Progress | None:
-    # Queue position updates reach the client only if it asked for progress.
-    return ctx.report_progress if ctx is not None else None
+    # Progress reaches the client only if it asked for it, and never from a task: the
+    # response that would carry it has been sent.
+    return ctx.report_progress if ctx is not None and not running_as_task() else None

@@ -16,6 +16,7 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
+from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, hints, progress
 from jail import CallContext
@@ -58,7 +59,9 @@ def register_evidence_tools(
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
             seconds = seed.pick(("timeout_s", timeout_s), ("timeout", timeout))
-            return await manager.run_tests(call, experiment_id, command, timeout_s=seconds)
+            return await manager.run_tests(
+                call, experiment_id, command, timeout_s=seconds, until_done=running_as_task()
+            )
 
         return await runner.run("run_tests", body, takes_slot=True, progress=progress(ctx))
 

@@ -27,6 +27,7 @@ from app.experiments.views import (
 )
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
+from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools._common import READ_ONLY, ExperimentId, JobId, Seconds, hints, progress
 from app.runtime.backend import Limits
@@ -224,7 +225,13 @@ def register_experiment_tools(
                 workspace = await manager.workspace(call, experiment_id)
                 text = await seed.in_workdir(workspace, workdir, command)
             return await manager.execute(
-                call, experiment_id, text, background=background, timeout_s=seconds, env=env
+                call,
+                experiment_id,
+                text,
+                background=background,
+                timeout_s=seconds,
+                env=env,
+                until_done=running_as_task(),
             )
 
         return await runner.run("execute_experiment", body, takes_slot=True, progress=progress(ctx))

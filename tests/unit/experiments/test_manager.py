@@ -439,3 +439,37 @@ async def test_a_bare_name_forwards_the_servers_value_only_in_local_mode(
         await hosted.manager.create(hosted.call(), CreateRequest(env=("SEED_FORWARDED",)))
     assert caught.value.code == "ENV_INVALID"
     assert "pass SEED_FORWARDED=value" in caught.value.message
+
+
+async def test_a_command_run_until_done_dies_with_its_call_wherever_it_is_cancelled(
+    world: World,
+) -> None:
+    """A task's call (``until_done``) owns its command: cancelled at any step, from the
+    job's first database write to the run itself, it leaves no job running."""
+    exp = await world.manager.create(world.call(), CreateRequest())
+    for steps in range(40):
+        call = asyncio.create_task(
+            world.manager.execute(world.call(), exp.experiment_id, "sleep 30", until_done=True)
+        )
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        jobs = await world.records.jobs_of(exp.experiment_id)
+        assert [job.job_id for job in jobs if job.status == "running"] == [], steps
+        assert not world.manager.is_busy("alice"), steps
+    ran = await world.records.jobs_of(exp.experiment_id)
+    assert ran  # the later cancellations did catch commands running
+    assert all(job.status == "cancelled" for job in ran)
+
+
+async def test_a_command_run_until_done_outlasts_the_sync_wait(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    exp = await world.manager.create(world.call(), CreateRequest())
+    job = await world.manager.execute(world.call(), exp.experiment_id, "sleep 0.6", until_done=True)
+    assert job.status == "completed"
+    assert not any("still running" in note for note in job.notes)

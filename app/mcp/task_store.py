@@ -1,0 +1,150 @@
+"""The tasks of the MCP Tasks extension, in memory: whose they are, where they stand.
+
+A task belongs to the sandbox key that started it; every look-up names that key,
+and another key's task id reads exactly like one that never existed. The store is
+bounded twice: a sandbox holds at most ``max_per_sandbox`` tasks (a new one evicts
+its own oldest finished task, never a running one), and the server at most
+``max_total`` (beyond it no task is opened, and the call is served the ordinary
+way: no tenant's results are ever evicted to make room for another's). A finished
+task is kept ``keep_s`` seconds, then forgotten.
+
+One process only: tasks live in this server's memory, so a restart forgets them
+(their commands' records stay in the database, as jobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+
+TERMINAL: frozenset[TaskStatus] = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass
+class TaskRecord:
+    """One task; ``result`` (a ``CallToolResult`` as sent) or ``error`` (a JSON-RPC
+    error object) once it ends."""
+
+    task_id: str
+    sandbox_key: str
+    tool: str
+    created_at: float
+    updated_at: float
+    status: TaskStatus = "working"
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    finished_at: float | None = None
+    # The call doing the work; held here so it is not garbage-collected mid-run.
+    work: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+class TaskStore:
+    def __init__(
+        self,
+        *,
+        keep_s: float,
+        max_per_sandbox: int,
+        max_total: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.keep_s = keep_s
+        self._max_per_sandbox = max_per_sandbox
+        self._max_total = max_total
+        self._clock = clock
+        self._tasks: dict[str, TaskRecord] = {}
+        # Per sandbox key, its task ids oldest first (dicts keep insertion order).
+        self._by_key: dict[str, dict[str, None]] = {}
+        # Finished task ids in the order they finished: expiry looks only at the front.
+        self._finished: dict[str, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def open(self, sandbox_key: str, tool: str) -> TaskRecord | None:
+        """A new working task for ``sandbox_key``, or ``None`` when there is no room
+        (the sandbox's tasks are all running, or the server holds ``max_total``)."""
+        self.expire()
+        own = self._by_key.get(sandbox_key, {})
+        if len(own) >= self._max_per_sandbox:
+            oldest_finished = next(
+                (task_id for task_id in own if self._tasks[task_id].finished), None
+            )
+            if oldest_finished is None:
+                return None
+            self._forget(oldest_finished)
+        if len(self._tasks) >= self._max_total:
+            return None
+        now = self._clock()
+        # uuid4 draws 122 bits from the OS's random source: ids cannot be guessed.
+        record = TaskRecord(str(uuid.uuid4()), sandbox_key, tool, now, now)
+        self._tasks[record.task_id] = record
+        self._by_key.setdefault(sandbox_key, {})[record.task_id] = None
+        return record
+
+    def get(self, sandbox_key: str, task_id: str) -> TaskRecord | None:
+        """The caller's task, or ``None``: unknown, expired and another key's alike."""
+        self.expire()
+        record = self._tasks.get(task_id)
+        if record is None or record.sandbox_key != sandbox_key:
+            return None
+        return record
+
+    def finish(
+        self,
+        record: TaskRecord,
+        status: TaskStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> None:
+        """End ``record`` (the first ending wins: a task never leaves a terminal status)."""
+        if record.finished:
+            return
+        now = self._clock()
+        record.status, record.result, record.error = status, result, error
+        record.status_message = message
+        record.finished_at = record.updated_at = now
+        record.work = None
+        self._finished[record.task_id] = None
+
+    def ttl_s(self, record: TaskRecord) -> float | None:
+        """Seconds from creation after which the task may be gone; ``None`` while it runs
+        (a running task is never discarded)."""
+        if record.finished_at is None:
+            return None
+        return record.finished_at - record.created_at + self.keep_s
+
+    def expire(self) -> int:
+        """Forget the finished tasks kept ``keep_s`` already; how many went.
+
+        Costs only what it forgets (it runs on every look-up)."""
+        cutoff = self._clock() - self.keep_s
+        forgotten = 0
+        while self._finished:
+            oldest = next(iter(self._finished))
+            finished_at = self._tasks[oldest].finished_at
+            if finished_at is None or finished_at > cutoff:
+                break
+            self._forget(oldest)
+            forgotten += 1
+        return forgotten
+
+    def _forget(self, task_id: str) -> None:
+        record = self._tasks.pop(task_id)
+        self._finished.pop(task_id, None)
+        own = self._by_key[record.sandbox_key]
+        del own[task_id]
+        if not own:
+            del self._by_key[record.sandbox_key]
