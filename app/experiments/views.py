@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field
@@ -16,7 +17,7 @@ from app.experiments.result import Result
 # end, where a failure says why. The whole recorded output is read in pages.
 EXCERPT_HEAD_CHARS = 2_000
 EXCERPT_TAIL_CHARS = 8_000
-MAX_PAGE_CHARS = 40_000
+MAX_PAGE_CHARS = 20_000  # serialized: within the result budget of app/mcp/fit.py
 Stream = Literal["stdout", "stderr"]
 
 
@@ -124,8 +125,12 @@ class JobView(Result):
         """The job without its excerpts, and one page of ``stream`` from ``offset``."""
         view = cls.of(row, with_output=False)
         text = (row.stdout if stream == "stdout" else row.stderr) or ""
-        end = min(len(text), offset + min(max_chars, MAX_PAGE_CHARS))
         start = min(offset, len(text))
+        end = min(len(text), start + min(max_chars, MAX_PAGE_CHARS))
+        # Escapes (control characters, quotes) can make a page longer on the wire than
+        # in characters: shorten it until it fits, so it is never cut on the way out.
+        while end > start + 1 and len(json.dumps(text[start:end])) > MAX_PAGE_CHARS:
+            end = start + (end - start) // 2
         view.page = OutputPage(
             stream=stream,
             offset=start,

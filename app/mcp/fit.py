@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 # Characters of structured content; the text content is about the same again.
-STRUCTURED_BUDGET = 30_000
+STRUCTURED_BUDGET = 24_000
 _KEEP_HEAD = 0.3  # of a cut string, the share kept from its start (the end matters more)
 
 

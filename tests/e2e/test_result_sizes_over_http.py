@@ -86,7 +86,7 @@ async def test_five_megabytes_of_output_fit_the_window_and_keep_their_end(
             server,
             token,
             "get_job_result",
-            {"job_id": job["job_id"], "offset": offset, "max_chars": 40_000},
+            {"job_id": job["job_id"], "offset": offset, "max_chars": 20_000},
         )
         assert size < MAX_RESULT_BYTES * 2, size
         page = result["structuredContent"]["page"]
@@ -101,3 +101,42 @@ async def test_five_megabytes_of_output_fit_the_window_and_keep_their_end(
     assert whole.rstrip().endswith("line 499999")
     assert "bytes left out ...]" in whole  # where the server's own 1 MB cap cut it
     assert len(pages) > 10
+
+
+async def test_every_tool_result_fits_even_when_asked_for_a_lot(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    """Tools asked for everything (a 1 MB read, 2,000 matches, 5,000 entries, a big diff)
+    answer within the window and say what was cut."""
+    token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
+        "access_token"
+    ]
+    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    await tool(
+        http,
+        server,
+        token,
+        "execute_experiment",
+        {
+            "experiment_id": exp,
+            "command": (
+                "python3 -c 'import os\n"
+                'open("big.txt","w").write("needle " * 150_000 + "THE END")\n'
+                'os.makedirs("many")\n'
+                "for n in range(3000):\n"
+                '    open(f"many/file-{n:05d}-with-a-long-name.txt","w").write("needle\\n" * 3)\''
+            ),
+        },
+    )
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("read_sandbox_file", {"experiment_id": exp, "path": "big.txt", "max_bytes": 1_048_576}),
+        ("search_sandbox", {"experiment_id": exp, "pattern": "needle", "max_results": 2000}),
+        ("list_sandbox_files", {"experiment_id": exp, "max_entries": 5000}),
+        ("inspect_changes", {"experiment_id": exp, "include_diff": True}),
+    ]
+    for name, args in calls:
+        size, result = await raw_call(http, server, token, name, args)
+        assert size < MAX_RESULT_BYTES, (name, size)
+        assert not result.get("isError"), (name, result)
+        notes = result["structuredContent"]["notes"]
+        assert any("cut to fit the client's window" in note for note in notes), (name, notes)
