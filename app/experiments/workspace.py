@@ -16,8 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from app.experiments.errors import ProjectSourceError
 from jail import Jail, snapshot_copy
+from jail.tree_delete import delete_tree
+
+log = structlog.get_logger(__name__)
 
 MAX_FILES = 2000
 MAX_FILES_BYTES = 50 * 1024 * 1024
@@ -147,4 +152,9 @@ def _chown_tree(top: Path, owner: Owner) -> None:
 
 async def remove(dirs: ExperimentDirs) -> None:
     """Delete an experiment's folders (its container must be gone)."""
-    await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+    try:
+        # Iterative: a tenant's tree may be deeper than rmtree's recursion allows.
+        await asyncio.to_thread(delete_tree, dirs.root)
+    except OSError:
+        # As before (rmtree's ignore_errors): what is left stays until its slot is reset.
+        log.exception("workspace.remove_failed", path=str(dirs.root))
