@@ -41,10 +41,16 @@ PROBE_APP = Path(__file__).with_name("probe_app.py")
 
 
 def start_server(
-    state_dir: Path, *, probe: bool = False, port: int | None = None, **env: str
+    state_dir: Path,
+    *,
+    probe: bool = False,
+    port: int | None = None,
+    nofile: tuple[int, int] | None = None,
+    **env: str,
 ) -> RunningServer:
     """Start ``python -m app serve`` (or, with ``probe``, the server plus a slot-taking
-    probe tool) and wait until /health answers."""
+    probe tool) and wait until /health answers. ``nofile`` is the (soft, hard)
+    descriptor limit the process starts with, as a systemd unit would set it."""
     port = port or free_port()
     log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"
     environment = {
@@ -60,6 +66,7 @@ def start_server(
             env=environment,
             stdout=out,
             stderr=log,
+            preexec_fn=None if nofile is None else lambda: _limit_nofile(nofile),
         )
     server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
     deadline = time.monotonic() + 30
@@ -73,6 +80,12 @@ def start_server(
             time.sleep(0.1)
     process.kill()
     raise AssertionError(f"server did not answer /health in 30 s:\n{server.log()}")
+
+
+def _limit_nofile(limits: tuple[int, int]) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 def stop_server(server: RunningServer) -> None:
