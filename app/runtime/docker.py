@@ -1,8 +1,9 @@
 """DockerBackend: the SandboxBackend on the Docker Engine API, and all container hardening.
 
-Every container gets: no privileges; every capability dropped but CHOWN,
-DAC_OVERRIDE, FOWNER, FSETID, SETUID, SETGID and KILL (which only a root
-process could use, and none runs); ``no-new-privileges``; pids, memory (no
+Every container gets: no privileges; every capability dropped, the bounding
+set included (commands run as a non-root uid under ``no-new-privileges``, so
+no capability could ever be raised; see :mod:`app.runtime.hardening` for the
+seccomp and mount-flag checks); ``no-new-privileges``; pids, memory (no
 swap) and CPU caps; tini as PID 1 (``init``); no network unless egress is both
 asked for and allowed; a read-only root filesystem with capped tmpfs at
 ``/tmp`` and the user's home (so nothing an experiment writes outside its
@@ -79,6 +80,7 @@ from app.runtime.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from app.runtime.hardening import engine_problem
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
 from pool.slots import SlotsRoot
 
@@ -94,7 +96,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"
-CAPABILITIES: Final = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL")
+# None: a non-root process under no-new-privileges has no way to use any (execve
+# clears them, setuid/file capabilities are ignored); an empty bounding set makes sure.
+CAPABILITIES: Final[tuple[str, ...]] = ()
 WORKSPACE: Final = "/workspace"
 TMP: Final = "/tmp"  # noqa: S108 - the container's own /tmp, a private tmpfs
 # A clone helper's limits (clamped to the ceilings like an experiment's).
@@ -206,6 +210,7 @@ class DockerBackend:
         self._capacity_lock = anyio.Lock()
         self._creating = 0
         self._host_cpus: float | None = None
+        self._engine_problem: str | None = None  # seccomp missing: no container is made
         self._jobs = JobTable()
         self._helpers: set[str] = set()  # clone helpers running in this process
 
@@ -236,7 +241,15 @@ class DockerBackend:
         tags = {tag for image in images for tag in (image.get("RepoTags") or ())}
         present = tuple(i for i in self._allowed if _tagged(i) in tags)
         missing = tuple(i for i in self._allowed if _tagged(i) not in tags)
-        return RuntimeInfo(True, str(version.get("Version")), present, missing)
+        with contextlib.suppress(RuntimeFailure):
+            await self._cpus(api)
+        return RuntimeInfo(
+            self._engine_problem is None,
+            str(version.get("Version")),
+            present,
+            missing,
+            reason=self._engine_problem,
+        )
 
     async def create(self, spec: ContainerSpec) -> Container:
         started = time.monotonic()
@@ -406,6 +419,7 @@ class DockerBackend:
 
     async def sweep(self, live_container_ids: set[str]) -> int:
         api = await self._api()
+        await self._cpus(api)  # at start-up: says at once if seccomp is off
         with _translated():
             found = await self._offload.call(
                 api.containers,
@@ -495,6 +509,7 @@ class DockerBackend:
                 info = await self._offload.call(api.info)
             ncpu = info.get("NCPU")
             self._host_cpus = float(ncpu) if isinstance(ncpu, int) and ncpu > 0 else None
+            self._engine_problem = await self._offload.call(engine_problem, info, self._slots.base)
         return self._host_cpus
 
     async def _create_container(
@@ -509,6 +524,9 @@ class DockerBackend:
         env: Mapping[str, str],
     ) -> str:
         """Create (not start) a hardened container within the capacity; its id."""
+        await self._cpus(api)
+        if self._engine_problem is not None:
+            raise RuntimeUnavailable(self._engine_problem)
         memory = limits.memory_mb * 1024 * 1024
         tmpfs_opts = "rw,exec,nosuid,nodev"
         host_config = api.create_host_config(
