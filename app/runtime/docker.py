@@ -18,7 +18,9 @@ clone ends, however it ends. Its mounts are the (empty) workspace, read-write,
 and, for a local repository, that repository read-only (and not recursively:
 mounts below it stay out) at ``/source``. It is the only container that may get
 network for a clone, and only for an ``https`` URL on a server built with
-``allow_git_egress``; a local clone has none. What is cloned and how is in
+``allow_git_egress``, whose host resolved to public addresses only (see
+:mod:`app.runtime.git_egress`): then it joins a network of its own (never the
+default bridge) and git is pinned to the checked address; a local clone has none. What is cloned and how is in
 :mod:`app.runtime._git`.
 
 Blocking SDK calls go through :class:`~app.runtime._threads.Offload`; Docker
@@ -80,8 +82,10 @@ from app.runtime.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from app.runtime.git_egress import GIT_NETWORK, ensure_network, pin_remote, tenant_error
 from app.runtime.hardening import engine_problem
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
+from auth.safe_fetch import AddressPolicy, Resolver, is_public_address, system_resolver
 from pool.slots import SlotsRoot
 
 __all__ = [
@@ -131,7 +135,11 @@ class DockerBackend:
         user: ``uid:gid`` every container process runs as (never root).
         home: The user's home in the images (a tmpfs, as the root is read-only).
         allow_egress: Whether ``network="egress"`` is honoured (else refused).
-        egress_network: The Docker network egress containers (and remote clones) join.
+        egress_network: The Docker network egress containers join.
+        git_network: The network of its own remote clone helpers join (created when
+            missing, without inter-container traffic); never the default bridge.
+        resolve: How a remote clone's host is resolved before it is checked and pinned.
+        git_address_policy: Which addresses a remote clone may reach (public only).
         allow_git_egress: Whether ``clone`` may fetch an ``https`` URL (else refused).
         git_image: The image clone helpers run (it needs git); must be allowed.
             Defaults to ``default_image``.
@@ -159,6 +167,9 @@ class DockerBackend:
         allow_egress: bool = False,
         egress_network: str = "bridge",
         allow_git_egress: bool = False,
+        git_network: str = GIT_NETWORK,
+        resolve: Resolver = system_resolver,
+        git_address_policy: AddressPolicy = is_public_address,
         git_image: str | None = None,
         label_prefix: str = "io.sandbox-mcp",
         deployment: str = "1",
@@ -198,6 +209,10 @@ class DockerBackend:
         self._allow_egress = allow_egress
         self._egress_network = egress_network
         self._allow_git_egress = allow_git_egress
+        self._git_network_name = git_network
+        self._git_network_ready = False
+        self._resolve = resolve
+        self._git_address_policy = git_address_policy
         self._git_image = git_image or self._default_image
         self._prefix = label_prefix
         self._managed = f"{label_prefix}.managed"
@@ -442,7 +457,8 @@ class DockerBackend:
         if plan.local_source is not None:
             network_mode = "none"
         elif self._allow_git_egress:
-            network_mode = self._egress_network
+            plan = dataclasses.replace(plan, pin=await self._pin(plan.url))
+            network_mode = await self._git_network(await self._api())
         else:
             raise GitEgressDisabled()
         real_workspace = await self._offload.call(check_workspace, workspace, self._slots.base)
@@ -476,6 +492,9 @@ class DockerBackend:
             self._helpers.discard(container_id)
         # The whole clone, helper start and removal included: what the caller waited.
         result = dataclasses.replace(result, duration_s=round(time.monotonic() - started, 3))
+        if plan.local_source is None and result.exit_code != 0:
+            log.info("runtime.clone_failed", stderr=result.stderr[-2000:])  # the operator's
+            result = dataclasses.replace(result, stdout="", stderr=tenant_error(result.stderr))
         log.info(
             "runtime.clone",
             container_id=container_id[:12],
@@ -502,6 +521,18 @@ class DockerBackend:
                     with _translated():
                         self._client = await self._offload.call(self._client_factory)
         return self._client.api
+
+    async def _pin(self, url: str) -> str:
+        return await pin_remote(url, resolve=self._resolve, allow=self._git_address_policy)
+
+    async def _git_network(self, api: docker.APIClient) -> str:
+        if not self._git_network_ready:
+            with _translated():
+                await self._offload.call(
+                    ensure_network, api, self._git_network_name, {self._managed: "git"}
+                )
+            self._git_network_ready = True
+        return self._git_network_name
 
     async def _cpus(self, api: docker.APIClient) -> float | None:
         if self._host_cpus is None:
