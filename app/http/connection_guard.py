@@ -7,11 +7,13 @@ them exhaust a 1,024-descriptor limit, after which nothing (not even
 
 - a client gets ``header_timeout_s`` from connecting (or, on a kept-alive
   connection, from its first byte of the next request) to finish the request
-  line and headers; then the connection is closed;
+  line and headers, then ``body_timeout_s`` for the body; past either the
+  connection is closed without an answer;
 - at most ``max_connections`` are open; a connection past that first closes
-  the oldest one still waiting for its headers (a real client sends its
-  headers in milliseconds, so that one is the likeliest to be an attacker),
-  and is closed itself only when every open connection is past its headers.
+  the oldest one still sending its headers (a real client sends them in
+  milliseconds, so that one is the likeliest to be an attacker), else the
+  oldest one still sending a body, and is closed itself only when every open
+  connection has sent its whole request.
 
 :func:`raise_descriptor_limit` lifts the soft RLIMIT_NOFILE to the hard one at
 start-up, and :func:`connection_cap` keeps the cap below what the process may
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import h11
 import structlog
@@ -67,23 +69,32 @@ def guard_for(settings: Settings) -> type[GuardedH11Protocol]:
         max_connections=cap,
         nofile=limit,
         header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
     )
-    guard = ConnectionGuard(max_connections=cap, header_timeout_s=settings.header_timeout_s)
+    guard = ConnectionGuard(
+        max_connections=cap,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+    )
     return guard.protocol()
 
 
-class ConnectionGuard:
-    """The shared bookkeeping: who is open, and who is still sending headers (oldest first)."""
+Phase = Literal["headers", "body"]
 
-    def __init__(self, *, max_connections: int, header_timeout_s: float) -> None:
+
+class ConnectionGuard:
+    """The shared bookkeeping: who is open, and who is still sending a request (oldest first)."""
+
+    def __init__(
+        self, *, max_connections: int, header_timeout_s: float, body_timeout_s: float
+    ) -> None:
         self.max_connections = max_connections
-        self.header_timeout_s = header_timeout_s
+        self.timeouts: dict[Phase, float] = {"headers": header_timeout_s, "body": body_timeout_s}
         self.open: set[GuardedH11Protocol] = set()
-        # A dict keeps insertion order: the first key is the longest waiter.
-        self.awaiting_headers: dict[GuardedH11Protocol, None] = {}
+        # Dicts keep insertion order: the first key is the longest waiter. Those
+        # still sending headers go first; a body in progress only when none is.
+        self.sending: dict[Phase, dict[GuardedH11Protocol, None]] = {"headers": {}, "body": {}}
         self.evicted = 0
-        self.timed_out = 0
-        self.refused = 0
 
     def protocol(self) -> type[GuardedH11Protocol]:
         """The class to give uvicorn as ``http=``, bound to this guard."""
@@ -91,76 +102,75 @@ class ConnectionGuard:
 
     def admit(self, conn: GuardedH11Protocol) -> bool:
         if len(self.open) >= self.max_connections:
-            if not self.awaiting_headers:
-                self.refused += 1
+            waiting = self.sending["headers"] or self.sending["body"]
+            if not waiting:
                 log.warning("http.connection_refused", open=len(self.open))
                 return False
-            oldest = next(iter(self.awaiting_headers))
             self.evicted += 1
             if self.evicted % 100 == 1:
                 log.warning("http.slow_client_evicted", open=len(self.open), total=self.evicted)
-            oldest.drop()
+            next(iter(waiting)).drop()
         self.open.add(conn)
         return True
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header deadline and a connection cap."""
+    """uvicorn's h11 protocol with request deadlines and a connection cap."""
 
     guard: ClassVar[ConnectionGuard]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._header_timer: asyncio.TimerHandle | None = None
+        self._phase: Phase | None = None
+        self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.guard.admit(self):
             transport.abort()
             return
         super().connection_made(transport)
-        self._await_headers()
+        self._enter("headers")
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            # Waiting for (the rest of) a request line and headers.
-            if self._header_timer is None:
-                self._await_headers()
+        if self.transport.is_closing():
+            self._enter(None)
+        elif self.conn.their_state is h11.IDLE:
+            self._enter("headers")  # (the rest of) a request line and headers
+        elif self.conn.their_state is h11.SEND_BODY:
+            self._enter("body")
         else:
-            self._headers_done()
+            self._enter(None)  # the whole request is in: the app's time is not the client's
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         # Kept alive and idle: uvicorn's keep-alive timeout covers the wait for the next
-        # request's first byte; data_received restarts the header deadline with it.
-        self._headers_done()
+        # request's first byte; data_received starts the header deadline with it.
+        self._enter(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._headers_done()
+        self._enter(None)
         self.guard.open.discard(self)
-        if self.transport is not None:
+        if self.transport is not None:  # None: refused in connection_made
             super().connection_lost(exc)
 
-    def _await_headers(self) -> None:
-        self.guard.awaiting_headers[self] = None
-        self._header_timer = self.loop.call_later(
-            self.guard.header_timeout_s, self._headers_too_slow
-        )
-
-    def _headers_done(self) -> None:
-        self.guard.awaiting_headers.pop(self, None)
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _headers_too_slow(self) -> None:
-        self._header_timer = None
-        self.guard.timed_out += 1
-        self.drop()
+    def _enter(self, phase: Phase | None) -> None:
+        """Start ``phase``'s deadline, unless it is already running."""
+        if phase == self._phase:
+            return
+        if self._phase is not None:
+            self.guard.sending[self._phase].pop(self, None)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = phase
+        if phase is not None:
+            self.guard.sending[phase][self] = None
+            self._deadline = self.loop.call_later(self.guard.timeouts[phase], self.drop)
 
     def drop(self) -> None:
-        """Close without a response: the client never finished asking."""
-        self._headers_done()
+        """Close without a response: the client did not finish its request in time."""
+        self._enter(None)
         self.guard.open.discard(self)
         if not self.transport.is_closing():
             self.transport.abort()

@@ -20,8 +20,8 @@ mounts below it stay out) at ``/source``. It is the only container that may get
 network for a clone, and only for an ``https`` URL on a server built with
 ``allow_git_egress``, whose host resolved to public addresses only (see
 :mod:`app.runtime.git_egress`): then it joins a network of its own (never the
-default bridge) and git is pinned to the checked address; a local clone has none. What is cloned and how is in
-:mod:`app.runtime._git`.
+default bridge) and git is pinned to the checked address; a local clone has
+none. What is cloned and how is in :mod:`app.runtime._git`.
 
 Blocking SDK calls go through :class:`~app.runtime._threads.Offload`; Docker
 and ``requests`` errors become :mod:`app.runtime.errors` at this boundary.

@@ -20,10 +20,17 @@ pytestmark = pytest.mark.e2e
 
 HALF_SENT = 1_100
 PARTIAL = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+# Headers complete, then a body that never arrives (the app waits for it).
+PARTIAL_BODY = (
+    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b'Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{"jsonrpc"'
+)
 
 
 @contextlib.contextmanager
-def half_sent_requests(server: RunningServer, count: int) -> Iterator[list[socket.socket]]:
+def half_sent_requests(
+    server: RunningServer, count: int, partial: bytes = PARTIAL
+) -> Iterator[list[socket.socket]]:
     """``count`` loopback connections that each sent part of a request and hold it."""
     host, port = server.base_url.removeprefix("http://").split(":")
     opened: list[socket.socket] = []
@@ -31,7 +38,7 @@ def half_sent_requests(server: RunningServer, count: int) -> Iterator[list[socke
         for _ in range(count):
             sock = socket.create_connection((host, int(port)), timeout=5)
             with contextlib.suppress(OSError):  # the server may already have closed it
-                sock.sendall(PARTIAL)
+                sock.sendall(partial)
             opened.append(sock)
         yield opened
     finally:
@@ -63,9 +70,12 @@ def capped_server(tmp_path: Path) -> Iterator[RunningServer]:
     stop_server(running)
 
 
-def test_health_answers_while_1100_half_sent_requests_hold(capped_server: RunningServer) -> None:
+@pytest.mark.parametrize("partial", [PARTIAL, PARTIAL_BODY], ids=["headers", "body"])
+def test_health_answers_while_1100_half_sent_requests_hold(
+    capped_server: RunningServer, partial: bytes
+) -> None:
     assert soft_nofile(capped_server.process.pid) == 1024
-    with half_sent_requests(capped_server, HALF_SENT):
+    with half_sent_requests(capped_server, HALF_SENT, partial):
         for _ in range(3):
             health_answers_within(capped_server, 2.0)
     assert "Too many open files" not in capped_server.log()
@@ -84,14 +94,17 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one(tmp_path: Path) -> 
 
 
 def test_a_client_slower_than_the_header_timeout_is_disconnected(tmp_path: Path) -> None:
-    running = start_server(tmp_path / "state", SANDBOX_MCP_HEADER_TIMEOUT_S="1")
+    running = start_server(
+        tmp_path / "state", SANDBOX_MCP_HEADER_TIMEOUT_S="1", SANDBOX_MCP_BODY_TIMEOUT_S="2"
+    )
     try:
-        with half_sent_requests(running, 3) as socks:
-            started = time.monotonic()
-            for sock in socks:
-                sock.settimeout(5)
-                assert sock.recv(100) == b""  # closed, no response
-            assert time.monotonic() - started < 3
+        for partial, limit in ((PARTIAL, 3.0), (PARTIAL_BODY, 4.0)):
+            with half_sent_requests(running, 3, partial) as socks:
+                started = time.monotonic()
+                for sock in socks:
+                    sock.settimeout(6)
+                    assert sock.recv(100) == b""  # closed, no response
+                assert time.monotonic() - started < limit
         # A kept-alive connection gets the same deadline for its next request.
         with socket.create_connection(("127.0.0.1", int(running.base_url.rsplit(":", 1)[1]))) as s:
             s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
