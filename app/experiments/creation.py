@@ -221,7 +221,7 @@ class ExperimentCreator:
                     + (f": {' / '.join(tail)}" if tail else "")
                     + "; check the URL and the ref.",
                 )
-            return await asyncio.to_thread(_count_files, target)
+            return await asyncio.to_thread(workspace.count_cloned_files, target)
 
         return clone
 
@@ -251,7 +251,3 @@ class ExperimentCreator:
         if experiment is None:
             raise ExperimentNotFound("experiment", experiment_id)
         return experiment
-
-
-def _count_files(root: Path) -> int:
-    return sum(1 for path in root.rglob("*") if ".git" not in path.relative_to(root).parts)

@@ -86,6 +86,51 @@ async def prepare(
     return WorkspaceReport("git", count)
 
 
+# A cloned tree is copied into the baseline and chowned with path-based calls
+# (shutil.copytree and os.walk recurse once per level on Python 3.11), so it
+# must stay well inside the recursion limit and PATH_MAX. The jail's snapshot
+# copier stops at the same depth.
+MAX_CLONE_DEPTH = 256
+MAX_CLONE_PATH = 3000  # bytes, relative to the workspace
+
+
+def count_cloned_files(root: Path) -> int:
+    """Files in a fresh clone (``.git`` aside), checking its shape first, without recursing.
+
+    Raises:
+        ProjectSourceError: folders nested deeper than MAX_CLONE_DEPTH, or a path
+            longer than MAX_CLONE_PATH.
+    """
+    count = 0
+    pending: list[tuple[str, int]] = [("", 0)]
+    while pending:
+        relative, depth = pending.pop()
+        try:
+            with os.scandir(root / relative if relative else root) as entries:
+                found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except OSError as exc:
+            raise ProjectSourceError(
+                f"The cloned repository could not be read ({exc.strerror})."
+            ) from None
+        for name, is_dir in found:
+            path = f"{relative}/{name}" if relative else name
+            if len(path.encode()) > MAX_CLONE_PATH:
+                raise ProjectSourceError(
+                    f"The repository holds a path longer than {MAX_CLONE_PATH} bytes; "
+                    "such a tree cannot be used as a workspace."
+                )
+            if is_dir and depth + 1 > MAX_CLONE_DEPTH:
+                raise ProjectSourceError(
+                    f"The repository's folders nest more than {MAX_CLONE_DEPTH} levels deep; "
+                    "such a tree cannot be used as a workspace."
+                )
+            if is_dir:
+                pending.append((path, depth + 1))
+            elif ".git" not in path.split("/"):
+                count += 1
+    return count
+
+
 def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
     dirs.root.mkdir(mode=0o700)
     dirs.workspace.mkdir(mode=0o755)

@@ -6,6 +6,8 @@ Seen: a 1,500-deep tree made ``destroy_experiment`` fail with INTERNAL_ERROR
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,3 +79,50 @@ async def test_destroy_deletes_a_tree_deeper_than_recursion_allows(
     assert "Traceback" not in server.log()
     health = await http.get(f"{server.base_url}/health")
     assert health.status_code == 200
+
+
+def _deep_repo(path: Path, depth: int) -> None:
+    """A git repository whose one file lies ``depth`` folders down."""
+    env = {
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=path, env=env, check=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):  # pathlib and os.makedirs recurse once per level
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        bottom = os.open("bottom.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(bottom, b"bottom\n")
+        os.close(bottom)
+    finally:
+        os.close(fd)
+    (path / "top.txt").write_text("top\n")
+    subprocess.run(["git", "add", "-A"], cwd=path, env=env, check=True)
+    subprocess.run(["git", "commit", "-qm", "deep"], cwd=path, env=env, check=True)
+
+
+async def test_a_cloned_repository_deeper_than_recursion_allows_is_a_clear_error(
+    http: httpx2.AsyncClient, server: RunningServer, tmp_path: Path
+) -> None:
+    # Seen after the deletes were fixed: copying the clone into the baseline
+    # recursed (shutil.copytree) and create_experiment failed with INTERNAL_ERROR.
+    repo = tmp_path / "repo"
+    _deep_repo(repo, 1_200)
+    try:
+        created = await tool(http, server, "", "create_experiment", {"git": {"url": str(repo)}})
+        assert created["is_error"], created
+        assert created["error"]["code"] == "INVALID_PROJECT", created
+        assert "deep" in created["error"]["message"]
+        assert _slot_leftovers(server) == []
+        assert "Traceback" not in server.log()
+    finally:
+        delete_tree(repo)
