@@ -127,7 +127,16 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
         return EXIT_OK
     import uvicorn
 
-    config = uvicorn.Config(app, log_config=None, lifespan="on", proxy_headers=False)
+    from app.http.connection_guard import ACCEPT_BACKLOG, guard_for
+
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        lifespan="on",
+        proxy_headers=False,
+        http=guard_for(settings),
+        backlog=ACCEPT_BACKLOG,
+    )
     server = uvicorn.Server(config)
     try:
         asyncio.run(server.serve(sockets=[sock]))

@@ -74,6 +74,27 @@ class Settings(BaseSettings):
     port: int = Field(
         default=8000, ge=1, le=65535, description="TCP port the HTTP server binds to."
     )
+    max_connections: int = Field(
+        default=4096,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "Most HTTP connections open at once (lowered to the descriptor limit minus 256). "
+            "Past it, the oldest connection still sending its request is closed."
+        ),
+    )
+    header_timeout_s: float = Field(
+        default=10,
+        gt=0,
+        le=300,
+        description="Seconds a client has to send a request's line and headers (slowloris).",
+    )
+    body_timeout_s: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a request's body once its headers are in.",
+    )
     pool_size: int = Field(default=500, ge=1, le=10_000, description="Number of sandbox slots.")
     slot_backend: Literal["dir", "zfs"] = Field(
         default="dir", description="`dir` (folders in the state dir) or `zfs` (one dataset a slot)."

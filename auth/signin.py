@@ -1,9 +1,11 @@
 """``/authorize``: check the request, show the one-button page, and on the press mint a code.
 
 Errors that concern the client or its redirect URI are shown on a local page
-and never redirected (RFC 6749 section 4.1.2.1, an open redirector otherwise);
-every other error goes back to the client as a 303 redirect carrying
-``error``, ``state`` and ``iss`` (RFC 9207).
+and never redirected (RFC 6749 section 4.1.2.1, an open redirector otherwise).
+Any other error found before the person approves goes back to the client as a
+303 redirect carrying ``error``, ``state`` and ``iss`` (RFC 9207) only when the
+redirect URI is on loopback; otherwise it is shown on our own page too (see
+:func:`_trusted_before_consent`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from auth.clients import ClientDirectory, UnknownClient
 from auth.config import SCOPE, AuthConfig
 from auth.pending import CodeGrant, ExpiringMap, PendingSignin, new_id
 from auth.pkce import is_valid_challenge
-from auth.redirects import matches
+from auth.redirects import is_loopback, matches
 from auth.tokens import TokenHasher
 
 EmailHook = Callable[[str, str], bool]
@@ -68,6 +70,25 @@ def same_resource(given: str, ours: str) -> bool:
     )
 
 
+def _trusted_before_consent(redirect_uri: str) -> bool:
+    """May an error found before consent be redirected to this (registered) URI?
+
+    Anyone can register a client (RFC 7591) or publish a client metadata
+    document naming any https redirect URI, so a registered URI proves nothing:
+    an attacker registers https://phish.example/ and links victims to a
+    deliberately broken request (a bad scope, say), turning our address into an
+    open redirector. RFC 9700 section 4.11.2 (and OAuth 2.1 draft section
+    7.12.2, "Authorization Server as Open Redirector"): the server "SHOULD only
+    automatically redirect the user agent if it trusts the redirect URI" and may
+    instead inform the user. After the button is pressed the person has seen
+    the page naming the return host, so the code (and approval-time errors,
+    which are all local here) are fine. Before it, only loopback URIs (RFC 8252
+    native apps) are trusted: they reach the person's own machine, never a
+    third-party site.
+    """
+    return is_loopback(urlsplit(redirect_uri).hostname)
+
+
 class SigninFlow:
     def __init__(
         self,
@@ -95,7 +116,18 @@ class SigninFlow:
         query = urlencode({k: v for k, v in params.items() if v is not None})
         return f"{redirect_uri}{'&' if '?' in redirect_uri else '?'}{query}"
 
-    def _error(self, uri: str, state: str | None, error: str, description: str) -> RedirectError:
+    def _error(
+        self, uri: str, state: str | None, error: str, description: str
+    ) -> RedirectError | LocalError:
+        if not _trusted_before_consent(uri):
+            return LocalError(
+                "This sign-in request is invalid",
+                f"The application's sign-in request was refused ({error}): {description} "
+                f"You were not sent back to "
+                f"{urlsplit(uri).hostname}: before you approve a sign-in, this server "
+                "sends you only to addresses it can vouch for. Go back to the application "
+                "and connect again.",
+            )
         return RedirectError(
             self.redirect(
                 uri,

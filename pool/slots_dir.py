@@ -16,9 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import secrets
-import shutil
 import stat
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from typing import TypeVar
 
 import structlog
 
+from jail.tree_delete import DeleteStopped, delete_tree
 from pool.errors import PoolError, PoolErrorCode
 from pool.slots import Slot, name_of
 
@@ -178,87 +177,19 @@ def _root_problem(root: Path) -> str | None:
 
 
 def _delete(path: Path, stop: threading.Event) -> None:
-    """Delete a trashed tree (worker thread), top-level entry by entry so a
-    shutdown can interrupt it. Failures are logged and left for the next sweep."""
+    """Delete a trashed tree (worker thread); a shutdown can interrupt it.
+
+    Never raises: this runs on the executor, where an exception would only be
+    kept in a future nobody reads. Whatever is left is swept at the next open().
+    """
     started = time.perf_counter()
     try:
-        if not _is_real_dir(path):
-            path.unlink(missing_ok=True)
-        else:
-            try:
-                names = os.listdir(path)
-            except PermissionError:
-                _unlock(path)
-                names = os.listdir(path)
-            for name in names:
-                if stop.is_set():
-                    return
-                _remove(path / name)
-            _remove(path)
-    except OSError:
+        # Iterative and link-safe: a tenant's tree may be deeper than any recursion limit.
+        delete_tree(path, stop=stop)
+    except DeleteStopped:
+        return
+    except Exception:
         logger.exception("slot.trash_delete_failed", path=str(path))
         return
     ms = round((time.perf_counter() - started) * 1000, 1)
     logger.info("slot.trash_deleted", path=path.name, ms=ms)
-
-
-def _is_real_dir(path: Path) -> bool:
-    return stat.S_ISDIR(os.lstat(path).st_mode)
-
-
-def _remove(path: Path) -> None:
-    try:
-        if not _is_real_dir(path):
-            path.unlink(missing_ok=True)
-            return
-    except FileNotFoundError:
-        return
-    # shutil.rmtree uses the fd-based walk on Linux: it never follows a link
-    # swapped in for a folder while it works.
-    try:
-        _rmtree(path)
-    except PermissionError:
-        # An agent may leave folders at mode 0000/0500; undo that and retry.
-        _unlock(path)
-        _rmtree(path)
-
-
-def _rmtree(path: Path) -> None:
-    # Entries already gone are fine: a sweep after a bounded close() may race
-    # the previous store's worker on the same tree.
-    if sys.version_info >= (3, 12):
-
-        def skip_missing(func: object, name: str, exc: BaseException) -> None:
-            if not isinstance(exc, FileNotFoundError):
-                raise exc
-
-        shutil.rmtree(path, onexc=skip_missing)
-    else:
-
-        def skip_missing_info(
-            func: object, name: str, info: tuple[type, BaseException, object]
-        ) -> None:
-            if not isinstance(info[1], FileNotFoundError):
-                raise info[1]
-
-        shutil.rmtree(path, onerror=skip_missing_info)
-
-
-def _unlock(top: Path) -> None:
-    """Give the owner rwx on every real folder under ``top``, never following links.
-
-    Linux has no chmod that refuses links, so each folder is lstat-ed first;
-    the gap is harmless because nothing runs in a trashed tree (containers
-    are stopped before a reset).
-    """
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        try:
-            if not _is_real_dir(folder):
-                continue
-            os.chmod(folder, SLOT_MODE)
-            with os.scandir(folder) as entries:
-                stack.extend(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
-        except OSError:
-            continue

@@ -231,7 +231,7 @@ class ExperimentCreator:
                     + (f": {' / '.join(tail)}" if tail else "")
                     + "; check the URL and the ref.",
                 )
-            return await asyncio.to_thread(_count_files, target)
+            return await asyncio.to_thread(workspace.count_cloned_files, target)
 
         return clone
 

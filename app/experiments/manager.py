@@ -232,6 +232,7 @@ class ExperimentManager:
         return RuntimeView(
             reachable=info.reachable,
             version=info.version,
+            reason=info.reason,
             images=list(info.images),
             missing_images=list(info.missing_images),
             default_image=self._options.default_image,

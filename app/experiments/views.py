@@ -232,6 +232,7 @@ class DestroyReport(ExperimentView):
 class RuntimeView(Result):
     reachable: bool
     version: str | None
+    reason: str | None = None  # why sandboxes cannot run now (e.g. seccomp inactive)
     images: list[str]
     missing_images: list[str]
     default_image: str

@@ -16,8 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from app.experiments.errors import ProjectSourceError
 from jail import Jail, snapshot_copy
+from jail.tree_delete import delete_tree
+
+log = structlog.get_logger(__name__)
 
 MAX_FILES = 2000
 MAX_FILES_BYTES = 50 * 1024 * 1024
@@ -79,6 +84,51 @@ async def prepare(
     count = await clone(dirs.workspace)
     await asyncio.to_thread(_finish, dirs, owner)
     return WorkspaceReport("git", count)
+
+
+# A cloned tree is copied into the baseline and chowned with path-based calls
+# (shutil.copytree and os.walk recurse once per level on Python 3.11), so it
+# must stay well inside the recursion limit and PATH_MAX. The jail's snapshot
+# copier stops at the same depth.
+MAX_CLONE_DEPTH = 256
+MAX_CLONE_PATH = 3000  # bytes, relative to the workspace
+
+
+def count_cloned_files(root: Path) -> int:
+    """Files in a fresh clone (``.git`` aside), checking its shape first, without recursing.
+
+    Raises:
+        ProjectSourceError: folders nested deeper than MAX_CLONE_DEPTH, or a path
+            longer than MAX_CLONE_PATH.
+    """
+    count = 0
+    pending: list[tuple[str, int]] = [("", 0)]
+    while pending:
+        relative, depth = pending.pop()
+        try:
+            with os.scandir(root / relative if relative else root) as entries:
+                found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except OSError as exc:
+            raise ProjectSourceError(
+                f"The cloned repository could not be read ({exc.strerror})."
+            ) from None
+        for name, is_dir in found:
+            path = f"{relative}/{name}" if relative else name
+            if len(path.encode()) > MAX_CLONE_PATH:
+                raise ProjectSourceError(
+                    f"The repository holds a path longer than {MAX_CLONE_PATH} bytes; "
+                    "such a tree cannot be used as a workspace."
+                )
+            if is_dir and depth + 1 > MAX_CLONE_DEPTH:
+                raise ProjectSourceError(
+                    f"The repository's folders nest more than {MAX_CLONE_DEPTH} levels deep; "
+                    "such a tree cannot be used as a workspace."
+                )
+            if is_dir:
+                pending.append((path, depth + 1))
+            elif ".git" not in path.split("/"):
+                count += 1
+    return count
 
 
 def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
@@ -147,4 +197,9 @@ def _chown_tree(top: Path, owner: Owner) -> None:
 
 async def remove(dirs: ExperimentDirs) -> None:
     """Delete an experiment's folders (its container must be gone)."""
-    await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+    try:
+        # Iterative: a tenant's tree may be deeper than rmtree's recursion allows.
+        await asyncio.to_thread(delete_tree, dirs.root)
+    except OSError:
+        # As before (rmtree's ignore_errors): what is left stays until its slot is reset.
+        log.exception("workspace.remove_failed", path=str(dirs.root))

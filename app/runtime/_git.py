@@ -28,7 +28,9 @@ entry local mode needs (the mounted repository belongs to another user).
 Symbolic links are checked out as links: they stay in the workspace, and the
 jail never follows them.
 
-A remote clone is shallow (``--depth 1``): the egress window stays short. A
+A remote clone connects only to the public address checked and pinned by
+:mod:`app.runtime.git_egress`, follows no redirect, and is shallow
+(``--depth 1``): the egress window stays short. A
 local clone keeps the whole history (it costs no network, and the sandbox can
 never fetch it later), through the pack protocol (``--no-local``): no
 hardlinks or object copies out of the mounted repository. A ref that may be a
@@ -79,7 +81,8 @@ _CONFIG: Final = (
     "fetch.recurseSubmodules=false",
     "protocol.allow=never",
     "credential.helper=",
-    "http.followRedirects=initial",
+    # A redirect's host would be resolved afresh, past the pinned address.
+    "http.followRedirects=false",
     "advice.detachedHead=false",
 )
 
@@ -91,6 +94,8 @@ class ClonePlan:
     url: str  # what git clones from: the https URL, or SOURCE
     ref: str | None
     local_source: Path | None = None  # the host folder to mount read-only at SOURCE
+    # host:443:address, the checked address git must connect to (app.runtime.git_egress)
+    pin: str | None = None
 
     @property
     def protocol(self) -> str:
@@ -228,7 +233,9 @@ def clone_env(plan: ClonePlan) -> dict[str, str]:
 
 def clone_script(plan: ClonePlan) -> str:
     """The ``sh -c`` script that clones ``plan`` into TARGET (values shell-quoted)."""
-    config = (*_CONFIG, f"protocol.{plan.protocol}.allow=always")
+    config = [*_CONFIG, f"protocol.{plan.protocol}.allow=always"]
+    if plan.pin is not None:
+        config.append(f"http.curloptResolve={plan.pin}")
     git = "git " + " ".join(f"-c {shlex.quote(c)}" for c in config)
     url, target = shlex.quote(plan.url), shlex.quote(TARGET)
     if plan.local_source is None:

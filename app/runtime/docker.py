@@ -1,8 +1,9 @@
 """DockerBackend: the SandboxBackend on the Docker Engine API, and all container hardening.
 
-Every container gets: no privileges; every capability dropped but CHOWN,
-DAC_OVERRIDE, FOWNER, FSETID, SETUID, SETGID and KILL (which only a root
-process could use, and none runs); ``no-new-privileges``; pids, memory (no
+Every container gets: no privileges; every capability dropped, the bounding
+set included (commands run as a non-root uid under ``no-new-privileges``, so
+no capability could ever be raised; see :mod:`app.runtime.hardening` for the
+seccomp and mount-flag checks); ``no-new-privileges``; pids, memory (no
 swap) and CPU caps; tini as PID 1 (``init``); no network unless egress is both
 asked for and allowed; a read-only root filesystem with capped tmpfs at
 ``/tmp`` and the user's home (so nothing an experiment writes outside its
@@ -17,8 +18,10 @@ clone ends, however it ends. Its mounts are the (empty) workspace, read-write,
 and, for a local repository, that repository read-only (and not recursively:
 mounts below it stay out) at ``/source``. It is the only container that may get
 network for a clone, and only for an ``https`` URL on a server built with
-``allow_git_egress``; a local clone has none. What is cloned and how is in
-:mod:`app.runtime._git`.
+``allow_git_egress``, whose host resolved to public addresses only (see
+:mod:`app.runtime.git_egress`): then it joins a network of its own (never the
+default bridge) and git is pinned to the checked address; a local clone has
+none. What is cloned and how is in :mod:`app.runtime._git`.
 
 Blocking SDK calls go through :class:`~app.runtime._threads.Offload`; Docker
 and ``requests`` errors become :mod:`app.runtime.errors` at this boundary.
@@ -84,7 +87,10 @@ from app.runtime.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from app.runtime.git_egress import GIT_NETWORK, ensure_network, pin_remote, tenant_error
+from app.runtime.hardening import engine_problem
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
+from auth.safe_fetch import AddressPolicy, Resolver, is_public_address, system_resolver
 from pool.slots import SlotsRoot
 
 __all__ = [
@@ -100,7 +106,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"
-CAPABILITIES: Final = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL")
+# None: a non-root process under no-new-privileges has no way to use any (execve
+# clears them, setuid/file capabilities are ignored); an empty bounding set makes sure.
+CAPABILITIES: Final[tuple[str, ...]] = ()
 WORKSPACE: Final = "/workspace"
 TMP: Final = "/tmp"  # noqa: S108 - the container's own /tmp, a private tmpfs
 # A clone helper's limits (clamped to the ceilings like an experiment's).
@@ -136,7 +144,11 @@ class DockerBackend:
         user: ``uid:gid`` every container process runs as (never root).
         home: The user's home in the images (a tmpfs, as the root is read-only).
         allow_egress: Whether ``network="egress"`` is honoured (else refused).
-        egress_network: The Docker network egress containers (and remote clones) join.
+        egress_network: The Docker network egress containers join.
+        git_network: The network of its own remote clone helpers join (created when
+            missing, without inter-container traffic); never the default bridge.
+        resolve: How a remote clone's host is resolved before it is checked and pinned.
+        git_address_policy: Which addresses a remote clone may reach (public only).
         allow_git_egress: Whether ``clone`` may fetch an ``https`` URL (else refused).
         git_image: The image clone helpers run (it needs git); must be allowed.
             Defaults to ``default_image``.
@@ -166,6 +178,9 @@ class DockerBackend:
         allow_egress: bool = False,
         egress_network: str = "bridge",
         allow_git_egress: bool = False,
+        git_network: str = GIT_NETWORK,
+        resolve: Resolver = system_resolver,
+        git_address_policy: AddressPolicy = is_public_address,
         git_image: str | None = None,
         label_prefix: str = "io.sandbox-mcp",
         deployment: str = "1",
@@ -205,6 +220,10 @@ class DockerBackend:
         self._allow_egress = allow_egress
         self._egress_network = egress_network
         self._allow_git_egress = allow_git_egress
+        self._git_network_name = git_network
+        self._git_network_ready = False
+        self._resolve = resolve
+        self._git_address_policy = git_address_policy
         self._git_image = git_image or self._default_image
         self._prefix = label_prefix
         self._managed = f"{label_prefix}.managed"
@@ -215,6 +234,7 @@ class DockerBackend:
         self._client: docker.DockerClient | None = None
         self._client_lock = anyio.Lock()
         self._host_cpus: float | None = None
+        self._engine_problem: str | None = None  # seccomp missing: no container is made
         self._jobs = JobTable()
         self._helpers: set[str] = set()  # clone helpers running in this process
 
@@ -245,7 +265,15 @@ class DockerBackend:
         tags = {tag for image in images for tag in (image.get("RepoTags") or ())}
         present = tuple(i for i in self._allowed if _tagged(i) in tags)
         missing = tuple(i for i in self._allowed if _tagged(i) not in tags)
-        return RuntimeInfo(True, str(version.get("Version")), present, missing)
+        with contextlib.suppress(RuntimeFailure):
+            await self._cpus(api)
+        return RuntimeInfo(
+            self._engine_problem is None,
+            str(version.get("Version")),
+            present,
+            missing,
+            reason=self._engine_problem,
+        )
 
     async def create(self, spec: ContainerSpec) -> Container:
         started = time.monotonic()
@@ -415,6 +443,7 @@ class DockerBackend:
 
     async def sweep(self, live_container_ids: set[str]) -> int:
         api = await self._api()
+        await self._cpus(api)  # at start-up: says at once if seccomp is off
         with _translated():
             found = await self._offload.call(
                 api.containers,
@@ -442,7 +471,8 @@ class DockerBackend:
         if plan.local_source is not None:
             network_mode = "none"
         elif self._allow_git_egress:
-            network_mode = self._egress_network
+            plan = dataclasses.replace(plan, pin=await self._pin(plan.url))
+            network_mode = await self._git_network(await self._api())
         else:
             raise GitEgressDisabled()
         real_workspace = await self._offload.call(check_workspace, workspace, self._slots.base)
@@ -486,6 +516,9 @@ class DockerBackend:
             self._helpers.discard(container_id)
         # The whole clone, helper start and removal included: what the caller waited.
         result = dataclasses.replace(result, duration_s=round(time.monotonic() - started, 3))
+        if plan.local_source is None and result.exit_code != 0:
+            log.info("runtime.clone_failed", stderr=result.stderr[-2000:])  # the operator's
+            result = dataclasses.replace(result, stdout="", stderr=tenant_error(result.stderr))
         log.info(
             "runtime.clone",
             container_id=container_id[:12],
@@ -513,12 +546,25 @@ class DockerBackend:
                         self._client = await self._offload.call(self._client_factory)
         return self._client.api
 
+    async def _pin(self, url: str) -> str:
+        return await pin_remote(url, resolve=self._resolve, allow=self._git_address_policy)
+
+    async def _git_network(self, api: docker.APIClient) -> str:
+        if not self._git_network_ready:
+            with _translated():
+                await self._offload.call(
+                    ensure_network, api, self._git_network_name, {self._managed: "git"}
+                )
+            self._git_network_ready = True
+        return self._git_network_name
+
     async def _cpus(self, api: docker.APIClient) -> float | None:
         if self._host_cpus is None:
             with _translated():
                 info = await self._offload.call(api.info)
             ncpu = info.get("NCPU")
             self._host_cpus = float(ncpu) if isinstance(ncpu, int) and ncpu > 0 else None
+            self._engine_problem = await self._offload.call(engine_problem, info, self._slots.base)
         return self._host_cpus
 
     async def _create_container(
@@ -534,6 +580,9 @@ class DockerBackend:
         sandbox: str,
     ) -> str:
         """Create (not start) a hardened container within ``sandbox``'s share; its id."""
+        await self._cpus(api)
+        if self._engine_problem is not None:
+            raise RuntimeUnavailable(self._engine_problem)
         memory = limits.memory_mb * 1024 * 1024
         tmpfs_opts = "rw,exec,nosuid,nodev"
         host_config = api.create_host_config(

@@ -377,6 +377,47 @@ async def test_19_20_errors_redirect_with_state_and_iss(
     assert query["iss"] == server.base_url
 
 
+PHISH_URI = "https://phish.example/callback"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"code_challenge": ""},
+        {"code_challenge_method": "plain"},
+        {"response_type": "token"},
+        {"resource": "https://evil.test/mcp"},
+        {"scope": "sandbox admin"},
+    ],
+)
+async def test_19_pre_consent_errors_never_redirect_to_a_self_registered_site(
+    http: httpx2.AsyncClient, server: RunningServer, change: dict[str, str]
+) -> None:
+    # Anyone may register https://phish.example/ and link victims to a broken request:
+    # redirecting its error would make our address an open redirector (RFC 9700 4.11.2).
+    phisher = await ManualClient.register(http, server.base_url, PHISH_URI)
+    _, challenge = pkce_pair()
+    url = phisher.authorize_url(challenge, redirect_uri=PHISH_URI, **change)
+    response = await http.get(url)
+    assert response.status_code == 400, response.headers
+    assert "location" not in response.headers
+    assert "phish.example" in response.text  # the page says where it did not send you
+    assert "connect again" in response.text
+
+
+async def test_19_a_valid_request_to_a_https_client_still_signs_in_and_redirects(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    # After the button the person has seen the return host: the code goes there.
+    app = await ManualClient.register(http, server.base_url, PHISH_URI)
+    _, challenge = pkce_pair()
+    page = read_page(await http.get(app.authorize_url(challenge, redirect_uri=PHISH_URI)))
+    assert "phish.example" in page.html
+    answer = await press_button(http, server.base_url, page)
+    assert answer.status_code == 303
+    assert answer.headers["location"].startswith(PHISH_URI + "?code=")
+
+
 async def test_20_our_own_resource_is_accepted(
     http: httpx2.AsyncClient, server: RunningServer, client: ManualClient
 ) -> None:

@@ -46,10 +46,13 @@ def start_server(
     probe: bool = False,
     port: int | None = None,
     host: str = "127.0.0.1",
+    nofile: tuple[int, int] | None = None,
     **env: str,
 ) -> RunningServer:
     """Start ``python -m app serve`` (or, with ``probe``, the server plus a slot-taking
-    probe tool) on ``host`` (a loopback address) and wait until /health answers."""
+    probe tool) on ``host`` (a loopback address) and wait until /health answers.
+    ``nofile`` is the (soft, hard) descriptor limit the process starts with, as a
+    systemd unit would set it."""
     port = port or free_port()
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"
@@ -67,6 +70,7 @@ def start_server(
             env=environment,
             stdout=out,
             stderr=log,
+            preexec_fn=None if nofile is None else lambda: _limit_nofile(nofile),
         )
     server = RunningServer(f"http://{authority}", process, log_path)
     deadline = time.monotonic() + 30
@@ -80,6 +84,12 @@ def start_server(
             time.sleep(0.1)
     process.kill()
     raise AssertionError(f"server did not answer /health in 30 s:\n{server.log()}")
+
+
+def _limit_nofile(limits: tuple[int, int]) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 def stop_server(server: RunningServer) -> None:

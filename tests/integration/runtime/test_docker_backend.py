@@ -8,6 +8,10 @@ removed by the fixtures (and, as a safety net, by the session fixture).
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import shutil
+import stat
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -133,7 +137,7 @@ async def test_the_container_carries_every_hardening_flag(
     host = attrs["HostConfig"]
     assert host["Privileged"] is False
     assert host["CapDrop"] == ["ALL"]
-    assert sorted(host["CapAdd"]) == sorted(CAPABILITIES)
+    assert sorted(host.get("CapAdd") or []) == sorted(CAPABILITIES) == []
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
     assert host["PidsLimit"] == 128
     assert host["Memory"] == 512 * 1024 * 1024
@@ -157,15 +161,82 @@ async def test_the_container_carries_every_hardening_flag(
     assert config["Labels"][f"{PREFIX}.sandbox"] == "fp-test"
     assert config["Labels"][f"{PREFIX}.experiment"].startswith("exp-")
 
-    inside = await sandbox.run("grep -E '^(NoNewPrivs|CapEff|CapPrm):' /proc/self/status")
+    inside = await sandbox.run(
+        "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd|Seccomp):' /proc/self/status"
+    )
     assert inside.stdout.split() == [
         "CapPrm:",
         "0000000000000000",
         "CapEff:",
         "0000000000000000",
+        "CapBnd:",
+        "0000000000000000",  # nothing a process could ever raise
         "NoNewPrivs:",
         "1",
+        "Seccomp:",
+        "2",  # the engine's filter is on
     ]
+    tini = await sandbox.run("grep -E '^(CapBnd|Seccomp):' /proc/1/status")
+    assert tini.stdout.split() == ["CapBnd:", "0000000000000000", "Seccomp:", "2"]
+
+
+async def test_a_setuid_root_program_in_the_workspace_runs_as_the_user(
+    sandbox: Sandbox,
+) -> None:
+    # Docker bind mounts take no nosuid flag; no-new-privileges keeps the bit inert.
+    planted = sandbox.workspace / "rootshell"
+    shutil.copy("/usr/bin/id", planted)
+    os.chown(planted, 0, 0)
+    os.chmod(planted, 0o4755)
+    result = await sandbox.run("./rootshell -u; ./rootshell -ru")
+    assert result.stdout.split() == ["1000", "1000"], result
+
+
+async def test_a_device_node_in_the_workspace_cannot_be_opened(sandbox: Sandbox) -> None:
+    # No nodev on the bind either: the engine's device cgroup refuses /dev/mem (1:1)
+    # and the raw disk, and without CAP_MKNOD a command cannot make one.
+    os.mknod(sandbox.workspace / "mem", 0o666 | stat.S_IFCHR, os.makedev(1, 1))
+    result = await sandbox.run("head -c 1 ./mem; echo rc=$?; mknod ./null2 c 1 3; echo rc=$?")
+    assert "Operation not permitted" in result.stderr, result
+    assert result.stdout.split() == ["rc=1", "rc=1"], result
+
+
+async def test_developer_tools_work_without_any_capability(slots: Path) -> None:
+    node = DockerBackend(
+        slots=SlotsAt(slots),
+        allowed_images=("sandbox-mcp/node:22",),
+        label_prefix=PREFIX,
+        client_factory=docker_client,
+        max_containers=100,
+    )
+    box = await start(node, slots, image="sandbox-mcp/node:22")
+    try:
+        steps = (
+            # git: a repository, a commit, a branch, a checkout
+            "git init -q repo && cd repo && git config user.email a@b && git config user.name a"
+            " && echo hi > f && git add f && git commit -qm one && git checkout -qb two"
+            " && git log --oneline | wc -l && cd ..",
+            # npm: a local package packed and installed offline
+            "mkdir lib && cd lib && echo "
+            + shlex.quote('{"name":"lib","version":"1.0.0","bin":{"hello":"h.js"}}')
+            + " > package.json && printf '#!/usr/bin/env node\\nconsole.log(42)\\n' > h.js"
+            " && npm pack --silent >/dev/null && cd .."
+            " && mkdir app && cd app && npm init -y >/dev/null"
+            " && npm install --offline --no-audit --no-fund ../lib/lib-1.0.0.tgz >/dev/null"
+            " && npx --offline hello && cd ..",
+            # python: a venv in the workspace and a module imported from it
+            "python3 -m venv --without-pip venv && echo 'X = 7' > venv/lib/m.py"
+            " && PYTHONPATH=venv/lib venv/bin/python -c 'import m; print(m.X)'",
+            # file modes, owners that are ours, archives that keep modes
+            "touch a && chmod 0600 a && chown 1000:1000 a && cp -p a b && tar cf t.tar a b"
+            " && mkdir x && tar xpf t.tar -C x && stat -c %a x/a",
+        )
+        result = await box.run(" && ".join(steps), timeout_s=120)
+        assert result.exit_code == 0, result
+        assert result.stdout.split() == ["1", "42", "7", "600"], result
+    finally:
+        await node.remove(box.id)
+        await node.aclose()
 
 
 async def test_the_network_is_really_off(sandbox: Sandbox) -> None:

@@ -11,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import ipaddress
 import os
+import socket
 import subprocess
+import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +35,7 @@ from app.runtime.errors import (
     GitSourceRefused,
     WorkspaceRefused,
 )
+from app.runtime.git_egress import ensure_network
 from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
@@ -285,7 +290,7 @@ async def test_the_helper_carries_the_hardening_and_is_removed_when_cancelled(
     host = attrs["HostConfig"]
     assert host["Privileged"] is False
     assert host["CapDrop"] == ["ALL"]
-    assert sorted(host["CapAdd"]) == sorted(CAPABILITIES)
+    assert sorted(host.get("CapAdd") or []) == sorted(CAPABILITIES) == []
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
     assert host["NetworkMode"] == "none"
     assert host["ReadonlyRootfs"] is True
@@ -416,3 +421,124 @@ async def test_a_clone_helper_counts_against_its_sandbox_share(
         await small.remove(held.container_id)
         await small.aclose()
     assert helpers(engine) == []
+
+
+# -- remote egress: public addresses only, pinned, on a network of its own ---------------
+
+REFUSED_REMOTES = [
+    "https://169.254.169.254/latest/meta-data/",
+    "https://10.0.0.5/o/r.git",
+    "https://127.0.0.1/o/r.git",
+    "https://2130706433/o/r.git",
+    "https://localhost/o/r.git",
+    "https://[::ffff:127.0.0.1]/o/r.git",
+    "https://metadata.google.internal/computeMetadata/v1/",
+    "https://github.com:22/o/r.git",
+]
+
+
+@pytest.fixture
+async def egress_backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
+    network = f"{PREFIX}-git"
+    backend = DockerBackend(
+        slots=SlotsAt(slots),
+        allowed_images=(IMAGE,),
+        git_image=IMAGE,
+        label_prefix=PREFIX,
+        client_factory=docker_client,
+        allow_git_egress=True,
+        git_network=network,
+    )
+    yield backend
+    await backend.aclose()
+    with contextlib.suppress(docker.errors.NotFound):
+        engine.api.remove_network(network)
+
+
+@pytest.mark.parametrize("url", REFUSED_REMOTES)
+async def test_a_clone_of_a_non_public_address_never_starts_a_container(
+    egress_backend: DockerBackend, slots: Path, engine: docker.DockerClient, url: str
+) -> None:
+    since = f"{time.time():.9f}"  # the engine takes fractions: earlier tests' events stay out
+    workspace = new_workspace(slots)
+    with pytest.raises(GitSourceRefused) as caught:
+        await egress_backend.clone(GitSource(url), workspace)
+    assert caught.value.details["field"] == "url"
+    events = engine.api.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": f"{PREFIX}.managed=1"},
+        decode=True,
+    )
+    assert [e for e in events] == [], "no helper was even created"
+    assert list(workspace.iterdir()) == []
+
+
+async def test_a_remote_clone_connects_only_to_the_pinned_address_from_its_own_network(
+    egress_backend: DockerBackend, slots: Path, engine: docker.DockerClient
+) -> None:
+    # No internet here: a name that resolves nowhere is "resolved" to a listener on
+    # the helpers' network gateway (allowed for this test only). That git reaches it
+    # at all proves the pin: the helper's own DNS knows no such name.
+    network = f"{PREFIX}-git"
+    ensure_network(engine.api, network, {f"{PREFIX}.managed": "git"})
+    [config] = engine.api.inspect_network(network)["IPAM"]["Config"]
+    gateway = config["Gateway"]
+    seen: list[tuple[str, str]] = []  # (peer address, the helper's network mode)
+
+    def listen(server: socket.socket) -> None:
+        conn, peer = server.accept()
+        with conn:
+            [helper] = helpers(engine)
+            seen.append(
+                (peer[0], engine.api.inspect_container(helper)["HostConfig"]["NetworkMode"])
+            )
+            conn.recv(1024)  # the TLS ClientHello; closing fails the handshake
+
+    async def resolve(host: str, port: int) -> list[str]:
+        assert (host, port) == ("git.pinned.invalid", 443)
+        return [gateway]
+
+    backend = DockerBackend(
+        slots=SlotsAt(slots),
+        allowed_images=(IMAGE,),
+        git_image=IMAGE,
+        label_prefix=PREFIX,
+        client_factory=docker_client,
+        allow_git_egress=True,
+        git_network=network,
+        resolve=resolve,
+        git_address_policy=lambda address: str(address) == gateway,
+    )
+    since = f"{time.time():.9f}"
+    with socket.create_server((gateway, 443)) as server:
+        server.settimeout(60)
+        listener = threading.Thread(target=listen, args=(server,), daemon=True)
+        listener.start()
+        try:
+            result = await backend.clone(
+                GitSource("https://git.pinned.invalid/o/r.git"), new_workspace(slots)
+            )
+        finally:
+            await backend.aclose()
+        listener.join(10)
+    assert len(seen) == 1, "git never connected to the pinned address"
+    created = engine.api.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": f"{PREFIX}.managed=1"},
+        decode=True,
+    )
+    assert len(list(created)) == 1, "the event query the refusal test relies on sees helpers"
+    peer, mode = seen[0]
+    assert mode == network, "a network of its own, not the default bridge"
+    assert ipaddress.ip_address(peer) in ipaddress.ip_network(config["Subnet"])
+    options = engine.api.inspect_network(network)["Options"]
+    assert options["com.docker.network.bridge.enable_icc"] == "false"
+    assert result.exit_code != 0
+    # git's lines name the address and the TLS failure; the tenant gets one sentence.
+    assert gateway not in result.stderr
+    assert result.stderr in (
+        "the TLS connection to the server failed",
+        "the server could not be reached over https, or the clone failed",
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pool_fakes import opened
 
+from jail.tree_delete import delete_tree
 from pool.errors import PoolError
 from pool.provision import provision_dir
 from pool.slots import Slot
@@ -268,6 +269,65 @@ async def test_close_is_bounded_and_the_rest_is_swept_next_time(tmp_path: Path) 
     started = time.perf_counter()
     await store.close()
     assert time.perf_counter() - started < 1.0
+
+    again = await opened(DirSlotStore(tmp_path))
+    await again.close()
+    assert list(again.trash.iterdir()) == []
+
+
+def deep(root: Path, depth: int) -> None:
+    """``root/d/d/...`` built with relative opens: the full path is beyond PATH_MAX."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("depth", [1_500, 5_000])
+async def test_reset_deletes_a_tree_deeper_than_recursion_allows(
+    tmp_path: Path, depth: int
+) -> None:
+    # shutil.rmtree raised RecursionError here and the trash stayed forever.
+    await provision_dir(tmp_path, 1, owner=None)
+    store = await opened(DirSlotStore(tmp_path))
+    slot = store.slot(0)
+    deep(slot.root, depth)
+    try:
+        await store.reset(slot)
+        await store.close()
+        assert list(store.trash.iterdir()) == []
+    finally:
+        delete_tree(tmp_path / "slots")  # pytest's own cleanup would choke on it
+
+
+async def test_a_failed_delete_is_logged_and_retried_at_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pool.slots_dir as slots_dir
+
+    real = slots_dir.delete_tree
+    failures: list[Path] = []
+
+    def fail_once(path: Path, **kwargs: object) -> None:
+        if not failures:
+            failures.append(path)
+            raise RecursionError("an unexpected failure in the delete")
+        real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slots_dir, "delete_tree", fail_once)
+    await provision_dir(tmp_path, 1, owner=None)
+    store = await opened(DirSlotStore(tmp_path))
+    slot = store.slot(0)
+    fill(slot.root, 100)
+    await store.reset(slot)  # the failure stays on the worker: reset itself succeeds
+    await store.close()
+    assert failures
+    assert [p.name for p in store.trash.iterdir()] == [failures[0].name]
 
     again = await opened(DirSlotStore(tmp_path))
     await again.close()

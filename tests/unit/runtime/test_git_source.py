@@ -34,6 +34,8 @@ from app.runtime.errors import (
     GitSourceRefused,
     WorkspaceRefused,
 )
+from app.runtime.git_egress import pin_remote, tenant_error
+from auth.safe_fetch import system_resolver
 from pool.slots import SlotsAt
 
 # -- URLs --------------------------------------------------------------------------------
@@ -284,7 +286,7 @@ SAFETY = [
     "-c",
     "credential.helper=",
     "-c",
-    "http.followRedirects=initial",
+    "http.followRedirects=false",
     "-c",
     "advice.detachedHead=false",
 ]
@@ -311,6 +313,18 @@ def test_a_remote_clone_is_shallow_and_https_only(tmp_path: Path) -> None:
     ]
     assert not (tmp_path / "x").exists(), "values are quoted, never run"
     assert "--recurse-submodules" not in clone_script(ClonePlan(url, None))
+
+
+def test_a_remote_clone_is_pinned_to_the_checked_address(tmp_path: Path) -> None:
+    plan = ClonePlan("https://github.com/o/r.git", None, pin="github.com:443:140.82.121.3")
+    code, calls, _ = run_script(plan, tmp_path)
+    assert code == 0
+    assert calls[0][len(SAFETY) : len(SAFETY) + 4] == [
+        "-c",
+        "protocol.https.allow=always",
+        "-c",
+        "http.curloptResolve=github.com:443:140.82.121.3",
+    ]
 
 
 def test_a_local_clone_keeps_history_and_trusts_only_the_mount(tmp_path: Path) -> None:
@@ -378,13 +392,15 @@ class FakeApi:
         self.created: dict[str, Any] = {}
         self.live: list[dict[str, str]] = []
         self.removed: list[str] = []
+        self.network_names: list[str] = []
+        self.network_options: dict[str, Any] = {}
 
     def create_host_config(self, **kwargs: Any) -> HostConfig:
         return HostConfig(version="1.41", **kwargs)
 
     def info(self) -> dict[str, Any]:
         self.calls.append("info")
-        return {"NCPU": 2}
+        return {"NCPU": 2, "SecurityOptions": ["name=seccomp,profile=default"]}
 
     def containers(self, **kwargs: Any) -> list[dict[str, str]]:
         self.calls.append("containers")
@@ -399,6 +415,16 @@ class FakeApi:
 
     def start(self, container_id: str) -> None:
         self.calls.append("start")
+
+    def networks(self, names: list[str]) -> list[dict[str, Any]]:
+        self.calls.append("networks")
+        return [{"Name": n} for n in names if n in self.network_names]
+
+    def create_network(self, name: str, **kwargs: Any) -> dict[str, str]:
+        self.calls.append("create_network")
+        self.network_names.append(name)
+        self.network_options = kwargs
+        return {"Id": "n" * 64}
 
     def remove_container(self, container_id: str, **kwargs: Any) -> None:
         self.calls.append("remove_container")
@@ -417,6 +443,11 @@ class FakeClient:
 OK = ExecResult(0, "", "Cloning into '/workspace'...\n", False, False, 0.5)
 
 
+async def public_dns(host: str, port: int) -> list[str]:
+    """A resolver for names these tests use (no network here)."""
+    return {"github.com": ["140.82.121.3"], "internal.example": ["10.0.0.5"]}.get(host, [])
+
+
 def make_backend(
     slots: Path, api: FakeApi, ran: list[dict[str, Any]], result: Any = OK, **overrides: Any
 ) -> DockerBackend:
@@ -426,6 +457,7 @@ def make_backend(
         "git_image": "sandbox-mcp/base:bookworm",
         "label_prefix": PREFIX,
         "client_factory": lambda: FakeClient(api),
+        "resolve": public_dns,
     }
     options.update(overrides)
     backend = DockerBackend(**options)
@@ -476,7 +508,7 @@ async def test_a_local_clone_mounts_the_repository_read_only_without_network(
         },
     ]
     assert host["CapDrop"] == ["ALL"]
-    assert host["CapAdd"] == list(CAPABILITIES)
+    assert (host.get("CapAdd") or []) == list(CAPABILITIES) == []
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
     assert not host.get("Privileged")
     assert host["ReadonlyRootfs"] is True
@@ -503,9 +535,14 @@ async def test_a_remote_clone_joins_the_egress_network_only_when_allowed(
     assert caught.value.code == "GIT_EGRESS_DISABLED"
     assert api.calls == [], "refused before the engine is even asked"
 
-    backend = make_backend(slots, api, ran, allow_git_egress=True, egress_network="git-out")
+    backend = make_backend(
+        slots, api, ran, allow_git_egress=True, egress_network="bridge", git_network="git-out"
+    )
     await backend.clone(GitSource("https://github.com/o/r.git", "main"), workspace)
-    assert api.created["host_config"]["NetworkMode"] == "git-out"
+    assert api.created["host_config"]["NetworkMode"] == "git-out", "its own, never the bridge"
+    assert api.network_names == ["git-out"]
+    assert api.network_options["options"] == {"com.docker.network.bridge.enable_icc": "false"}
+    assert "http.curloptResolve=github.com:443:140.82.121.3" in ran[0]["command"]
     assert [m["Target"] for m in api.created["host_config"]["Mounts"]] == ["/workspace"]
     assert api.created["environment"]["GIT_ALLOW_PROTOCOL"] == "https"
     assert "--depth=1 --branch main" in ran[0]["command"]
@@ -570,3 +607,130 @@ async def test_sweep_spares_a_clone_in_flight_but_not_a_leftover(slots: Path, re
 def test_the_git_image_must_be_allowed(slots: Path) -> None:
     with pytest.raises(ConfigurationError):
         DockerBackend(slots=SlotsAt(slots), allowed_images=IMAGES, git_image="alpine/git:latest")
+
+
+# -- egress: public addresses only, pinned, generic errors (issue 12) --------------------
+
+
+async def dns_with_internal_names(host: str, port: int) -> list[str]:
+    """The system resolver, plus names a corporate DNS would answer privately."""
+    fake = {
+        "db.internal": ["10.0.0.5"],
+        "rebind.example": ["140.82.121.3", "127.0.0.1"],
+        "metadata.example": ["169.254.169.254"],
+        "v6only.example": ["fd00::1"],
+    }
+    if host in fake:
+        return fake[host]
+    return await system_resolver(host, port)
+
+
+REFUSED_URLS = [
+    "https://169.254.169.254/latest/meta-data/",
+    "https://10.0.0.5/o/r.git",
+    "https://127.0.0.1/o/r.git",
+    "https://192.168.1.1/o/r.git",
+    "https://100.64.0.1/o/r.git",  # shared (carrier-grade NAT)
+    "https://0.0.0.0/o/r.git",
+    "https://[::1]/o/r.git",
+    "https://[::ffff:127.0.0.1]/o/r.git",  # IPv4-mapped IPv6
+    "https://[::ffff:a9fe:a9fe]/o/r.git",  # 169.254.169.254, mapped
+    "https://[fd00::1]/o/r.git",
+    "https://2130706433/o/r.git",  # 127.0.0.1 in decimal: getaddrinfo accepts it
+    "https://017700000001/o/r.git",  # ... and in octal
+    "https://0x7f.1/o/r.git",  # ... and in hex, short form
+    "https://localhost/o/r.git",
+    "https://db.internal/o/r.git",  # an internal name answering privately
+    "https://metadata.example/computeMetadata/v1/",
+    "https://rebind.example/o/r.git",  # one public answer is not enough
+    "https://v6only.example/o/r.git",
+    "https://does-not-exist.invalid/o/r.git",  # same words as a private answer
+    "https://github.com:8443/o/r.git",  # a port prober's other ports
+]
+
+
+@pytest.mark.parametrize("url", REFUSED_URLS)
+async def test_a_clone_of_a_non_public_address_is_refused_before_the_engine(
+    slots: Path, url: str
+) -> None:
+    api, ran = FakeApi(), list[dict[str, Any]]()
+    backend = make_backend(slots, api, ran, allow_git_egress=True, resolve=dns_with_internal_names)
+    with pytest.raises(GitSourceRefused) as caught:
+        await backend.clone(GitSource(url), slots / "slot-000" / "ws")
+    assert caught.value.details["field"] == "url"
+    assert "create_container" not in api.calls
+    assert "create_network" not in api.calls
+    assert ran == []
+    for detail in ("169.254", "10.0.0.5", "127.0.0.1", "8443", "internal"):
+        assert detail not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("url", "answers", "pin"),
+    [
+        ("https://github.com/o/r.git", ["140.82.121.3"], "github.com:443:140.82.121.3"),
+        ("https://140.82.121.3/o/r.git", [], "140.82.121.3:443:140.82.121.3"),
+        (
+            "https://dual.example/o/r.git",
+            ["2606:4700::1111", "1.1.1.1"],
+            "dual.example:443:1.1.1.1",
+        ),
+        ("https://v6.example:443/o/r", ["2606:4700::1111"], "v6.example:443:[2606:4700::1111]"),
+    ],
+)
+async def test_a_public_host_is_pinned_to_its_checked_address(
+    url: str, answers: list[str], pin: str
+) -> None:
+    async def dns(host: str, port: int) -> list[str]:
+        assert port == 443
+        return answers
+
+    assert await pin_remote(url, resolve=dns) == pin
+
+
+async def test_git_error_lines_never_reach_the_tenant(slots: Path) -> None:
+    stderr = (
+        "Cloning into '/workspace'...\n"
+        "fatal: unable to access 'https://github.com/o/r.git/': Failed to connect to "
+        "github.com port 443 after 3 ms: Connection refused\n"
+    )
+    api, ran = FakeApi(), list[dict[str, Any]]()
+    failed = ExecResult(128, "some stdout", stderr, False, False, 0.5)
+    backend = make_backend(slots, api, ran, failed, allow_git_egress=True)
+    result = await backend.clone(GitSource("https://github.com/o/r.git"), slots / "slot-000" / "ws")
+    assert result.exit_code == 128
+    assert result.stdout == ""
+    assert result.stderr == "the server could not be reached over https, or the clone failed"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "said"),
+    [
+        ("fatal: repository 'https://h/o/r/' not found", "was not found"),
+        (
+            "warning: Could not find remote branch nope to clone.\nfatal: Remote branch nope "
+            "not found in upstream origin",
+            "the ref was not found",
+        ),
+        (
+            "fatal: could not read Username for 'https://h': terminal prompts disabled",
+            "credentials",
+        ),
+        (
+            "fatal: unable to access 'https://h/': SSL certificate problem: self-signed "
+            "certificate",
+            "TLS certificate",
+        ),
+        (
+            "fatal: unable to update url base from redirection:\n  asked for: https://h/x",
+            "redirect",
+        ),
+        ("fatal: unable to access 'https://h/': The requested URL returned error: 503", "5xx"),
+        ("fatal: unable to access 'https://h/': Could not resolve host: h", "could not be reached"),
+        ("fatal: unable to access 'https://h/': Operation timed out after 300000 ms", "reached"),
+    ],
+)
+def test_each_failure_is_one_fixed_sentence(stderr: str, said: str) -> None:
+    sentence = tenant_error(stderr)
+    assert said in sentence
+    assert "https://h" not in sentence

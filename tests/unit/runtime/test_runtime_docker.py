@@ -55,9 +55,11 @@ class FakeApi:
     def create_host_config(self, **kwargs: Any) -> HostConfig:
         return HostConfig(version="1.41", **kwargs)
 
+    security_options: tuple[str, ...] = ("name=apparmor", "name=seccomp,profile=default")
+
     def info(self) -> dict[str, Any]:
         self._call("info")
-        return {"NCPU": 2}
+        return {"NCPU": 2, "SecurityOptions": list(self.security_options)}
 
     def version(self) -> dict[str, Any]:
         self._call("version")
@@ -137,7 +139,7 @@ async def test_create_asks_for_every_hardening_flag(slots: Path, api: FakeApi) -
     host = created["host_config"]
     assert host.get("Privileged", False) is False  # the SDK omits the default
     assert host["CapDrop"] == ["ALL"]
-    assert sorted(host["CapAdd"]) == sorted(CAPABILITIES)
+    assert sorted(host.get("CapAdd") or []) == sorted(CAPABILITIES) == []
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
     assert host["PidsLimit"] == 256
     assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024
@@ -286,6 +288,22 @@ async def test_info_reports_present_and_missing_images(slots: Path, api: FakeApi
     assert info.version == "20.10.24"
     assert info.images == ("sandbox-mcp/python:3",)
     assert info.missing_images == ("sandbox-mcp/base:bookworm",)
+
+
+@pytest.mark.parametrize("options", [(), ("name=apparmor",), ("name=seccomp,profile=unconfined",)])
+async def test_without_an_active_seccomp_profile_no_container_is_made(
+    slots: Path, api: FakeApi, options: tuple[str, ...]
+) -> None:
+    api.security_options = options
+    backend = make_backend(slots, api)
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await backend.create(spec(slots))
+    assert "seccomp" in caught.value.message
+    assert "create_container" not in api.calls
+    info = await backend.info()
+    assert not info.reachable
+    assert info.reason is not None
+    assert "seccomp" in info.reason
 
 
 async def test_info_never_raises(slots: Path) -> None:

@@ -1,0 +1,142 @@
+"""Where a remote clone may connect, and what its failure may say.
+
+The clone helper is the one container with a network, and the tenant picks
+its URL: unchecked, ``https://169.254.169.254/``, ``https://10.0.0.5/`` or an
+internal name would reach the host's metadata service and private network,
+and git's error lines (``Connection refused``, ``timed out``, certificate
+details) would make it a port prober. So, as for client metadata documents
+(:mod:`auth.safe_fetch`, whose address policy this reuses):
+
+* the URL's host is resolved here, once, and every address must be public
+  (no loopback, private, link-local, shared, reserved or IPv4-embedding IPv6
+  address); a literal address is checked the same way, and a host that does
+  not resolve is refused in the same words, so the answer never says which
+  internal names exist;
+* only port 443, so public hosts cannot be port-scanned either;
+* git is pinned to the checked address (``http.curloptResolve``, git >= 2.37),
+  so the helper's own DNS lookup can never swap in another one (rebinding),
+  and follows no redirect (a redirect would be resolved afresh);
+* the tenant learns what went wrong only as one of a few fixed sentences,
+  never git's own lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import docker
+import docker.errors
+
+from app.runtime.errors import GitSourceRefused
+from auth.safe_fetch import AddressPolicy, IPAddress, Resolver, is_public_address, system_resolver
+
+GIT_NETWORK: Final = "sandbox-mcp-git"
+HTTPS_PORT: Final = 443
+RESOLVE_TIMEOUT_S: Final = 10.0
+_NOT_PUBLIC: Final = "its host does not resolve to a public address"
+
+
+async def pin_remote(
+    url: str,
+    *,
+    resolve: Resolver = system_resolver,
+    allow: AddressPolicy = is_public_address,
+) -> str:
+    """The ``http.curloptResolve`` entry (``host:443:address``) a clone of ``url`` must use.
+
+    ``url`` has passed :func:`app.runtime._git.check_url`.
+
+    Raises:
+        GitSourceRefused: another port, or a host that is not (only) public.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if (parts.port or HTTPS_PORT) != HTTPS_PORT:
+        raise GitSourceRefused("url", "only the standard https port, 443, is used")
+    addresses = await _addresses(host, resolve)
+    # Every answer must be public: a mix is how rebinding attacks get in.
+    if not addresses or not all(allow(a) for a in addresses):
+        raise GitSourceRefused("url", _NOT_PUBLIC)
+    # IPv4 first: Docker's bridge networks often have no IPv6 route.
+    address = sorted(addresses, key=lambda a: a.version)[0]
+    shown = f"[{address}]" if address.version == 6 else str(address)
+    return f"{host}:{HTTPS_PORT}:{shown}"
+
+
+async def _addresses(host: str, resolve: Resolver) -> list[IPAddress]:
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    try:
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            answers = await resolve(host, HTTPS_PORT)
+    except (OSError, UnicodeError, TimeoutError):
+        raise GitSourceRefused("url", _NOT_PUBLIC) from None
+    return [ipaddress.ip_address(a.split("%", 1)[0]) for a in answers]
+
+
+def ensure_network(api: docker.APIClient, name: str, labels: dict[str, str]) -> None:
+    """Create the clone helpers' bridge network unless it exists (blocking).
+
+    A network of their own, not the default bridge: a helper never shares a
+    segment with experiment containers that have egress, and with inter-container
+    traffic off two helpers cannot reach each other either.
+    """
+    if _exists(api, name):
+        return
+    try:
+        api.create_network(
+            name,
+            driver="bridge",
+            options={"com.docker.network.bridge.enable_icc": "false"},
+            labels=labels,
+            check_duplicate=True,
+        )
+    except docker.errors.APIError as exc:
+        # Another worker (or test) created it meanwhile.
+        if exc.status_code != 409 and not _exists(api, name):
+            raise
+
+
+def _exists(api: docker.APIClient, name: str) -> bool:
+    found: list[dict[str, Any]] = api.networks(names=[name])
+    return any(n.get("Name") == name for n in found)
+
+
+# (a piece of git's or curl's message, what the tenant is told); first match wins.
+_KNOWN: Final = (
+    ("not a branch or a tag there", None),  # our own note: skip it, look further
+    ("remote branch", "the ref was not found in the repository"),
+    ("could not read username", "the repository needs credentials, which are never sent"),
+    ("authentication failed", "the repository needs credentials, which are never sent"),
+    ("terminal prompts disabled", "the repository needs credentials, which are never sent"),
+    ("repository not found", "the repository was not found (or it is private)"),
+    ("not found", "the repository or the ref was not found"),
+    ("couldn't find remote ref", "the ref was not found in the repository"),
+    ("reference is not a tree", "the ref was not found in the repository"),
+    ("did not match any file", "the ref was not found in the repository"),
+    ("pathspec", "the ref was not found in the repository"),
+    ("redirect", "the server redirected the request, and redirects are not followed"),
+    ("certificate", "the server's TLS certificate was not accepted"),
+    ("ssl", "the TLS connection to the server failed"),
+    ("fsck", "the repository holds objects that were refused (fsck)"),
+    ("the requested url returned error: 4", "the server refused the request (HTTP 4xx)"),
+    ("the requested url returned error: 5", "the server failed the request (HTTP 5xx)"),
+)
+_UNREACHABLE: Final = "the server could not be reached over https, or the clone failed"
+
+
+def tenant_error(stderr: str) -> str:
+    """One fixed sentence for a failed remote clone; never git's own words."""
+    text = stderr.lower()
+    for line in text.splitlines():
+        for piece, sentence in _KNOWN:
+            if piece in line:
+                if sentence is None:
+                    break
+                return sentence
+    return _UNREACHABLE
