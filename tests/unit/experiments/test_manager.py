@@ -447,7 +447,10 @@ async def test_a_command_run_until_done_dies_with_its_call_wherever_it_is_cancel
     """A task's call (``until_done``) owns its command: cancelled at any step, from the
     job's first database write to the run itself, it leaves no job running."""
     exp = await world.manager.create(world.call(), CreateRequest())
-    for steps in range(40):
+    # Every step early on, then wider ones: how many loop turns reach the run depends on
+    # the database thread, so the schedule reaches well past it however fast that is.
+    schedule = [*range(30), *(int(30 * 1.3**n) for n in range(1, 25))]
+    for steps in schedule:
         call = asyncio.create_task(
             world.manager.execute(world.call(), exp.experiment_id, "sleep 30", until_done=True)
         )
