@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import tool
+from mcp_http import tool
 
 from jail.tree_delete import delete_tree
 

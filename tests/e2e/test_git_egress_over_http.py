@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import tool
+from mcp_http import tool
 
 pytestmark = pytest.mark.e2e
 
