@@ -68,7 +68,10 @@ async def allow_node_22(call: Call, experiment: str) -> None:
 async def test_the_seeds_node_demo_in_the_seeds_names(tmp_path: Path) -> None:
     host_copy = {path: path.read_bytes() for path in EXAMPLE.rglob("*") if path.is_file()}
     server = start_server(
-        tmp_path / "state", SANDBOX_MCP_POOL_SIZE="2", SEED_DEMO_FORWARDED="from-the-server"
+        tmp_path / "state",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_MAX_CONTAINERS="8",  # a baseline and three candidates: past the spare of 2
+        SEED_DEMO_FORWARDED="from-the-server",
     )
     try:
         async with httpx2.AsyncClient(timeout=180) as http:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -33,3 +34,16 @@ def new_workspace(slots: Path) -> Path:
     workspace.mkdir(parents=True)
     os.chown(workspace, UID, GID)
     return workspace
+
+
+def engine_events(engine: docker.DockerClient, **filters: Any) -> list[dict[str, Any]]:
+    """The engine's events for ``filters`` (``since`` and ``until`` bound them), read to
+    the end and the stream closed: its socket is never left to the garbage collector."""
+    stream = engine.api.events(decode=True, **filters)
+    try:
+        return list(stream)
+    finally:
+        stream.close()
+        response = getattr(stream, "_response", None)
+        if response is not None:
+            response.close()

@@ -24,7 +24,15 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from docker_testkit import GID, GIT_PREFIX, UID, docker_client, labelled, new_workspace
+from docker_testkit import (
+    GID,
+    GIT_PREFIX,
+    UID,
+    docker_client,
+    engine_events,
+    labelled,
+    new_workspace,
+)
 
 import app.runtime.docker as runtime_docker
 from app.runtime.backend import ContainerSpec, GitSource
@@ -464,13 +472,13 @@ async def test_a_clone_of_a_non_public_address_never_starts_a_container(
     with pytest.raises(GitSourceRefused) as caught:
         await egress_backend.clone(GitSource(url), workspace)
     assert caught.value.details["field"] == "url"
-    events = engine.api.events(
+    events = engine_events(
+        engine,
         since=since,
         until=int(time.time()) + 1,
         filters={"type": "container", "event": "create", "label": f"{PREFIX}.managed=1"},
-        decode=True,
     )
-    assert [e for e in events] == [], "no helper was even created"
+    assert events == [], "no helper was even created"
     assert list(workspace.iterdir()) == []
 
 
@@ -523,13 +531,13 @@ async def test_a_remote_clone_connects_only_to_the_pinned_address_from_its_own_n
             await backend.aclose()
         listener.join(10)
     assert len(seen) == 1, "git never connected to the pinned address"
-    created = engine.api.events(
+    created = engine_events(
+        engine,
         since=since,
         until=int(time.time()) + 1,
         filters={"type": "container", "event": "create", "label": f"{PREFIX}.managed=1"},
-        decode=True,
     )
-    assert len(list(created)) == 1, "the event query the refusal test relies on sees helpers"
+    assert len(created) == 1, "the event query the refusal test relies on sees helpers"
     peer, mode = seen[0]
     assert mode == network, "a network of its own, not the default bridge"
     assert ipaddress.ip_address(peer) in ipaddress.ip_network(config["Subnet"])
