@@ -1,7 +1,13 @@
 """Every tunable of the service, read once from ``SANDBOX_MCP_*`` environment variables.
 
 Domain code never reads ``os.environ``: the composition root validates a
-``Settings`` at start-up and passes the pieces down.
+``Settings`` at start-up and passes the pieces down (``app/options.py`` maps them
+to each part's options).
+
+Longer than 400 lines for a reason: one model validates every variable at once,
+so an operator with three bad values is told all three in one start, and the
+cross-field rules (a default image in the allow-list, containers for every slot,
+local mode on loopback only) see every field. Each field is its own description.
 """
 
 from __future__ import annotations

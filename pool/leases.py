@@ -8,6 +8,10 @@ Invariants, checked by ``check_invariants`` in the tests after every step:
 State lives in memory, guarded by one lock, and every change is written
 through ``PoolState`` before the caller gets an answer, so a restart finds it
 as it was. Activity times are the exception: they are flushed in batches.
+
+Longer than 400 lines for a reason: the pool's state machine (acquire, release,
+expire, hand-over, reservations) lives under one lock, so every transition and
+its invariants are read in one place.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Every operation is scoped to the caller's sandbox key, read from the per-call
 context; another key's experiment or job answers NOT_FOUND, exactly as an id
 that never existed. Every command, its exit code, output and duration, and
 every state transition, is recorded before the caller gets an answer.
+
+Longer than 400 lines for a reason: it is the domain's one façade, every operation
+a tool can ask for in one place, and each method is a few lines that check
+ownership and state, then hand over to the part that does the work (creation,
+commands, changes, testing, the shelf, compare).
 """
 
 from __future__ import annotations

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 NetworkMode = Literal["none", "egress"]
+
+
+# Where every experiment container sees its workspace (the seam's contract).
+WORKSPACE: Final = "/workspace"
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,27 @@
-"""DockerBackend: the SandboxBackend on the Docker Engine API, and all container hardening.
+"""DockerBackend: the SandboxBackend on the Docker Engine API, the façade of the runtime.
 
-Every container gets: no privileges; every capability dropped, the bounding
-set included (commands run as a non-root uid under ``no-new-privileges``, so
-no capability could ever be raised; see :mod:`app.runtime.hardening` for the
-seccomp and mount-flag checks); ``no-new-privileges``; pids, memory (no
-swap) and CPU caps; tini as PID 1 (``init``); no network unless egress is both
-asked for and allowed; a read-only root filesystem with capped tmpfs at
-``/tmp`` and the user's home (so nothing an experiment writes outside its
-workspace lands on the host's disk, and tmpfs pages count against its memory
-cap); and exactly one host mount, its own workspace folder, at ``/workspace``.
-The keep-alive is ``sleep infinity``; commands run through ``docker exec`` (see
-:mod:`app.runtime._jobs` for how a command's process tree is tracked and killed).
+What an auditor wants lives in a module of its own: the host configuration every
+container gets and the engine checks in :mod:`app.runtime.hardening`, commands and
+their kills in :mod:`app.runtime._exec`, the fair container shares in
+:mod:`app.runtime._capacity`, git's egress in :mod:`app.runtime.git_egress`, and
+what a clone does in :mod:`app.runtime._git`; Docker and ``requests`` errors become
+:mod:`app.runtime.errors` in :mod:`app.runtime._engine_errors`.
 
-``clone`` runs ``git clone`` in a helper container with the same hardening and
-modest fixed limits, labelled ``<prefix>.role=git-clone`` and removed when the
-clone ends, however it ends. Its mounts are the (empty) workspace, read-write,
-and, for a local repository, that repository read-only (and not recursively:
-mounts below it stay out) at ``/source``. It is the only container that may get
-network for a clone, and only for an ``https`` URL on a server built with
-``allow_git_egress``, whose host resolved to public addresses only (see
-:mod:`app.runtime.git_egress`): then it joins a network of its own (never the
-default bridge) and git is pinned to the checked address; a local clone has
-none. What is cloned and how is in :mod:`app.runtime._git`.
+This module is longer than the others (about 570 lines) for a reason: it is the one
+place that holds the engine client, the labels of this deployment and the helpers
+in flight, which every operation here needs; each method is short and delegates.
 
-Blocking SDK calls go through :class:`~app.runtime._threads.Offload`; Docker
-and ``requests`` errors become :mod:`app.runtime.errors` at this boundary.
+An experiment container's keep-alive is ``sleep infinity``; commands run through
+``docker exec``. ``clone`` runs ``git clone`` in a helper container with the same
+hardening and modest fixed limits, labelled ``<prefix>.role=git-clone`` and removed
+when the clone ends, however it ends. Its mounts are the (empty) workspace,
+read-write, and, for a local repository, that repository read-only (and not
+recursively) at ``/source``. It is the only container that may get network for a
+clone, and only for an ``https`` URL on a server built with ``allow_git_egress``,
+whose host resolved to public addresses only: then it joins a network of its own
+(never the default bridge) and git is pinned to the checked address.
+
+Blocking SDK calls go through :class:`~app.runtime._threads.Offload`.
 """
 
 from __future__ import annotations
@@ -35,19 +32,18 @@ import functools
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import docker
 import docker.errors
 import structlog
-from docker.types import LogConfig, Mount, Ulimit
-from requests.exceptions import RequestException
+from docker.types import Mount
 
 if TYPE_CHECKING:
-    from docker.types import CancellableStream
+    pass
 
 from app.errors import ConfigurationError, InvalidArgument
 from app.runtime._capacity import (
@@ -56,19 +52,16 @@ from app.runtime._capacity import (
     ContainerShares,
     output_streams,
 )
+from app.runtime._engine_errors import translate, translated
+from app.runtime._exec import Executor
 from app.runtime._git import SOURCE, clone_env, clone_script, plan_clone, require_empty
 from app.runtime._jobs import (
     JOB_ID,
-    Announcement,
-    CappedBuffer,
-    Job,
-    JobTable,
-    job_argv,
-    killer_argv,
 )
 from app.runtime._threads import Offload
-from app.runtime._workspace import DOCKER_SOCKETS, check_workspace, refuse_docker_socket
+from app.runtime._workspace import check_workspace
 from app.runtime.backend import (
+    WORKSPACE,
     Container,
     ContainerSpec,
     ExecResult,
@@ -79,7 +72,6 @@ from app.runtime.backend import (
     RuntimeInfo,
 )
 from app.runtime.errors import (
-    ContainerGone,
     EgressDisabled,
     GitEgressDisabled,
     ImageMissing,
@@ -88,7 +80,13 @@ from app.runtime.errors import (
     RuntimeUnavailable,
 )
 from app.runtime.git_egress import GIT_NETWORK, ensure_network, pin_remote, tenant_error
-from app.runtime.hardening import engine_problem
+from app.runtime.hardening import (
+    CAPABILITIES,
+    TMP,
+    engine_problem,
+    hardened_host_config,
+    refuse_docker_socket_in,
+)
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
 from auth.safe_fetch import AddressPolicy, Resolver, is_public_address, system_resolver
 from pool.slots import SlotsRoot
@@ -106,19 +104,11 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"
-# None: a non-root process under no-new-privileges has no way to use any (execve
-# clears them, setuid/file capabilities are ignored); an empty bounding set makes sure.
-CAPABILITIES: Final[tuple[str, ...]] = ()
-WORKSPACE: Final = "/workspace"
-TMP: Final = "/tmp"  # noqa: S108 - the container's own /tmp, a private tmpfs
 # A clone helper's limits (clamped to the ceilings like an experiment's).
 GIT_LIMITS: Final = Limits(cpus=1.0, memory_mb=1024, pids=256, tmp_mb=256)
 GIT_ROLE: Final = "git-clone"
 
 # Generic only in the type stubs.
-_KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
-_KILL_ATTEMPTS = 4
-_Stream: TypeAlias = "CancellableStream[tuple[bytes | None, bytes | None]]"
 _USER = re.compile(r"([0-9]+):([0-9]+)")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -230,12 +220,13 @@ class DockerBackend:
         self._deployment = deployment
         self._client_factory = client_factory or _default_client
         self._offload = Offload(calls=max_calls, streams=max_streams)
-        self._kill_grace_s = kill_grace_s
+        self._exec = Executor(
+            api=self._api, offload=self._offload, user=user, kill_grace_s=kill_grace_s
+        )
         self._client: docker.DockerClient | None = None
         self._client_lock = anyio.Lock()
         self._host_cpus: float | None = None
         self._engine_problem: str | None = None  # seccomp missing: no container is made
-        self._jobs = JobTable()
         self._helpers: set[str] = set()  # clone helpers running in this process
 
     def _engine_path(self, path: Path) -> str:
@@ -253,7 +244,7 @@ class DockerBackend:
     async def info(self) -> RuntimeInfo:
         try:
             api = await self._api()
-            with _translated():
+            with translated():
                 version = await self._offload.call(api.version)
                 images = await self._offload.call(api.images)
         except RuntimeFailure as exc:
@@ -295,7 +286,7 @@ class DockerBackend:
             api, image, name, labels, mounts, network_mode, limits, spec.env, spec.sandbox_label
         )
         try:
-            with _translated(container_id):
+            with translated(container_id):
                 await self._offload.call(api.start, container_id)
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -345,88 +336,17 @@ class DockerBackend:
             )
         # The manager clamped already and told the agent; this bound holds for any caller.
         timeout, _ = clamp_timeout(timeout_s, self._ceilings.timeout_s)
-        job = self._jobs.add(container_id, job_id)
-        if job is None:
-            raise InvalidArgument(f"A job {job_id!r} is already running in this container.")
-        started = time.monotonic()
-        stdout, stderr = CappedBuffer(max_output_bytes), CappedBuffer(max_output_bytes)
-        stream: _Stream | None = None
-        try:
-            api = await self._api()
-            with _translated(container_id):
-                exec_id: str = (
-                    await self._offload.call(
-                        api.exec_create,
-                        container_id,
-                        job_argv(command),
-                        stdout=True,
-                        stderr=True,
-                        user=self._user,
-                        workdir=WORKSPACE,
-                        environment=env or None,
-                    )
-                )["Id"]
-                stream = await self._offload.call(_start_stream, api, exec_id)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._guard, api, job, stream, timeout)
-                try:
-                    with _translated(container_id):
-                        await self._drain(stream, job, stdout, stderr)
-                finally:
-                    job.finished.set()
-                    job.announced.set()
-                    job.stop.set()
-            _close(stream)
-            with _translated(container_id):
-                exit_code = await self._offload.call(_exit_code, api, exec_id)
-        except BaseException:
-            if stream is not None:
-                _close(stream)
-            if job.pids is not None and not job.eof and not job.was_running:
-                # Cancelled from outside, or the stream broke: never leave the
-                # command running unobserved.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-                    await self._kill_quietly(job)
-            raise
-        finally:
-            job.settled.set()
-            self._jobs.discard(job)
-        duration = time.monotonic() - started
-        # The guard sets "timeout" only if the job had not finished at its deadline, so
-        # it timed out even when the killer then found it already dying (a fork bomb's
-        # processes can exit under the kill before the killer looks).
-        killed = job.reason == "timeout" or (job.reason is not None and job.was_running)
-        result = ExecResult(
-            exit_code=None if killed else exit_code,
-            stdout=stdout.text(),
-            stderr=stderr.text(),
-            stdout_truncated=stdout.truncated,
-            stderr_truncated=stderr.truncated,
-            duration_s=round(duration, 3),
-            timed_out=killed and job.reason == "timeout",
-            cancelled=killed and job.reason == "cancel",
-        )
-        log.info(
-            "runtime.run",
-            container_id=container_id[:12],
+        return await self._exec.run(
+            container_id,
+            command,
+            timeout_s=timeout,
             job_id=job_id,
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            cancelled=result.cancelled,
-            ms=round(duration * 1000),
+            max_output_bytes=max_output_bytes,
+            env=env,
         )
-        return result
 
     async def cancel(self, container_id: str, job_id: str) -> bool:
-        job = self._jobs.get(container_id, job_id)
-        if job is None or job.finished.is_set():
-            return False
-        if job.reason is None:
-            job.reason = "cancel"
-        job.stop.set()
-        with anyio.move_on_after(self._kill_grace_s + 60):
-            await job.settled.wait()
-        return True
+        return await self._exec.cancel(container_id, job_id)
 
     async def remove(self, container_id: str) -> None:
         api = await self._api()
@@ -436,15 +356,15 @@ class DockerBackend:
             pass
         except docker.errors.APIError as exc:
             if not (exc.status_code == 409 and "in progress" in str(exc)):
-                raise _translate(exc, container_id) from exc
+                raise translate(exc, container_id) from exc
         except Exception as exc:
-            raise _translate(exc, container_id) from exc
+            raise translate(exc, container_id) from exc
         log.info("runtime.remove", container_id=container_id[:12])
 
     async def sweep(self, live_container_ids: set[str]) -> int:
         api = await self._api()
         await self._cpus(api)  # at start-up: says at once if seccomp is off
-        with _translated():
+        with translated():
             found = await self._offload.call(
                 api.containers,
                 all=True,
@@ -505,7 +425,7 @@ class DockerBackend:
         )
         self._helpers.add(container_id)
         try:
-            with _translated(container_id):
+            with translated(container_id):
                 await self._offload.call(api.start, container_id)
             result = await self.run(
                 container_id, clone_script(plan), timeout_s=timeout_s, job_id=GIT_ROLE
@@ -542,7 +462,7 @@ class DockerBackend:
         if self._client is None:
             async with self._client_lock:
                 if self._client is None:
-                    with _translated():
+                    with translated():
                         self._client = await self._offload.call(self._client_factory)
         return self._client.api
 
@@ -551,7 +471,7 @@ class DockerBackend:
 
     async def _git_network(self, api: docker.APIClient) -> str:
         if not self._git_network_ready:
-            with _translated():
+            with translated():
                 await self._offload.call(
                     ensure_network, api, self._git_network_name, {self._managed: "git"}
                 )
@@ -560,7 +480,7 @@ class DockerBackend:
 
     async def _cpus(self, api: docker.APIClient) -> float | None:
         if self._host_cpus is None:
-            with _translated():
+            with translated():
                 info = await self._offload.call(api.info)
             ncpu = info.get("NCPU")
             self._host_cpus = float(ncpu) if isinstance(ncpu, int) and ncpu > 0 else None
@@ -583,37 +503,19 @@ class DockerBackend:
         await self._cpus(api)
         if self._engine_problem is not None:
             raise RuntimeUnavailable(self._engine_problem)
-        memory = limits.memory_mb * 1024 * 1024
-        tmpfs_opts = "rw,exec,nosuid,nodev"
-        host_config = api.create_host_config(
+        host_config = hardened_host_config(
+            api,
             mounts=mounts,
             network_mode=network_mode,
-            privileged=False,
-            cap_drop=["ALL"],
-            cap_add=list(CAPABILITIES),
-            security_opt=["no-new-privileges:true"],
-            pids_limit=limits.pids,
-            mem_limit=memory,
-            memswap_limit=memory,
-            nano_cpus=round(limits.cpus * 1e9),
-            read_only=True,
-            tmpfs={
-                TMP: f"{tmpfs_opts},size={limits.tmp_mb}m,mode=1777",
-                self._home: (
-                    f"{tmpfs_opts},size={limits.tmp_mb}m,uid={self._uid},gid={self._gid},mode=0700"
-                ),
-            },
-            init=True,
-            # Core dumps would land in the workspace and eat its quota.
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
-            # Under host memory pressure, a sandbox dies before the server does.
-            oom_score_adj=500,
-            log_config=LogConfig(type=LogConfig.types.NONE),
+            limits=limits,
+            home=self._home,
+            uid=self._uid,
+            gid=self._gid,
         )
         # Defence in depth: whatever the code above became, never the engine's socket.
-        await self._offload.call(_refuse_docker_socket, host_config)
+        await self._offload.call(refuse_docker_socket_in, host_config)
         async with self._containers.admit(sandbox, name, functools.partial(self._live, api)):
-            with _translated():
+            with translated():
                 try:
                     created = await self._offload.call(
                         api.create_container,
@@ -643,7 +545,7 @@ class DockerBackend:
 
     async def _live(self, api: docker.APIClient) -> dict[str, str]:
         """Our containers at the engine (server-wide): the sandbox label of each, by name."""
-        with _translated():
+        with translated():
             found = await self._offload.call(
                 api.containers, all=True, filters={"label": f"{self._managed}={self._deployment}"}
             )
@@ -655,82 +557,6 @@ class DockerBackend:
             for c in found
         }
 
-    async def _drain(
-        self, stream: _Stream, job: Job, stdout: CappedBuffer, stderr: CappedBuffer
-    ) -> None:
-        announcement = Announcement()
-        async for out, err in self._offload.iterate(stream):
-            if out:
-                stdout.add(announcement.feed(out))
-                if announcement.done and not job.announced.is_set():
-                    job.pids = announcement.pids
-                    job.announced.set()
-            if err:
-                stderr.add(err)
-        stdout.add(announcement.flush())
-        job.eof = True
-
-    async def _guard(
-        self, api: docker.APIClient, job: Job, stream: _Stream, limit_s: float
-    ) -> None:
-        """Kill the job on timeout or cancel; unblock the reader if output never ends."""
-        with anyio.move_on_after(limit_s):
-            await job.stop.wait()
-        if job.finished.is_set():
-            return
-        if job.reason is None:
-            job.reason = "timeout"
-        job.was_running = await self._kill_quietly(job, api)
-        with anyio.move_on_after(self._kill_grace_s):
-            await job.finished.wait()
-            return
-        log.warning("runtime.stream_stuck", container_id=job.container_id[:12], job_id=job.job_id)
-        with contextlib.suppress(OSError):
-            stream.close()  # only the socket: the reader thread still holds the response
-
-    async def _kill_quietly(self, job: Job, api: docker.APIClient | None = None) -> bool:
-        """Kill the job's process tree; True if it was still running. Never raises."""
-        with anyio.move_on_after(30):
-            await job.announced.wait()
-        if job.pids is None:
-            return False
-        try:
-            api = api or await self._api()
-            for attempt in range(_KILL_ATTEMPTS):
-                with _translated(job.container_id):
-                    code = await self._offload.call(
-                        _exec_quietly,
-                        api,
-                        job.container_id,
-                        killer_argv(*job.pids),
-                        self._user,
-                    )
-                if code in (_KILLED, _NOT_RUNNING):
-                    return code == _KILLED
-                log.info("runtime.kill_retry", job_id=job.job_id, attempt=attempt, code=code)
-                await anyio.sleep(0.2 * (attempt + 1))
-            # The killer could not run or finish: the job holds every pid the
-            # container may have (a fork bomb). Restarting the container kills
-            # every process in it; the workspace stays, /tmp and home start empty.
-            log.warning(
-                "runtime.container_restarted",
-                container_id=job.container_id[:12],
-                job_id=job.job_id,
-                reason="the job's process tree could not be killed from inside",
-            )
-            with _translated(job.container_id):
-                await self._offload.call(api.restart, job.container_id, timeout=0)
-        except ContainerGone:
-            pass  # its processes went with it
-        except RuntimeFailure:
-            log.warning(
-                "runtime.kill_failed",
-                container_id=job.container_id[:12],
-                job_id=job.job_id,
-                exc_info=True,
-            )
-        return True
-
     async def _remove_quietly(self, container_id: str) -> None:
         try:
             await self.remove(container_id)
@@ -738,84 +564,6 @@ class DockerBackend:
             log.warning("runtime.remove_failed", container_id=container_id[:12], exc_info=True)
 
 
-def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
-    return api.exec_start(exec_id, stream=True, demux=True)
-
-
-def _close(stream: _Stream) -> None:
-    """Shut the stream's socket (a blocked read returns) and release its response.
-
-    ``CancellableStream.close`` only shuts the socket while the response is
-    open, and never closes the response, whose socket is then left to the
-    garbage collector (a ResourceWarning).
-    """
-    with contextlib.suppress(OSError):
-        stream.close()
-    response = getattr(stream, "_response", None)
-    if response is not None:
-        with contextlib.suppress(OSError):
-            response.close()
-
-
-def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
-    """The exit code of an exec whose output has ended.
-
-    The engine records the code before it closes the output, so the first look
-    normally has it; a few more looks cover an engine that does it the other way.
-    """
-    for _ in range(20):
-        inspected = api.exec_inspect(exec_id)
-        code = inspected.get("ExitCode")
-        if code is not None or not inspected.get("Running"):
-            return None if code is None else int(code)
-        time.sleep(0.05)
-    return None
-
-
-def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:
-    """Run a short command of ours to completion; its exit code."""
-    # Attached (and the output dropped): only an attached exec_start waits for the end.
-    exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user)["Id"]
-    api.exec_start(exec_id)
-    return api.exec_inspect(exec_id).get("ExitCode")
-
-
-def _refuse_docker_socket(host_config: Mapping[str, Any]) -> None:
-    sources = [str(mount.get("Source")) for mount in host_config.get("Mounts") or ()]
-    sources += [str(bind).split(":")[0] for bind in host_config.get("Binds") or ()]
-    refuse_docker_socket(sources, DOCKER_SOCKETS)
-
-
 def _tagged(image: str) -> str:
     name = image.rsplit("/", 1)[-1]
     return image if ":" in name else f"{image}:latest"
-
-
-def _translate(exc: BaseException, container_id: str | None) -> RuntimeFailure:
-    """The RuntimeFailure that stands for a Docker SDK or transport error."""
-    if isinstance(exc, docker.errors.NotFound) and not isinstance(exc, docker.errors.ImageNotFound):
-        if container_id is not None:
-            return ContainerGone(container_id)
-        return RuntimeUnavailable("the Docker engine lost a resource it was using")
-    if isinstance(exc, docker.errors.APIError):
-        if container_id is not None and exc.status_code == 409:
-            return ContainerGone(container_id)  # "container ... is not running"
-        if "bind source path does not exist" in str(exc.explanation or ""):
-            # The engine looks for the workspace on its own filesystem: a server in a
-            # container whose state dir is mounted from another path must say where.
-            return RuntimeUnavailable(
-                "the Docker engine cannot see the sandbox folders at the path this server "
-                "uses; the operator must mount the state dir at the same path on both "
-                "sides or set SANDBOX_MCP_HOST_STATE_DIR"
-            )
-        return RuntimeUnavailable(f"the Docker engine refused the request (HTTP {exc.status_code})")
-    return RuntimeUnavailable("the Docker engine cannot be reached")
-
-
-@contextlib.contextmanager
-def _translated(container_id: str | None = None) -> Iterator[None]:
-    """Docker SDK and transport errors -> RuntimeFailure (the cause is kept)."""
-    try:
-        yield
-    except (docker.errors.DockerException, RequestException, OSError) as exc:
-        raise _translate(exc, container_id) from exc

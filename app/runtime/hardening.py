@@ -1,4 +1,15 @@
-"""Checks that the engine and the host give the isolation the containers rely on.
+"""Everything that makes a sandbox container safe, in one place for an auditor to read:
+the host configuration every container gets, and the checks that the engine and the
+host give the isolation it relies on.
+
+The host configuration (``hardened_host_config``): not privileged; every capability
+dropped, the bounding set included (``CAPABILITIES`` is empty: a non-root process
+under ``no-new-privileges`` could never use one); ``no-new-privileges``; pids,
+memory (no swap) and CPU caps; a read-only root with capped tmpfs at ``/tmp`` and
+the home folder; tini as PID 1; no core dumps; no container log; and it is refused
+outright if any mount would expose the Docker socket.
+
+The checks:
 
 - **seccomp**: Docker applies its default syscall filter unless the engine was
   built or configured without it. A container without one may call every
@@ -20,11 +31,71 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import docker
 import structlog
+from docker.types import LogConfig, Mount, Ulimit
+
+from app.runtime._workspace import DOCKER_SOCKETS, refuse_docker_socket
+from app.runtime.backend import Limits
 
 log = structlog.get_logger(__name__)
+
+# None: a non-root process under no-new-privileges has no way to use any (execve
+# clears them, setuid/file capabilities are ignored); an empty bounding set makes sure.
+CAPABILITIES: Final[tuple[str, ...]] = ()
+TMP: Final = "/tmp"  # noqa: S108 - the container's own /tmp, a private tmpfs
+
+
+def hardened_host_config(
+    api: docker.APIClient,
+    *,
+    mounts: list[Mount],
+    network_mode: str,
+    limits: Limits,
+    home: str,
+    uid: int,
+    gid: int,
+) -> dict[str, Any]:
+    """The host configuration of every container we create (experiments and helpers)."""
+    memory = limits.memory_mb * 1024 * 1024
+    tmpfs_opts = "rw,exec,nosuid,nodev"
+    config: dict[str, Any] = api.create_host_config(
+        mounts=mounts,
+        network_mode=network_mode,
+        privileged=False,
+        cap_drop=["ALL"],
+        cap_add=list(CAPABILITIES),
+        security_opt=["no-new-privileges:true"],
+        pids_limit=limits.pids,
+        mem_limit=memory,
+        memswap_limit=memory,
+        nano_cpus=round(limits.cpus * 1e9),
+        read_only=True,
+        tmpfs={
+            TMP: f"{tmpfs_opts},size={limits.tmp_mb}m,mode=1777",
+            home: f"{tmpfs_opts},size={limits.tmp_mb}m,uid={uid},gid={gid},mode=0700",
+        },
+        init=True,
+        # Core dumps would land in the workspace and eat its quota.
+        ulimits=[Ulimit(name="core", soft=0, hard=0)],
+        # Under host memory pressure, a sandbox dies before the server does.
+        oom_score_adj=500,
+        log_config=LogConfig(type=LogConfig.types.NONE),
+    )
+    return config
+
+
+def refuse_docker_socket_in(host_config: Mapping[str, Any]) -> None:
+    """Refuse a host configuration any of whose mounts would expose the engine's socket.
+
+    Raises:
+        WorkspaceRefused: one does.
+    """
+    sources = [str(mount.get("Source")) for mount in host_config.get("Mounts") or ()]
+    sources += [str(bind).split(":")[0] for bind in host_config.get("Binds") or ()]
+    refuse_docker_socket(sources, DOCKER_SOCKETS)
 
 
 def engine_problem(engine_info: Mapping[str, Any], slots_base: Path) -> str | None:

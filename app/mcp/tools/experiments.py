@@ -4,6 +4,10 @@ Thin by design: each declares its parameters and output model and hands the
 work to ``ExperimentManager`` through the ``ToolRunner``. No tool exposes a
 Docker flag, a mount or a privilege, and no tool name starts with ``docker_``.
 Seed 001's parameter names are accepted beside ours (see ``seed_names``).
+
+Longer than 400 lines for a reason: ten tools, each with the description an agent
+decides by (when to use it, what it returns, what it never does) and the seed's
+names beside ours; the code of each is a few lines.
 """
 
 from __future__ import annotations

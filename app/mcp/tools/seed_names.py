@@ -20,7 +20,7 @@ from typing import Literal, TypeVar
 
 from app.errors import InvalidArgument, ServiceError
 from app.experiments.states import State
-from app.runtime.backend import NetworkMode
+from app.runtime.backend import WORKSPACE, NetworkMode
 from jail import Jail, JailError
 
 T = TypeVar("T")
@@ -28,7 +28,6 @@ T = TypeVar("T")
 SeedNetworkMode = Literal["none", "restricted", "enabled"]
 MountStrategy = Literal["COPY_TO_SANDBOX", "READ_ONLY_BIND_MOUNT"]
 
-WORKSPACE = "/workspace"
 MEMORY_FORMS = "a number of bytes, or a number with k, m, g or t (e.g. '512m', '1g', '2GB')"
 _MEMORY = re.compile(r"(\d{1,12}(?:\.\d{1,6})?)\s*(?:([kmgt])(?:i?b|i)?|b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}

@@ -30,7 +30,7 @@ from docker_testkit import (
     new_workspace,
 )
 
-import app.runtime.docker as runtime_docker
+import app.runtime._exec as runtime_exec
 from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
 from app.runtime.errors import (
@@ -414,7 +414,7 @@ async def test_a_fork_bomb_is_bounded_and_killed(backend: DockerBackend, slots: 
 async def test_when_the_killer_cannot_run_the_container_is_restarted(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, engine: docker.DockerClient
 ) -> None:
-    monkeypatch.setattr(runtime_docker, "killer_argv", lambda *_: ["/bin/false"])
+    monkeypatch.setattr(runtime_exec, "killer_argv", lambda *_: ["/bin/false"])
     started_before = engine.api.inspect_container(sandbox.id)["State"]["StartedAt"]
     result = await sandbox.run(f"sleep {TAG}0", timeout_s=2)
     assert result.timed_out

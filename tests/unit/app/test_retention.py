@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
+from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.experiments.records import ArtifactRecord, Experiment, JobRecord
+from app.experiments.records import ArtifactRecord, JobRecord
 from app.experiments.states import State
 from app.retention import Retention
 from app.storage.audit import AuditTrail
@@ -18,26 +19,8 @@ DAY = 86_400.0
 NOW = 100 * DAY
 
 
-def experiment(experiment_id: str) -> Experiment:
-    return Experiment(
-        experiment_id=experiment_id,
-        sandbox_key="k",
-        name="",
-        goal="",
-        state=State.CREATING,
-        image="sandbox-mcp/python:3",
-        container_id=None,
-        isolation={},
-        warnings=[],
-        source="empty",
-        created_at=0.0,
-        updated_at=0.0,
-        findings=None,
-    )
-
-
 async def make(records: ExperimentRecords, experiment_id: str, destroyed_at: float | None) -> None:
-    await records.add(experiment(experiment_id), "created")
+    await records.add(an_experiment(experiment_id), "created")
     job = JobRecord(
         job_id=f"job_{experiment_id}",
         experiment_id=experiment_id,

@@ -5,30 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.experiments.records import Experiment
 from app.experiments.shelf import ArtifactShelf
-from app.experiments.states import State
 from app.storage.experiment_store import ExperimentRecords
-
-
-def experiment(experiment_id: str, sandbox_key: str) -> Experiment:
-    return Experiment(
-        experiment_id=experiment_id,
-        sandbox_key=sandbox_key,
-        name="",
-        goal="",
-        state=State.CREATING,
-        image="sandbox-mcp/python:3",
-        container_id=None,
-        isolation={},
-        warnings=[],
-        source="empty",
-        created_at=0.0,
-        updated_at=0.0,
-        findings=None,
-    )
 
 
 async def test_a_sandbox_cannot_shelve_more_than_its_budget(
@@ -36,7 +17,7 @@ async def test_a_sandbox_cannot_shelve_more_than_its_budget(
 ) -> None:
     records = ExperimentRecords(sqlite_engine)
     for key in ("greedy", "other"):
-        await records.add(experiment(f"exp_{key}", key), "created")
+        await records.add(an_experiment(f"exp_{key}", key), "created")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     for n in range(6):

@@ -7,7 +7,8 @@ from pathlib import Path
 import docker
 import requests
 
-from app.runtime.docker import DockerBackend, _translate
+from app.runtime._engine_errors import translate
+from app.runtime.docker import DockerBackend
 from pool.slots import SlotsAt
 
 
@@ -42,6 +43,6 @@ def test_an_engine_that_cannot_see_the_folder_says_what_to_set() -> None:
             'invalid mount config for type "bind": bind source path does not exist: /state/slots/x'
         ),
     )
-    failure = _translate(refused, None)
+    failure = translate(refused, None)
     assert "SANDBOX_MCP_HOST_STATE_DIR" in failure.message
     assert "/state/slots/x" not in failure.message  # a host path is not the agent's business

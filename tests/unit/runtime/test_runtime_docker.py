@@ -14,7 +14,6 @@ import pytest
 import requests
 from docker.types import HostConfig
 
-import app.runtime.docker as runtime_docker
 from app.errors import ConfigurationError, InvalidArgument, LimitReached
 from app.runtime.backend import ContainerSpec, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
@@ -27,6 +26,7 @@ from app.runtime.errors import (
     RuntimeUnavailable,
     WorkspaceRefused,
 )
+from app.runtime.hardening import refuse_docker_socket_in
 from app.runtime.limits import Ceilings
 from pool.slots import SlotsAt
 
@@ -394,4 +394,4 @@ def test_bad_configuration_is_refused_at_construction(
 )
 def test_a_host_config_exposing_the_docker_socket_is_refused(host_config: dict[str, Any]) -> None:
     with pytest.raises(WorkspaceRefused):
-        runtime_docker._refuse_docker_socket(host_config)
+        refuse_docker_socket_in(host_config)

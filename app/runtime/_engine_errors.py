@@ -1,0 +1,44 @@
+"""Docker SDK and transport errors, translated at the boundary into RuntimeFailure.
+
+The agent sees a stable code and a sentence; the cause stays chained for the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import docker.errors
+from requests.exceptions import RequestException
+
+from app.runtime.errors import ContainerGone, RuntimeFailure, RuntimeUnavailable
+
+
+def translate(exc: BaseException, container_id: str | None) -> RuntimeFailure:
+    """The RuntimeFailure that stands for a Docker SDK or transport error."""
+    if isinstance(exc, docker.errors.NotFound) and not isinstance(exc, docker.errors.ImageNotFound):
+        if container_id is not None:
+            return ContainerGone(container_id)
+        return RuntimeUnavailable("the Docker engine lost a resource it was using")
+    if isinstance(exc, docker.errors.APIError):
+        if container_id is not None and exc.status_code == 409:
+            return ContainerGone(container_id)  # "container ... is not running"
+        if "bind source path does not exist" in str(exc.explanation or ""):
+            # The engine looks for the workspace on its own filesystem: a server in a
+            # container whose state dir is mounted from another path must say where.
+            return RuntimeUnavailable(
+                "the Docker engine cannot see the sandbox folders at the path this server "
+                "uses; the operator must mount the state dir at the same path on both "
+                "sides or set SANDBOX_MCP_HOST_STATE_DIR"
+            )
+        return RuntimeUnavailable(f"the Docker engine refused the request (HTTP {exc.status_code})")
+    return RuntimeUnavailable("the Docker engine cannot be reached")
+
+
+@contextlib.contextmanager
+def translated(container_id: str | None = None) -> Iterator[None]:
+    """Docker SDK and transport errors -> RuntimeFailure (the cause is kept)."""
+    try:
+        yield
+    except (docker.errors.DockerException, RequestException, OSError) as exc:
+        raise translate(exc, container_id) from exc

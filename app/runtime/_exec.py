@@ -1,0 +1,274 @@
+"""Commands in a running container: ``docker exec``, the output read as it comes, and
+the kill of a command's whole process tree (on timeout, on cancel, or when the
+stream breaks), so no command ever runs on unobserved.
+
+See :mod:`app.runtime._jobs` for how a command announces its process group and
+how the killer finds every process of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+import anyio
+import docker
+import structlog
+
+if TYPE_CHECKING:
+    from docker.types import CancellableStream
+
+from app.errors import InvalidArgument
+from app.runtime._engine_errors import translated
+from app.runtime._jobs import (
+    Announcement,
+    CappedBuffer,
+    Job,
+    JobTable,
+    job_argv,
+    killer_argv,
+)
+from app.runtime._threads import Offload
+from app.runtime.backend import WORKSPACE, ExecResult
+from app.runtime.errors import ContainerGone, RuntimeFailure
+
+log = structlog.get_logger(__name__)
+
+_KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
+_KILL_ATTEMPTS = 4
+# Generic only in the type stubs.
+_Stream: TypeAlias = "CancellableStream[tuple[bytes | None, bytes | None]]"
+
+
+class Executor:
+    """Runs commands in containers through ``docker exec`` and kills them when asked."""
+
+    def __init__(
+        self,
+        *,
+        api: Callable[[], Awaitable[docker.APIClient]],
+        offload: Offload,
+        user: str,
+        kill_grace_s: float,
+    ) -> None:
+        self._api = api
+        self._offload = offload
+        self._user = user
+        self._kill_grace_s = kill_grace_s
+        self._jobs = JobTable()
+
+    async def run(
+        self,
+        container_id: str,
+        command: str,
+        *,
+        timeout_s: float,
+        job_id: str,
+        max_output_bytes: int,
+        env: dict[str, str] | None,
+    ) -> ExecResult:
+        """Run ``command`` to its end, its timeout or its cancel; its result."""
+        timeout = timeout_s
+        job = self._jobs.add(container_id, job_id)
+        if job is None:
+            raise InvalidArgument(f"A job {job_id!r} is already running in this container.")
+        started = time.monotonic()
+        stdout, stderr = CappedBuffer(max_output_bytes), CappedBuffer(max_output_bytes)
+        stream: _Stream | None = None
+        try:
+            api = await self._api()
+            with translated(container_id):
+                exec_id: str = (
+                    await self._offload.call(
+                        api.exec_create,
+                        container_id,
+                        job_argv(command),
+                        stdout=True,
+                        stderr=True,
+                        user=self._user,
+                        workdir=WORKSPACE,
+                        environment=env or None,
+                    )
+                )["Id"]
+                stream = await self._offload.call(_start_stream, api, exec_id)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._guard, api, job, stream, timeout)
+                try:
+                    with translated(container_id):
+                        await self._drain(stream, job, stdout, stderr)
+                finally:
+                    job.finished.set()
+                    job.announced.set()
+                    job.stop.set()
+            _close(stream)
+            with translated(container_id):
+                exit_code = await self._offload.call(_exit_code, api, exec_id)
+        except BaseException:
+            if stream is not None:
+                _close(stream)
+            if job.pids is not None and not job.eof and not job.was_running:
+                # Cancelled from outside, or the stream broke: never leave the
+                # command running unobserved.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                    await self._kill_quietly(job)
+            raise
+        finally:
+            job.settled.set()
+            self._jobs.discard(job)
+        duration = time.monotonic() - started
+        # The guard sets "timeout" only if the job had not finished at its deadline, so
+        # it timed out even when the killer then found it already dying (a fork bomb's
+        # processes can exit under the kill before the killer looks).
+        killed = job.reason == "timeout" or (job.reason is not None and job.was_running)
+        result = ExecResult(
+            exit_code=None if killed else exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            duration_s=round(duration, 3),
+            timed_out=killed and job.reason == "timeout",
+            cancelled=killed and job.reason == "cancel",
+        )
+        log.info(
+            "runtime.run",
+            container_id=container_id[:12],
+            job_id=job_id,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            cancelled=result.cancelled,
+            ms=round(duration * 1000),
+        )
+        return result
+
+    async def cancel(self, container_id: str, job_id: str) -> bool:
+        """Kill a running job's process tree and wait for it to settle; False if none."""
+        job = self._jobs.get(container_id, job_id)
+        if job is None or job.finished.is_set():
+            return False
+        if job.reason is None:
+            job.reason = "cancel"
+        job.stop.set()
+        with anyio.move_on_after(self._kill_grace_s + 60):
+            await job.settled.wait()
+        return True
+
+    async def _drain(
+        self, stream: _Stream, job: Job, stdout: CappedBuffer, stderr: CappedBuffer
+    ) -> None:
+        announcement = Announcement()
+        async for out, err in self._offload.iterate(stream):
+            if out:
+                stdout.add(announcement.feed(out))
+                if announcement.done and not job.announced.is_set():
+                    job.pids = announcement.pids
+                    job.announced.set()
+            if err:
+                stderr.add(err)
+        stdout.add(announcement.flush())
+        job.eof = True
+
+    async def _guard(
+        self, api: docker.APIClient, job: Job, stream: _Stream, limit_s: float
+    ) -> None:
+        """Kill the job on timeout or cancel; unblock the reader if output never ends."""
+        with anyio.move_on_after(limit_s):
+            await job.stop.wait()
+        if job.finished.is_set():
+            return
+        if job.reason is None:
+            job.reason = "timeout"
+        job.was_running = await self._kill_quietly(job, api)
+        with anyio.move_on_after(self._kill_grace_s):
+            await job.finished.wait()
+            return
+        log.warning("runtime.stream_stuck", container_id=job.container_id[:12], job_id=job.job_id)
+        with contextlib.suppress(OSError):
+            stream.close()  # only the socket: the reader thread still holds the response
+
+    async def _kill_quietly(self, job: Job, api: docker.APIClient | None = None) -> bool:
+        """Kill the job's process tree; True if it was still running. Never raises."""
+        with anyio.move_on_after(30):
+            await job.announced.wait()
+        if job.pids is None:
+            return False
+        try:
+            api = api or await self._api()
+            for attempt in range(_KILL_ATTEMPTS):
+                with translated(job.container_id):
+                    code = await self._offload.call(
+                        _exec_quietly,
+                        api,
+                        job.container_id,
+                        killer_argv(*job.pids),
+                        self._user,
+                    )
+                if code in (_KILLED, _NOT_RUNNING):
+                    return code == _KILLED
+                log.info("runtime.kill_retry", job_id=job.job_id, attempt=attempt, code=code)
+                await anyio.sleep(0.2 * (attempt + 1))
+            # The killer could not run or finish: the job holds every pid the
+            # container may have (a fork bomb). Restarting the container kills
+            # every process in it; the workspace stays, /tmp and home start empty.
+            log.warning(
+                "runtime.container_restarted",
+                container_id=job.container_id[:12],
+                job_id=job.job_id,
+                reason="the job's process tree could not be killed from inside",
+            )
+            with translated(job.container_id):
+                await self._offload.call(api.restart, job.container_id, timeout=0)
+        except ContainerGone:
+            pass  # its processes went with it
+        except RuntimeFailure:
+            log.warning(
+                "runtime.kill_failed",
+                container_id=job.container_id[:12],
+                job_id=job.job_id,
+                exc_info=True,
+            )
+        return True
+
+
+def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
+    return api.exec_start(exec_id, stream=True, demux=True)
+
+
+def _close(stream: _Stream) -> None:
+    """Shut the stream's socket (a blocked read returns) and release its response.
+
+    ``CancellableStream.close`` only shuts the socket while the response is
+    open, and never closes the response, whose socket is then left to the
+    garbage collector (a ResourceWarning).
+    """
+    with contextlib.suppress(OSError):
+        stream.close()
+    response = getattr(stream, "_response", None)
+    if response is not None:
+        with contextlib.suppress(OSError):
+            response.close()
+
+
+def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
+    """The exit code of an exec whose output has ended.
+
+    The engine records the code before it closes the output, so the first look
+    normally has it; a few more looks cover an engine that does it the other way.
+    """
+    for _ in range(20):
+        inspected = api.exec_inspect(exec_id)
+        code = inspected.get("ExitCode")
+        if code is not None or not inspected.get("Running"):
+            return None if code is None else int(code)
+        time.sleep(0.05)
+    return None
+
+
+def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:
+    """Run a short command of ours to completion; its exit code."""
+    # Attached (and the output dropped): only an attached exec_start waits for the end.
+    exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user)["Id"]
+    api.exec_start(exec_id)
+    return api.exec_inspect(exec_id).get("ExitCode")
