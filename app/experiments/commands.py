@@ -161,9 +161,18 @@ class CommandRunner:
             )
         )
         if not self._jobs.running_in(experiment.experiment_id):
-            await self._records.transition(
-                experiment.experiment_id, State.RUNNING, f"{kind} {job_id} started", now
-            )
+            try:
+                await self._records.transition(
+                    experiment.experiment_id, State.RUNNING, f"{kind} {job_id} started", now
+                )
+            except InvalidTransition:
+                # Two starts at once both saw no job running; the first moved it to
+                # RUNNING, which is where this one wanted it. Anything else (destroyed
+                # meanwhile) refuses this job, and its record says so.
+                current = await self._records.load(sandbox_key, experiment.experiment_id)
+                if current is None or current.state is not State.RUNNING:
+                    await self._records.finish_job(job_id, _never_started(self._clock()))
+                    raise
         assert experiment.container_id is not None
         work = self._finish(
             experiment.experiment_id,
@@ -271,3 +280,18 @@ class CommandRunner:
 
 def _nothing() -> None:
     """The release of a job that was not counted (a setup command)."""
+
+
+def _never_started(at: float) -> JobOutcome:
+    return JobOutcome(
+        status="failed",
+        exit_code=None,
+        stdout="",
+        stderr="",
+        stdout_truncated=False,
+        stderr_truncated=False,
+        finished_at=at,
+        duration_s=0.0,
+        reason="The experiment stopped being live before the command could start.",
+        test_summary=None,
+    )

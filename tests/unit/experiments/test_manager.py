@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from db_testkit import migrated_sqlite
@@ -476,3 +477,34 @@ async def test_a_command_run_until_done_outlasts_the_sync_wait(
     job = await world.manager.execute(world.call(), exp.experiment_id, "sleep 0.6", until_done=True)
     assert job.status == "completed"
     assert not any("still running" in note for note in job.notes)
+
+
+async def test_commands_started_together_in_an_idle_experiment_all_start(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """Each start sees no job running and moves the experiment to RUNNING: the second
+    must find it already there, not fail (seen in CI as a refused call)."""
+    world = await make_capped_world(tmp_path, per_sandbox=20, per_experiment=20)
+    worlds.append(world)
+    exp = (await world.manager.create(world.call(), CreateRequest())).experiment_id
+    move = world.records.transition
+
+    async def slow_transition(*args: Any, **kwargs: Any) -> State:
+        await asyncio.sleep(0.01)  # every start looks before any has moved it
+        return await move(*args, **kwargs)
+
+    world.records.transition = slow_transition  # type: ignore[method-assign]
+    for _ in range(5):
+        results = await asyncio.gather(
+            *(
+                world.manager.execute(world.call(), exp, "sleep 30", background=True)
+                for _ in range(4)
+            ),
+            return_exceptions=True,
+        )
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        for job in results:
+            assert not isinstance(job, BaseException)
+            await world.manager.cancel_job(world.call(), job.job_id)
+    jobs = await world.records.jobs_of(exp)
+    assert [j.status for j in jobs] == ["cancelled"] * 20
