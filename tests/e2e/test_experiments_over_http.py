@@ -8,14 +8,13 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docker
 import httpx2
 import pytest
 from docker.models.containers import Container
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import tool
+from mcp_http import run_command, tool
 from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
@@ -40,23 +39,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 async def users(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
     client = await ManualClient.register(http, server.base_url)
     return (await client.tokens(http))["access_token"], (await client.tokens(http))["access_token"]
-
-
-async def run(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    token: str,
-    experiment: str,
-    command: str,
-    **extra: Any,
-) -> dict[str, Any]:
-    return await tool(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": command, **extra},
-    )
 
 
 async def test_no_tool_is_docker_shaped(
@@ -124,10 +106,10 @@ async def test_hardened_experiment_lifecycle(
     assert created["state"] == "COMPLETED"  # the setup command ran
     assert created["isolation"]["network"] == "none"
     assert created["idle_expiry_s"] > 0
-    ran = await run(http, server, alice, exp, "python3 hello.py")
+    ran = await run_command(http, server, alice, exp, "python3 hello.py")
     assert (ran["exit_code"], ran["stdout"]) == (0, "hello from the sandbox\n")
     # The network is really off, the Docker socket is absent, and we are not root.
-    probe = await run(
+    probe = await run_command(
         http,
         server,
         alice,
@@ -138,7 +120,7 @@ async def test_hardened_experiment_lifecycle(
     assert "net=1" in probe["stdout"]
     assert "sock=1" in probe["stdout"]
     assert probe["stdout"].strip().endswith("1000")
-    failed = await run(http, server, alice, exp, "echo oops >&2; exit 3")
+    failed = await run_command(http, server, alice, exp, "echo oops >&2; exit 3")
     assert (failed["is_error"], failed["status"], failed["exit_code"]) == (False, "failed", 3)
     assert failed["stderr"] == "oops\n"
     view = await tool(http, server, alice, "get_experiment", {"experiment_id": exp})
@@ -149,7 +131,7 @@ async def test_hardened_experiment_lifecycle(
     assert destroyed["findings"]["commands"] >= 4
     again = await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
     assert again["already_destroyed"] is True
-    late = await run(http, server, alice, exp, "true")
+    late = await run_command(http, server, alice, exp, "true")
     assert late["is_error"]
     assert late["error"]["code"] == "INVALID_STATE"
 
@@ -160,23 +142,23 @@ async def test_background_job_timeout_and_cancel_kill_the_whole_tree(
     alice, _ = users
     exp = (await tool(http, server, alice, "create_experiment", {"name": "tree"}))["experiment_id"]
     # A timeout: the shell, its background children and a grandchild all go.
-    timed = await run(
+    timed = await run_command(
         http, server, alice, exp, "sleep 300 & (sleep 301 &) ; sleep 302", timeout_s=2
     )
     assert timed["status"] == "timeout"
-    left = await run(http, server, alice, exp, "ps -eo args | grep -c '[s]leep 30' || true")
+    left = await run_command(http, server, alice, exp, "ps -eo args | grep -c '[s]leep 30' || true")
     assert left["stdout"].strip() == "0"
     # Cancel a background job.
-    job = await run(http, server, alice, exp, "sleep 400 & sleep 401", background=True)
+    job = await run_command(http, server, alice, exp, "sleep 400 & sleep 401", background=True)
     assert job["status"] == "running"
     status = await tool(http, server, alice, "get_job_status", {"job_id": job["job_id"]})
     assert status["status"] == "running"
     cancelled = await tool(http, server, alice, "cancel_job", {"job_id": job["job_id"]})
     assert cancelled["status"] == "cancelled"
-    left = await run(http, server, alice, exp, "ps -eo args | grep -c '[s]leep 40' || true")
+    left = await run_command(http, server, alice, exp, "ps -eo args | grep -c '[s]leep 40' || true")
     assert left["stdout"].strip() == "0"
     # A synchronous command past SYNC_WAIT_S (8 s here) returns its job id and goes on.
-    slow = await run(http, server, alice, exp, "sleep 10; echo done")
+    slow = await run_command(http, server, alice, exp, "sleep 10; echo done")
     assert slow["status"] == "running"
     assert any("still running" in note for note in slow["notes"])
     result = await tool(
@@ -193,10 +175,10 @@ async def test_another_user_cannot_see_run_or_destroy(
     exp = (await tool(http, server, alice, "create_experiment", {"name": "private"}))[
         "experiment_id"
     ]
-    job = await run(http, server, alice, exp, "echo mine")
+    job = await run_command(http, server, alice, exp, "echo mine")
     answers = [
         await tool(http, server, mallory, "get_experiment", {"experiment_id": exp}),
-        await run(http, server, mallory, exp, "echo pwned"),
+        await run_command(http, server, mallory, exp, "echo pwned"),
         await tool(http, server, mallory, "destroy_experiment", {"experiment_id": exp}),
         await tool(http, server, mallory, "get_job_result", {"job_id": job["job_id"], "wait_s": 0}),
         await tool(http, server, mallory, "read_sandbox_file", {"experiment_id": exp, "path": "x"}),
@@ -293,7 +275,7 @@ async def test_local_mode_leaves_the_host_project_untouched(tmp_path: Path) -> N
             assert not created["is_error"], created
             exp = created["experiment_id"]
             assert created["secrets_skipped"] == 1
-            rewritten = await run(
+            rewritten = await run_command(
                 http,
                 server,
                 "",
@@ -331,7 +313,7 @@ async def test_git_sources(
         )
         assert not created["is_error"], created
         assert created["source"] == "git"
-        ran = await run(
+        ran = await run_command(
             http, local, "", created["experiment_id"], "python3 app.py; git log --oneline | wc -l"
         )
         assert ran["stdout"] == "v1\n1\n"
@@ -362,9 +344,11 @@ async def test_memory_and_process_caps_bite_over_http(
     created = await tool(http, server, alice, "create_experiment", {"memory_mb": 256, "pids": 64})
     exp = created["experiment_id"]
     assert (created["isolation"]["memory_mb"], created["isolation"]["pids"]) == (256, 64)
-    hog = await run(http, server, alice, exp, 'python3 -c "b = bytearray(600 * 1024 * 1024)"')
+    hog = await run_command(
+        http, server, alice, exp, 'python3 -c "b = bytearray(600 * 1024 * 1024)"'
+    )
     assert hog["exit_code"] in (137, 1), hog  # OOM-killed, or MemoryError
-    forks = await run(
+    forks = await run_command(
         http,
         server,
         alice,

@@ -19,7 +19,7 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import tool
+from mcp_http import run_command, tool
 from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
@@ -62,23 +62,6 @@ async def create(http: httpx2.AsyncClient, server: RunningServer, token: str) ->
     return await tool(http, server, token, "create_experiment", {"name": "fair"})
 
 
-async def run(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    token: str,
-    experiment: str,
-    command: str,
-    **extra: Any,
-) -> dict[str, Any]:
-    return await tool(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": command, **extra},
-    )
-
-
 async def test_a_hostile_sandbox_cannot_starve_the_others(
     http: httpx2.AsyncClient, tmp_path: Path, prefix: str
 ) -> None:
@@ -107,7 +90,7 @@ async def test_a_hostile_sandbox_cannot_starve_the_others(
         # Many silent background jobs at once: only the sandbox's share is accepted.
         started = await asyncio.gather(
             *(
-                run(http, server, hostile, experiments[i % 2], "sleep 600", background=True)
+                run_command(http, server, hostile, experiments[i % 2], "sleep 600", background=True)
                 for i in range(16)
             )
         )
@@ -122,7 +105,9 @@ async def test_a_hostile_sandbox_cannot_starve_the_others(
         for name, token in (("bob", bob), ("carol", carol)):
             created = await create(http, server, token)
             assert not created["is_error"], created
-            ran = await run(http, server, token, created["experiment_id"], f"echo hi-{name}")
+            ran = await run_command(
+                http, server, token, created["experiment_id"], f"echo hi-{name}"
+            )
             assert (ran["status"], ran["exit_code"], ran["stdout"]) == (
                 "completed",
                 0,
@@ -137,7 +122,7 @@ async def test_a_hostile_sandbox_cannot_starve_the_others(
             http, server, hostile, "cancel_job", {"job_id": accepted[0]["job_id"]}
         )
         assert cancelled["status"] == "cancelled"
-        again = await run(http, server, hostile, accepted[0]["experiment_id"], "echo mine")
+        again = await run_command(http, server, hostile, accepted[0]["experiment_id"], "echo mine")
         assert (again["status"], again["stdout"]) == ("completed", "mine\n")
     finally:
         stop_server(server)
@@ -164,7 +149,7 @@ async def test_a_full_pool_runs_an_experiment_for_every_slot_and_queues_the_rest
         assert [c["is_error"] for c in created] == [False] * 6, created
         ran = await asyncio.gather(
             *(
-                run(http, server, token, c["experiment_id"], f"echo user-{i}")
+                run_command(http, server, token, c["experiment_id"], f"echo user-{i}")
                 for i, (token, c) in enumerate(zip(tokens[:6], created, strict=True))
             )
         )

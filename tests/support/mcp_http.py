@@ -137,3 +137,21 @@ async def probe(
 ) -> dict[str, Any]:
     """Call the test suite's slot-taking probe tool (tests/support/probe_app.py)."""
     return await tool(http, server, token, "probe_sandbox", {"write": write})
+
+
+async def run_command(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    command: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """``execute_experiment`` in ``experiment``; returns the structured content."""
+    return await tool(
+        http,
+        server,
+        token,
+        "execute_experiment",
+        {"experiment_id": experiment, "command": command, **extra},
+    )
