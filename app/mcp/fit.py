@@ -28,7 +28,7 @@ def fit(structured: dict[str, Any], budget: int = STRUCTURED_BUDGET) -> list[str
         size = _size(structured)
         if size <= budget:
             break
-        found = _largest(structured, "", None)
+        found = _largest(structured)
         if found is None:
             break
         path, holder, key, value = found
@@ -61,26 +61,37 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-def _largest(
-    value: Any, path: str, best: tuple[str, Any, Any, Any] | None, depth: int = 0
-) -> tuple[str, Any, Any, Any] | None:
-    """The largest cuttable value below ``value``: (path, its holder, its key, it)."""
-    if depth > 6:
-        return best
-    items: list[tuple[Any, Any]] = (
-        list(value.items())
-        if isinstance(value, dict)
-        else list(enumerate(value))
-        if isinstance(value, list)
-        else []
-    )
-    for key, child in items:
-        if key == "notes":
-            continue  # the notes say what was cut; never cut them
-        child_path = f"{path}.{key}" if path else str(key)
-        cuttable = isinstance(child, str | list) and len(child) > 1
-        if cuttable and (best is None or _size(child) > _size(best[3])):
-            best = (child_path, value, key, child)
-        if isinstance(child, dict | list):
-            best = _largest(child, child_path, best, depth + 1)
+def _largest(value: Any, path: str = "", depth: int = 0) -> tuple[str, Any, Any, Any] | None:
+    """The largest cuttable value below ``value``: (path, its holder, its key, it).
+
+    One walk, each value measured once: a result of thousands of entries must not
+    cost thousands of serializations of itself (this runs on the event loop).
+    """
+    best: tuple[str, Any, Any, Any] | None = None
+    best_size = -1
+    stack: list[tuple[Any, str, int]] = [(value, path, depth)]
+    while stack:
+        node, node_path, level = stack.pop()
+        if level > 6:
+            continue
+        items = (
+            list(node.items())
+            if isinstance(node, dict)
+            else list(enumerate(node))
+            if isinstance(node, list)
+            else []
+        )
+        for key, child in items:
+            if key == "notes" and isinstance(node, dict):
+                continue  # the notes say what was cut; never cut them
+            child_path = f"{node_path}.{key}" if node_path else str(key)
+            if isinstance(child, str | list) and len(child) > 1:
+                size = len(child) if isinstance(child, str) else _size(child)
+                if size > best_size:
+                    best, best_size = (child_path, node, key, child), size
+            # Look inside dicts, and inside lists of containers (a list of strings
+            # holds nothing larger than itself).
+            nested = isinstance(child, list) and bool(child) and isinstance(child[0], dict | list)
+            if isinstance(child, dict) or nested:
+                stack.append((child, child_path, level + 1))
     return best

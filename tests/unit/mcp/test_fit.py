@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.mcp.fit import fit
 
 
@@ -50,3 +52,30 @@ def test_nested_fields_are_found_and_named() -> None:
     assert size(result) <= 15_000
     assert any("`page.text`" in n for n in notes)
     assert any("`jobs.0.stdout`" in n for n in notes)
+
+
+def test_a_huge_result_is_measured_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It runs on the event loop: thousands of entries must not mean thousands of
+    serializations of the whole (that held the loop for seconds)."""
+    from app.mcp import fit as fit_module
+
+    calls = 0
+    real = fit_module._size
+
+    def counting(value: object) -> int:
+        nonlocal calls
+        calls += 1
+        return real(value)
+
+    monkeypatch.setattr(fit_module, "_size", counting)
+    result = {
+        "entries": [
+            {"path": f"dir/file-{n:05d}.txt", "kind": "file", "size": n} for n in range(5000)
+        ],
+        "notes": [],
+    }
+    fit(result, budget=10_000)
+    assert size(result) <= 10_000
+    assert calls < 100
