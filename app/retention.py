@@ -26,10 +26,19 @@ class Retention:
     records: ExperimentRecords
     keep_s: float
     clock: Callable[[], float] = field(default=time.time)
+    # The watchdog calls every few seconds; the deletes scan the audit trail, so they
+    # run once an interval, not on every call.
+    every_s: float = 3600.0
+    _next_at: float = field(default=0.0, init=False)
 
     async def sweep(self) -> None:
-        """One pass (a watchdog chore): forget what ended more than ``keep_s`` ago."""
-        cutoff = self.clock() - self.keep_s
+        """A watchdog chore: at most once every ``every_s``, forget what ended more than
+        ``keep_s`` ago."""
+        now = self.clock()
+        if now < self._next_at:
+            return
+        self._next_at = now + self.every_s
+        cutoff = now - self.keep_s
         calls = await self.repository.forget_tool_calls_before(cutoff)
         experiments = await self.records.forget_destroyed_before(cutoff)
         if calls or experiments:

@@ -75,3 +75,18 @@ async def test_old_destroyed_experiments_and_old_calls_go_and_the_rest_stays(
     async with sqlite_engine.connect() as connection:
         starts = (await connection.execute(sa.select(ToolCall.started_at))).scalars().all()
     assert [s.replace(tzinfo=UTC) for s in starts] == [datetime.fromtimestamp(NOW - 1 * DAY, UTC)]
+
+
+async def test_the_sweep_runs_once_an_interval_not_on_every_watchdog_tick(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
+    now = [NOW]
+    retention = Retention(repository, records, keep_s=7 * DAY, clock=lambda: now[0])
+    await retention.sweep()  # the first tick sweeps (nothing to forget yet)
+    await make(records, "old", destroyed_at=NOW - 8 * DAY)
+    await retention.sweep()  # a tick later: not due yet
+    assert {e.experiment_id for e in await records.of_sandbox("k")} == {"old"}
+    now[0] += retention.every_s
+    await retention.sweep()  # due again
+    assert await records.of_sandbox("k") == []
