@@ -46,6 +46,15 @@ class Tally:
     duration_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
+    def count(self, name: str, outcome: str) -> None:
+        """One test's outcome: ``pass``, ``skip``, or anything else, a failure by ``name``."""
+        if outcome == "pass":
+            self.passed += 1
+        elif outcome == "skip":
+            self.skipped += 1
+        else:
+            self.fail(name)
+
     def fail(self, name: str, *, error: bool = False) -> None:
         if error:
             self.errors += 1

@@ -48,12 +48,8 @@ def go_json(inputs: Inputs) -> Tally | None:
     for (package, test), action in outcomes.items():
         if (package, test) in parents:
             continue
-        if action == "pass":
-            tally.passed += 1
-        elif action == "skip":
-            tally.skipped += 1
-        else:
-            tally.fail(f"{package}.{test}")
+        tally.count(f"{package}.{test}", action)
+        if action not in ("pass", "skip"):
             failing_packages.add(package)
     for package, build in failed_packages.items():
         if package not in failing_packages:
@@ -117,12 +113,7 @@ def go_text(inputs: Inputs) -> Tally | None:
             for name, outcome in block.items():
                 if name in parents:
                     continue
-                if outcome == "PASS":
-                    tally.passed += 1
-                elif outcome == "SKIP":
-                    tally.skipped += 1
-                else:
-                    tally.fail(f"{package}.{name}")
+                tally.count(f"{package}.{name}", outcome.lower())
             if match[1] == "FAIL" and tally.failed == failed:
                 tally.fail(package, error=True)
             block = {}

@@ -50,14 +50,18 @@ def tap(inputs: Inputs) -> Tally | None:
             tally.notes.append(f"the run bailed out: {stripped[:200]}")
     if points == 0 and not summary:
         return None
+    _take_summary(tally, summary)
+    return tally
+
+
+def _take_summary(tally: Tally, summary: dict[str, float]) -> None:
+    """Node's own counts win: they agree with the leaf count unless the output was cut."""
     if {"tests", "pass", "fail"} <= summary.keys():
-        # Node's own counts; they agree with the leaf count unless the output was cut.
         tally.passed = int(summary.get("pass", 0))
         tally.failed = int(summary.get("fail", 0) + summary.get("cancelled", 0))
         tally.skipped = int(summary.get("skipped", 0) + summary.get("todo", 0))
     if "duration_ms" in summary:
         tally.duration_s = summary["duration_ms"] / 1000
-    return tally
 
 
 def _tap_point(tally: Tally, match: re.Match[str], parents: dict[int, str], indent: int) -> None:
@@ -97,9 +101,5 @@ def node_spec(inputs: Inputs) -> Tally | None:
     if "tests" not in counts:
         return None
     tally = Tally("node", failing=names)
-    tally.passed = int(counts.get("pass", 0))
-    tally.failed = int(counts.get("fail", 0) + counts.get("cancelled", 0))
-    tally.skipped = int(counts.get("skipped", 0) + counts.get("todo", 0))
-    if "duration_ms" in counts:
-        tally.duration_s = counts["duration_ms"] / 1000
+    _take_summary(tally, counts)
     return tally
