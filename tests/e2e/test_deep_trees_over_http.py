@@ -6,13 +6,13 @@ Seen: a 1,500-deep tree made ``destroy_experiment`` fail with INTERNAL_ERROR
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
+from deep_trees import build_deep_tree
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import tool
 
@@ -93,18 +93,7 @@ def _deep_repo(path: Path, depth: int) -> None:
     }
     path.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=path, env=env, check=True)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):  # pathlib and os.makedirs recurse once per level
-            os.mkdir("d", dir_fd=fd)
-            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        bottom = os.open("bottom.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-        os.write(bottom, b"bottom\n")
-        os.close(bottom)
-    finally:
-        os.close(fd)
+    build_deep_tree(path, depth, bottom_file=("bottom.txt", b"bottom\n"))
     (path / "top.txt").write_text("top\n")
     subprocess.run(["git", "add", "-A"], cwd=path, env=env, check=True)
     subprocess.run(["git", "commit", "-qm", "deep"], cwd=path, env=env, check=True)

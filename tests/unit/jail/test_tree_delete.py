@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from deep_trees import build_deep_tree
 
 from jail.tree_delete import DeleteStopped, delete_tree, delete_tree_at
 
@@ -25,20 +26,9 @@ def _no_deep_leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 def _deep_tree(top: Path, depth: int) -> None:
-    """``top/d/d/.../d`` with a file at every level, built with relative opens
-    because the full path is far beyond PATH_MAX."""
+    """``top/d/d/.../d`` with a file at every level."""
     top.mkdir()
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            file_fd = os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
-            os.close(file_fd)
-            os.mkdir("d", dir_fd=fd)
-            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    finally:
-        os.close(fd)
+    build_deep_tree(top, depth, file_at_each_level=True)
 
 
 @pytest.mark.parametrize("depth", [1_500, 5_000])

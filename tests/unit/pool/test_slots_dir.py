@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from deep_trees import build_deep_tree
 from pool_fakes import opened
 
 from jail.tree_delete import delete_tree
@@ -275,19 +276,6 @@ async def test_close_is_bounded_and_the_rest_is_swept_next_time(tmp_path: Path) 
     assert list(again.trash.iterdir()) == []
 
 
-def deep(root: Path, depth: int) -> None:
-    """``root/d/d/...`` built with relative opens: the full path is beyond PATH_MAX."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("depth", [1_500, 5_000])
 async def test_reset_deletes_a_tree_deeper_than_recursion_allows(
     tmp_path: Path, depth: int
@@ -296,7 +284,7 @@ async def test_reset_deletes_a_tree_deeper_than_recursion_allows(
     await provision_dir(tmp_path, 1, owner=None)
     store = await opened(DirSlotStore(tmp_path))
     slot = store.slot(0)
-    deep(slot.root, depth)
+    build_deep_tree(slot.root, depth)
     try:
         await store.reset(slot)
         await store.close()
