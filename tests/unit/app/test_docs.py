@@ -75,9 +75,8 @@ def test_every_relative_link_resolves(page: Path) -> None:
             continue  # https:, mailto:: not ours to check offline
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
-        if not file.exists() or not file.is_relative_to(ROOT):
-            broken.append(target)
-        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+        missing_file = not file.exists() or not file.is_relative_to(ROOT)
+        if missing_file or (anchor and file.suffix == ".md" and anchor not in anchors(file)):
             broken.append(target)
     assert broken == []
 
