@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sandbox-mcp",
         description="A multi-tenant MCP server that gives AI agents disposable sandboxes.",
-        epilog="Configuration comes from SANDBOX_MCP_* environment variables (see README).",
+        epilog="Settings: SANDBOX_MCP_* environment variables (see docs/configuration.md).",
     )
     parser.add_argument(
         "--check", action="store_true", help="same as `sandbox-mcp check` (kept for old clients)"

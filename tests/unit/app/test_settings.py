@@ -106,18 +106,6 @@ def test_log_level_is_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().log_level == "DEBUG"
 
 
-def test_the_readme_documents_every_variable() -> None:
-    from app.settings import Settings
-
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    missing = [
-        f"SANDBOX_MCP_{name.upper()}"
-        for name in Settings.model_fields
-        if f"`SANDBOX_MCP_{name.upper()}`" not in readme
-    ]
-    assert missing == []
-
-
 def test_max_containers_defaults_to_twice_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().effective_max_containers == 1000
     monkeypatch.setenv("SANDBOX_MCP_POOL_SIZE", "6")
