@@ -129,7 +129,8 @@ async def test_a_release_hands_the_slot_to_the_head_waiting_on_another_process(
     await asyncio.sleep(0.2)
     assert await a.pool.release("k1")
     assert await asyncio.wait_for(waiter, 30) is True
-    assert a.store.resets == [0] and b.store.resets == []
+    assert a.store.resets == [0]
+    assert b.store.resets == []
     assert await rows(cluster.url) == [(0, "reserved", "k2")]
     # The one-time note is shown once, whichever process the next calls reach.
     assert (await b.pool.acquire("k2")).notes == ("ready",)
@@ -219,7 +220,8 @@ async def test_activity_seen_by_any_process_keeps_a_lease_and_idle_ones_expire_o
     assert await a.pool.expire() == 1
     assert await rows(cluster.url) == [(0, "leased", "busy")]
     assert await b.pool.expire() == 0  # nothing left to expire: emptied once
-    assert a.store.resets == [1] and b.store.resets == []
+    assert a.store.resets == [1]
+    assert b.store.resets == []
     assert (await b.pool.acquire("idle")).notes == ("emptied",)
 
 
