@@ -401,6 +401,7 @@ class SlotPool:
                 if note is not None:
                     self._notes.setdefault(key, []).append(note)
                     changes.add_notes.append(NoteRecord(key, note, self._clock()))
+                    self._event("noted", key, note=note)
                 await tx.apply(changes)
             await self._finish_reset(index, key)
         return True
