@@ -86,7 +86,7 @@ def replay(events: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, list
             holders[slot] = ("leased", who)
         elif kind == "reserved":
             assert holders.get(slot, ("", ""))[0] in ("resetting", "lapsed"), event
-            assert queue and queue[0] == who, f"served out of queue order: {event} {queue}"
+            assert queue[:1] == [who], f"served out of queue order: {event} {queue}"
             queue.pop(0)
             holders[slot] = ("reserved", who)
             pending.setdefault(who, []).append("ready")
@@ -150,6 +150,7 @@ async def test_three_processes_one_postgresql_keep_the_pool_s_promises_through_a
                 user.label = status["sandbox"]
             live = list(servers)
             killed: list[RunningServer] = []
+            first_wave = asyncio.Event()
 
             async def call(user: User, turn: int) -> dict[str, Any] | None:
                 server = live[turn % len(live)]
@@ -168,6 +169,8 @@ async def test_three_processes_one_postgresql_keep_the_pool_s_promises_through_a
                     user.ready_notes += sum(READY in note for note in result.get("notes", []))
                     if not result["is_error"]:
                         user.served += 1
+                        if sum(u.served > 0 for u in users) >= POOL:
+                            first_wave.set()  # every slot was taken once: time to kill
                         continue
                     error = result["error"]
                     assert error["code"] == "SANDBOX_QUEUED", result
@@ -175,8 +178,7 @@ async def test_three_processes_one_postgresql_keep_the_pool_s_promises_through_a
                     user.positions.append(error["position"])
 
             async def kill_the_watchdog() -> None:
-                while sum(u.served > 0 for u in users) < POOL:
-                    await asyncio.sleep(0.2)
+                await first_wave.wait()
                 leader = next((s for s in servers if "watchdog.elected" in s.log()), servers[0])
                 leader.process.send_signal(signal.SIGKILL)
                 leader.process.wait(timeout=10)
