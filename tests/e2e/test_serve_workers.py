@@ -34,6 +34,18 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) ->
         time.sleep(0.2)
 
 
+def start_workers(
+    workers: int, port: int, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--workers", str(workers), "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
 def answers(url: str) -> bool:
     try:
         return httpx2.get(url, timeout=2).status_code == 200
@@ -52,13 +64,7 @@ async def test_two_workers_share_the_port_and_a_killed_one_is_replaced(tmp_path:
             "SANDBOX_MCP_AUTH": "none",
             "SANDBOX_MCP_POOL_SIZE": "2",
         }
-        with log.open("wb") as err:
-            parent = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", "--workers", "2", "--port", str(port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
+        parent = start_workers(2, port, env, log)
         health = f"http://127.0.0.1:{port}/health"
         try:
             wait_for(lambda: answers(health) and len(worker_pids(log)) == 2, "two workers")
