@@ -83,12 +83,6 @@ class PgPoolState(SqlPoolState):
         self._listener: asyncpg.Connection | None = None
         self._on_reserved: Callable[[str], None] | None = None
 
-    async def load(self) -> PoolSnapshot:
-        async with transaction(self._sessions) as session:
-            # One snapshot for the three reads (a change may commit between them).
-            await session.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
-            return await self._read(session)
-
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[_PgTransaction]:
         async with transaction(self._sessions) as session:

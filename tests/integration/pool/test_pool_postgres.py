@@ -23,6 +23,7 @@ from app.storage.db import create_engine, upgrade_schema
 from app.storage.pool_pg import AdvisoryLeadership, PgPoolState, pool_state_for
 from pool.leases import Queued, SlotPool
 from pool.state import PoolChanges, SlotRecord
+from pool.watchdog import IdleWatchdog
 
 pytestmark = pytest.mark.integration
 
@@ -243,3 +244,40 @@ async def test_a_reset_left_by_a_dead_process_is_finished_by_another_and_only_th
     await b.pool.expire()
     assert b.store.resets == [0]
     assert await rows(cluster.url) == []
+
+
+async def test_only_the_elected_watchdog_expires_and_every_process_keeps_its_jobs_alive(
+    cluster: Cluster,
+) -> None:
+    a = await cluster.start(size=2, idle_timeout_s=100)
+    b = await cluster.start(size=2, idle_timeout_s=100)
+    await a.pool.acquire("job-on-b")  # leased through A; its job runs on B
+    await a.pool.acquire("idle")
+    watchdogs = [
+        IdleWatchdog(
+            process.pool,
+            interval_s=1,
+            is_busy=lambda key, mine=mine: key == mine,
+            leadership=AdvisoryLeadership(create_engine(cluster.url)),
+        )
+        for process, mine in [(a, "none"), (b, "job-on-b")]
+    ]
+    try:
+        cluster.clock.now += 101
+        # B ticks first and is elected: it empties "idle" and keeps its job's lease.
+        assert await watchdogs[1].tick() == 1
+        # B's process dies; A is elected. B's successor ticks as a follower: it counts
+        # its job as activity, so A (which cannot see that job) expires nothing.
+        await watchdogs[1]._leadership.close()
+        assert await watchdogs[0]._leadership.is_leader()
+        cluster.clock.now += 101
+        assert await watchdogs[1].tick() == 0  # not the leader: expires nothing itself
+        assert await watchdogs[0].tick() == 0
+        assert await rows(cluster.url) == [(0, "leased", "job-on-b")]
+        assert a.store.resets + b.store.resets == [1]  # "idle" emptied once, by one process
+        # Once B stops counting it, the elected watchdog does expire it.
+        cluster.clock.now += 101
+        assert await watchdogs[0].tick() == 1
+    finally:
+        for watchdog in watchdogs:
+            await watchdog._leadership.close()
