@@ -18,7 +18,7 @@ order of the change), the record the multi-process tests replay.
 
 Longer than 400 lines for a reason: the pool's state machine (acquire, release,
 expire, hand-over, reservations) lives under one lock, so every transition and
-its invariants are read in one place.
+its invariants are read in one place, whether the state is private or shared.
 """
 
 from __future__ import annotations
