@@ -39,6 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["http", "stdio"], default="http")
     serve.add_argument("--host", help="bind address (overrides SANDBOX_MCP_HOST)")
     serve.add_argument("--port", type=_port, help="TCP port (overrides SANDBOX_MCP_PORT)")
+    serve.add_argument(
+        "--workers",
+        type=_worker_count,
+        help="server processes sharing the port (overrides SANDBOX_MCP_WORKERS; >1 needs "
+        "PostgreSQL)",
+    )
+    # Internal: a child of `--workers` serves on the socket its parent bound.
+    serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
     commands.add_parser(
         "check", help="print the effective configuration and whether Docker and the database answer"
     )
@@ -63,6 +71,12 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _worker_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1-64)")
+    return int(text)
+
+
 def _slot_count(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 10_000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a slot count (1-10000)")
@@ -78,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             _parser().error("--quota needs --zfs-parent (the dir backend has no quotas)")
         sys.exit(_provision(args.slots, args.zfs_parent, args.quota, args.owner))
     if args.command == "serve":
-        sys.exit(_serve(args.transport, args.host, args.port))
+        sys.exit(_serve(args.transport, args.host, args.port, args.workers, args.listen_fd))
     _parser().print_help(sys.stderr)
     sys.exit(EXIT_USAGE)
 
@@ -100,11 +114,26 @@ def _load(**overrides: object) -> Settings | None:
     return settings
 
 
-def _serve(transport: str, host: str | None, port: int | None) -> int:
+def _serve(
+    transport: str,
+    host: str | None,
+    port: int | None,
+    workers: int | None = None,
+    listen_fd: int | None = None,
+) -> int:
     # stdio has no network front door: it is local mode by definition.
-    settings = _load(host=host, port=port, auth="none" if transport == "stdio" else None)
+    settings = _load(
+        host=host, port=port, workers=workers, auth="none" if transport == "stdio" else None
+    )
     if settings is None:
         return EXIT_USAGE
+    from app import workers as processes
+
+    refused = processes.refusal(settings.workers, settings.effective_database_url)
+    if refused is not None:
+        return _fail(refused, EXIT_USAGE)
+    if settings.workers > 1 and transport == "stdio":
+        return _fail("--workers serves HTTP only; stdio is one local user", EXIT_USAGE)
     # Imported late: the heavy SDK imports only when serving.
     from app import admin
     from app import main as root
@@ -113,9 +142,14 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
         if transport == "stdio":
             asyncio.run(root.run_stdio(settings))
             return EXIT_OK
+        if settings.workers > 1 and listen_fd is None:
+            asyncio.run(admin.preflight(settings))  # once: the schema, the state dir, the slots
+            sock = _bind(settings.host, settings.port)
+            argv = processes.child_argv(["--host", settings.host, "--port", str(settings.port)])
+            return processes.Supervisor(sock, settings.workers, argv).run()
         app = root.build_app(settings)
         asyncio.run(admin.preflight(settings))
-        sock = _bind(settings.host, settings.port)
+        sock = _bind(settings.host, settings.port) if listen_fd is None else _inherited(listen_fd)
     except (ServiceError, PoolError) as exc:
         return _fail(exc.message)
     except OSError as exc:
@@ -146,6 +180,11 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
         sock.close()
     # uvicorn leaves started False when the lifespan failed; its log says why.
     return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _inherited(fd: int) -> socket.socket:
+    """The listening socket a ``--workers`` parent bound and passed down."""
+    return socket.socket(fileno=fd)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -51,7 +51,7 @@ from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine
 from app.storage.experiment_store import ExperimentRecords
-from app.storage.pool_store import SqlPoolState
+from app.storage.pool_pg import leadership_for, pool_state_for
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -144,7 +144,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
-        SqlPoolState(engine),
+        pool_state_for(engine),  # shared by every process on PostgreSQL
         store,
         size=settings.pool_size,
         idle_timeout_s=settings.idle_timeout_s,
@@ -161,6 +161,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         interval_s=min(5.0, settings.idle_timeout_s / 10),
         is_busy=manager.is_busy,
         housekeeping=chores,
+        leadership=leadership_for(engine),  # one expiring watchdog across processes
     )
     identity: Identity = LocalIdentity() if auth is None else TokenIdentity()
     audit = AuditTrail(engine)

@@ -87,6 +87,7 @@ class Services:
 
     async def stop(self) -> None:
         await self.watchdog.stop()
+        await self.pool.close()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
@@ -98,7 +99,7 @@ class Services:
         await self.engine.dispose()
 
     async def pool_stats(self) -> PoolStats:
-        return self.pool.stats()
+        return await self.pool.current_stats()
 
 
 @dataclass

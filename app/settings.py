@@ -80,6 +80,15 @@ class Settings(BaseSettings):
     port: int = Field(
         default=8000, ge=1, le=65535, description="TCP port the HTTP server binds to."
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Server processes sharing the port (`serve --workers N`); more than one needs "
+            "PostgreSQL, which they share."
+        ),
+    )
     max_connections: int = Field(
         default=4096,
         ge=16,

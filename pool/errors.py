@@ -34,6 +34,7 @@ PoolErrorCode = Literal[
     "PROVISION_FAILED",
     # leases and queue
     "SANDBOX_QUEUED",
+    "SLOT_CONFLICT",
 ]
 
 
@@ -62,3 +63,14 @@ class PoolError(Exception):
 
     def __repr__(self) -> str:
         return f"PoolError({self.code!r}, {self.message!r})"
+
+
+class StaleSlot(PoolError):
+    """A slot write found the slot no longer as the writer last saw it (never overwritten)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(
+            "SLOT_CONFLICT",
+            "The sandbox pool changed under this call; call again.",
+            {"slot": index},
+        )

@@ -5,12 +5,19 @@ through this seam before it answers, in one transaction per change, so that a
 restart (kill -9 included) finds every lease, reservation and queue place
 where it was. The production implementation is ``app.storage.pool_store.SqlPoolState``
 (``pool`` never imports ``app``); unit tests use an in-memory fake.
+
+A ``SharedPoolState`` (PostgreSQL, several server processes) turns that around:
+the database is the truth, and every change runs inside ``exclusive()``, one
+transaction under a lock every process takes, starting from the state read in
+that transaction. A process's memory is then only a cache of the last read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 SlotState = Literal["leased", "reserved", "resetting"]
 NoteKind = Literal["ready", "emptied"]
@@ -50,14 +57,25 @@ class NoteRecord:
 
 @dataclass
 class PoolChanges:
-    """One atomic batch of changes."""
+    """One atomic batch of changes.
+
+    ``replaces`` holds, for each slot in ``put_slots``, the record it replaces
+    (``None``: the slot was free). The store writes a slot only if it still holds
+    exactly that record, so a write from a stale view fails loudly instead of
+    silently taking a slot from its holder.
+    """
 
     put_slots: list[SlotRecord] = field(default_factory=list)
+    replaces: dict[int, SlotRecord | None] = field(default_factory=dict)
     free_slots: list[int] = field(default_factory=list)
     put_queue: list[QueueRecord] = field(default_factory=list)
     drop_queue: list[str] = field(default_factory=list)
     add_notes: list[NoteRecord] = field(default_factory=list)
     drop_notes: list[str] = field(default_factory=list)
+
+    def put_slot(self, record: SlotRecord, replacing: SlotRecord | None) -> None:
+        self.put_slots.append(record)
+        self.replaces.setdefault(record.index, replacing)
 
     def __bool__(self) -> bool:
         return any(
@@ -106,11 +124,61 @@ class PoolState(Protocol):
         ...
 
     async def record_activity(
-        self, last_activity: dict[int, float], seen: dict[str, float]
+        self, last_activity: dict[str, float], seen: dict[str, float]
     ) -> None:
-        """Persist the newest activity times (slot index -> time, queued key -> time).
+        """Persist the newest activity times (leasing key -> time, queued key -> time).
+
+        By key, not slot index: a slot handed on meanwhile must not inherit the
+        activity of its previous holder. A time never moves backwards.
 
         Called in batches: losing the last few seconds of it in a crash only
         makes a sandbox live slightly longer.
         """
         ...
+
+
+class PoolTransaction(Protocol):
+    """One change of a shared pool: the state as read under the lock, and its writes."""
+
+    snapshot: PoolSnapshot
+    order: object  # the database's order of this change among all pool changes, once known
+
+    async def apply(self, changes: PoolChanges) -> None:
+        """Write ``changes`` in this transaction (committed when ``exclusive`` exits).
+
+        Raises:
+            StaleSlot: a slot no longer holds the record ``changes.replaces`` names.
+            Exception: the storage's own error type when it cannot be written.
+        """
+        ...
+
+    def announce(self, keys: list[str]) -> None:
+        """Tell every process, once this commits, that these keys got a reservation."""
+        ...
+
+
+@runtime_checkable
+class SharedPoolState(PoolState, Protocol):
+    """A pool's state shared by several processes (see the module docstring)."""
+
+    def exclusive(self) -> AbstractAsyncContextManager[PoolTransaction]:
+        """One transaction under the pool's lock (every process waits its turn)."""
+        ...
+
+    def claim_reset(self, index: int) -> AbstractAsyncContextManager[bool]:
+        """Hold the right to empty slot ``index`` while the block runs.
+
+        Yields False if another live process is emptying it. The claim dies with
+        its process, so a reset interrupted by a crash is finished by another one.
+        """
+        ...
+
+    async def leased_index(self, sandbox_key: str) -> int | None:
+        """The slot the key has leased right now, whichever process leased it."""
+        ...
+
+    async def listen(self, on_reserved: Callable[[str], None]) -> None:
+        """Start hearing of reservations announced by any process (a key's label)."""
+        ...
+
+    async def close(self) -> None: ...

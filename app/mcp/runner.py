@@ -141,7 +141,7 @@ class ToolRunner:
         try:
             lease = await self._take_slot(key, progress) if takes_slot else None
             # A call that takes no slot still sees the one the caller holds, if any.
-            held = lease.slot if lease else self._pool.lease_of(key)
+            held = lease.slot if lease else await self._pool.holding(key)
             slot_root = held.root if held else None
             ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
             output = await self._alive(tool, body(ctx), progress)
@@ -184,7 +184,7 @@ class ToolRunner:
             raise ResourceNotFoundError("Sign in to read sandbox resources.")
         outcome = "ok"
         try:
-            held = self._pool.lease_of(key)
+            held = await self._pool.holding(key)
             ctx = new_call_context(
                 self._memory, key, request_id=request_id, slot_root=held.root if held else None
             )

@@ -88,7 +88,14 @@ async def upgrade_schema(engine: AsyncEngine) -> None:
         raise DatabaseUnavailable(describe_db_error(exc)) from exc
 
 
+MIGRATION_LOCK = 0x534D434D  # "SMCM": processes starting together migrate one at a time
+
+
 def _upgrade(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        # Several processes starting at once (serve --workers, one unit per process)
+        # would otherwise race to create the same tables; the others then find the head.
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": MIGRATION_LOCK})
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import cast
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.storage.db import Base, transaction
+from pool.errors import StaleSlot
 from pool.state import (
     NoteKind,
     NoteRecord,
@@ -52,18 +54,35 @@ class PoolNoteRow(Base):
 
 
 class SqlPoolState:
-    """Every change is one transaction, so a crash leaves all of it or none of it."""
+    """Every change is one transaction, so a crash leaves all of it or none of it.
+
+    A slot is written only from the record the pool last saw there: a free slot is
+    inserted (its primary key and the unique key column refuse a second holder) and
+    a held one is updated only while it still holds that record, so a write from a
+    stale view fails (``StaleSlot``) instead of overwriting another holder.
+    """
 
     def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     async def load(self) -> PoolSnapshot:
         async with transaction(self._sessions) as session:
-            slots = (await session.scalars(sa.select(PoolSlotRow))).all()
-            queue = (
-                await session.scalars(sa.select(PoolQueueRow).order_by(PoolQueueRow.seq))
-            ).all()
-            notes = (await session.scalars(sa.select(PoolNoteRow).order_by(PoolNoteRow.id))).all()
+            return await self._read(session)
+
+    async def leased_index(self, sandbox_key: str) -> int | None:
+        async with transaction(self._sessions) as session:
+            index = await session.scalar(
+                sa.select(PoolSlotRow.slot_index).where(
+                    PoolSlotRow.sandbox_key == sandbox_key, PoolSlotRow.state == "leased"
+                )
+            )
+        return None if index is None else int(index)
+
+    async def _read(self, session: AsyncSession) -> PoolSnapshot:
+        slots = (await session.scalars(sa.select(PoolSlotRow))).all()
+        queue = (await session.scalars(sa.select(PoolQueueRow).order_by(PoolQueueRow.seq))).all()
+        notes = (await session.scalars(sa.select(PoolNoteRow).order_by(PoolNoteRow.id))).all()
         return PoolSnapshot(
             slots=[
                 SlotRecord(
@@ -86,14 +105,9 @@ class SqlPoolState:
 
     async def _apply(self, session: AsyncSession, changes: PoolChanges) -> None:
         # Core statements, one per kind of change: taking a slot must stay cheap.
-        touched = [r.index for r in changes.put_slots] + changes.free_slots
-        keys = [r.sandbox_key for r in changes.put_slots if r.sandbox_key is not None]
-        if touched:
-            # The key column is unique: a key moving between slots leaves its old row.
+        if changes.free_slots:
             await session.execute(
-                sa.delete(PoolSlotRow).where(
-                    sa.or_(PoolSlotRow.slot_index.in_(touched), PoolSlotRow.sandbox_key.in_(keys))
-                )
+                sa.delete(PoolSlotRow).where(PoolSlotRow.slot_index.in_(changes.free_slots))
             )
         dropped = changes.drop_queue + [q.sandbox_key for q in changes.put_queue]
         if dropped:
@@ -104,21 +118,7 @@ class SqlPoolState:
             await session.execute(
                 sa.delete(PoolNoteRow).where(PoolNoteRow.sandbox_key.in_(changes.drop_notes))
             )
-        if changes.put_slots:
-            await session.execute(
-                sa.insert(PoolSlotRow),
-                [
-                    {
-                        "slot_index": r.index,
-                        "state": r.state,
-                        "sandbox_key": r.sandbox_key,
-                        "since": r.since,
-                        "last_activity": r.last_activity,
-                        "reserved_until": r.reserved_until,
-                    }
-                    for r in changes.put_slots
-                ],
-            )
+        await self._put_slots(session, changes)
         if changes.put_queue:
             await session.execute(
                 sa.insert(PoolQueueRow),
@@ -141,25 +141,66 @@ class SqlPoolState:
                 ],
             )
 
+    async def _put_slots(self, session: AsyncSession, changes: PoolChanges) -> None:
+        seen: dict[int, SlotRecord | None] = dict(changes.replaces)
+        for record in changes.put_slots:
+            values = {
+                "state": record.state,
+                "sandbox_key": record.sandbox_key,
+                "since": record.since,
+                "last_activity": record.last_activity,
+                "reserved_until": record.reserved_until,
+            }
+            previous = seen.get(record.index)
+            seen[record.index] = record  # a later write in this batch replaces this one
+            if previous is None:
+                try:
+                    await session.execute(
+                        sa.insert(PoolSlotRow).values(slot_index=record.index, **values)
+                    )
+                except IntegrityError as exc:  # the slot (or the key) is already held
+                    raise StaleSlot(record.index) from exc
+                continue
+            result = await session.execute(
+                sa.update(PoolSlotRow)
+                .where(
+                    PoolSlotRow.slot_index == record.index,
+                    PoolSlotRow.state == previous.state,
+                    PoolSlotRow.sandbox_key.is_(None)
+                    if previous.sandbox_key is None
+                    else PoolSlotRow.sandbox_key == previous.sandbox_key,
+                )
+                .values(**values)
+            )
+            if getattr(result, "rowcount", 0) != 1:
+                raise StaleSlot(record.index)
+
     async def record_activity(
-        self, last_activity: dict[int, float], seen: dict[str, float]
+        self, last_activity: dict[str, float], seen: dict[str, float]
     ) -> None:
         async with transaction(self._sessions) as session:
-            # Core executemany: one statement, many parameter sets, and a row
-            # released meanwhile simply matches nothing.
+            # Core executemany: one statement, many parameter sets, and a lease or a
+            # queue place gone meanwhile simply matches nothing. Times never go back.
             if last_activity:
                 slots = cast(sa.Table, PoolSlotRow.__table__)
                 await session.execute(
                     sa.update(slots)
-                    .where(slots.c.slot_index == sa.bindparam("index"))
+                    .where(
+                        slots.c.sandbox_key == sa.bindparam("key"),
+                        slots.c.state == "leased",
+                        slots.c.last_activity < sa.bindparam("at"),
+                    )
                     .values(last_activity=sa.bindparam("at")),
-                    [{"index": i, "at": at} for i, at in last_activity.items()],
+                    [{"key": k, "at": at} for k, at in last_activity.items()],
                 )
             if seen:
                 queue = cast(sa.Table, PoolQueueRow.__table__)
                 await session.execute(
                     sa.update(queue)
-                    .where(queue.c.sandbox_key == sa.bindparam("key"))
+                    .where(
+                        queue.c.sandbox_key == sa.bindparam("key"),
+                        queue.c.last_seen < sa.bindparam("at"),
+                    )
                     .values(last_seen=sa.bindparam("at")),
                     [{"key": k, "at": at} for k, at in seen.items()],
                 )

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.experiments.records import Experiment
 from app.experiments.states import State
@@ -16,6 +22,33 @@ async def migrated_sqlite(folder: Path) -> AsyncEngine:
     engine = create_engine(f"sqlite+aiosqlite:///{folder / 'db.sqlite'}")
     await upgrade_schema(engine)
     return engine
+
+
+def postgres_url() -> str:
+    """The PostgreSQL that .ci/run starts; a test needing it fails (never skips) without it."""
+    url = os.environ.get("SANDBOX_MCP_TEST_POSTGRES_URL")
+    if not url:
+        raise AssertionError(
+            "SANDBOX_MCP_TEST_POSTGRES_URL is not set: this test needs the PostgreSQL that "
+            ".ci/run starts (source .ci/lib/services.sh; start_postgres)."
+        )
+    return url
+
+
+@asynccontextmanager
+async def fresh_postgres() -> AsyncIterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped afterwards (with its sessions)."""
+    server_url = postgres_url()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(server_url, isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        await admin.dispose()
 
 
 def an_experiment(experiment_id: str, sandbox_key: str = "k") -> Experiment:

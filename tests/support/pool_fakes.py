@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from pool.errors import StaleSlot
 from pool.slots import Slot, SlotStore, name_of
 from pool.state import NoteRecord, PoolChanges, PoolSnapshot, QueueRecord, SlotRecord
 
@@ -25,7 +26,12 @@ class MemoryPoolState:
     async def apply(self, changes: PoolChanges) -> None:
         for index in changes.free_slots:
             self.slots.pop(index, None)
+        seen = dict(changes.replaces)
         for record in changes.put_slots:
+            # As the SQL store: a slot is written only from the record the pool saw there.
+            if self.slots.get(record.index) != seen.get(record.index):
+                raise StaleSlot(record.index)
+            seen[record.index] = record
             self.slots[record.index] = record
         for key in changes.drop_queue:
             self.queue.pop(key, None)
@@ -36,14 +42,14 @@ class MemoryPoolState:
         self.notes.extend(changes.add_notes)
 
     async def record_activity(
-        self, last_activity: dict[int, float], seen: dict[str, float]
+        self, last_activity: dict[str, float], seen: dict[str, float]
     ) -> None:
-        for index, at in last_activity.items():
-            if index in self.slots:
-                record = self.slots[index]
+        for index, record in list(self.slots.items()):
+            at = last_activity.get(record.sandbox_key or "")
+            if record.state == "leased" and at is not None and at > record.last_activity:
                 self.slots[index] = replace(record, last_activity=at)
         for key, at in seen.items():
-            if key in self.queue:
+            if key in self.queue and at > self.queue[key].last_seen:
                 self.queue[key] = replace(self.queue[key], last_seen=at)
 
 

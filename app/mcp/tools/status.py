@@ -54,13 +54,14 @@ def register_tools(server: MCPServer, runner: ToolRunner, pool: SlotPool) -> Non
     )
     async def sandbox_status() -> Annotated[CallToolResult, enveloped(SandboxStatus)]:
         async def body(call: CallContext) -> SandboxStatus:
-            slot = pool.lease_of(call.sandbox_key)
-            stats = pool.stats()
+            # Read from the shared state when several processes share the pool.
+            view = await pool.view(call.sandbox_key)
+            slot, stats = view.slot, view.stats
             return SandboxStatus(
                 sandbox=fingerprint(call.sandbox_key),
                 holds_slot=slot is not None,
                 slot=slot.name if slot else None,
-                queue_position=pool.position_of(call.sandbox_key),
+                queue_position=view.queue_position,
                 idle_timeout_s=int(pool.idle_timeout_s),
                 pool_free=stats.free,
                 pool_queued=stats.queued,

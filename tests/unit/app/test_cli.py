@@ -193,3 +193,23 @@ async def test_connections_to_the_listening_socket_send_without_nagle(host: str)
         server.close()
         await server.wait_closed()
     assert accepted == [1]
+
+
+def test_several_workers_on_sqlite_are_refused_in_one_sentence(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = run(["serve", "--workers", "3"], capsys)
+    assert code == 2
+    assert "--workers 3 needs PostgreSQL" in err
+    assert "SANDBOX_MCP_DATABASE_URL=postgresql+asyncpg://" in err
+    assert_no_traceback(err)
+    monkeypatch.setenv("SANDBOX_MCP_WORKERS", "2")  # the setting, as a systemd unit sets it
+    code, _, err = run(["serve"], capsys)
+    assert code == 2
+    assert "--workers 2 needs PostgreSQL" in err
+
+
+def test_a_bad_worker_count_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["serve", "--workers", "0"], capsys)
+    assert code == 2
+    assert "'0' is not a number of processes (1-64)" in err

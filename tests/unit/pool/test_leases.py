@@ -215,3 +215,21 @@ async def test_fairness_under_load_pool_of_50_and_200_keys() -> None:
         pool.check_invariants()
     assert served == keys[50:100]
     assert pool.stats().queued == 100
+
+
+async def test_a_lease_active_again_while_the_watchdog_empties_others_is_kept() -> None:
+    pool, store, _, clock = await make_pool(3, idle=600)
+    for key in ("alice", "bob", "carol"):
+        await pool.acquire(key)
+    clock.now += 601
+    emptied: list[str] = []
+
+    async def before_reset(key: str) -> None:
+        emptied.append(key)
+        pool.touch("carol")  # carol calls while alice's sandbox is being emptied
+
+    pool._before_reset = before_reset
+    assert await pool.expire() == 2
+    assert emptied == ["alice", "bob"]
+    assert pool.lease_of("carol") is not None
+    assert store.resets == [0, 1]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import pytest
 from pool_fakes import FakeSlotStore
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.pool_store import SqlPoolState
+from pool.errors import StaleSlot
 from pool.leases import Queued, SlotPool
 from pool.state import NoteRecord, PoolChanges, QueueRecord, SlotRecord
 
@@ -17,32 +21,62 @@ def state(sqlite_engine: AsyncEngine) -> SqlPoolState:
 
 
 async def test_changes_round_trip(state: SqlPoolState) -> None:
+    leased, reserved = (
+        SlotRecord(3, "leased", "k1", 1.0, 2.0),
+        SlotRecord(4, "reserved", "k2", 1, 1, 9),
+    )
     await state.apply(
         PoolChanges(
-            put_slots=[
-                SlotRecord(3, "leased", "k1", 1.0, 2.0),
-                SlotRecord(4, "reserved", "k2", 1, 1, 9),
-            ],
+            put_slots=[leased, reserved],
             put_queue=[QueueRecord("k3", 1, 5.0, 5.0), QueueRecord("k4", 2, 6.0, 6.0)],
             add_notes=[NoteRecord("k2", "ready", 7.0)],
         )
     )
-    # A key moves from one slot to another in one batch (unique column on the key).
-    await state.apply(
-        PoolChanges(put_slots=[SlotRecord(5, "leased", "k1", 3.0, 3.0)], free_slots=[3])
-    )
-    await state.record_activity({5: 42.0, 99: 1.0}, {"k4": 43.0, "gone": 1.0})
+    # Activity goes to the key's lease, never backwards, never to a reservation.
+    await state.record_activity({"k1": 42.0, "k2": 50.0, "gone": 1.0}, {"k4": 43.0, "gone": 1.0})
+    await state.record_activity({"k1": 10.0}, {"k4": 10.0})
     snapshot = await state.load()
     assert sorted((r.index, r.sandbox_key, r.last_activity) for r in snapshot.slots) == [
+        (3, "k1", 42.0),
         (4, "k2", 1.0),
-        (5, "k1", 42.0),
     ]
     assert [(q.sandbox_key, q.last_seen) for q in snapshot.queue] == [("k3", 5.0), ("k4", 43.0)]
     assert [(n.sandbox_key, n.kind) for n in snapshot.notes] == [("k2", "ready")]
-    await state.apply(PoolChanges(drop_queue=["k3"], drop_notes=["k2"]))
+    # A held slot changes only from the record its writer saw there.
+    resetting = SlotRecord(3, "resetting", "k1", 3.0, 3.0)
+    changes = PoolChanges(drop_queue=["k3"], drop_notes=["k2"])
+    changes.put_slot(resetting, replace(leased, last_activity=42.0))
+    await state.apply(changes)
     snapshot = await state.load()
     assert [q.sandbox_key for q in snapshot.queue] == ["k4"]
     assert snapshot.notes == []
+    assert {r.index: r.state for r in snapshot.slots} == {3: "resetting", 4: "reserved"}
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        # A second key for a held slot, from a view that thought it free.
+        lambda c: c.put_slot(SlotRecord(4, "leased", "intruder", 1.0, 1.0), None),
+        # The same key twice.
+        lambda c: c.put_slot(SlotRecord(7, "leased", "k2", 1.0, 1.0), None),
+        # Handing on a slot from a stale record of it.
+        lambda c: c.put_slot(
+            SlotRecord(4, "reserved", "k9", 1.0, 1.0, 9.0), SlotRecord(4, "resetting", "k2", 1, 1)
+        ),
+    ],
+)
+async def test_a_write_from_a_stale_view_fails_loudly_and_changes_nothing(
+    state: SqlPoolState, write: Callable[[PoolChanges], None]
+) -> None:
+    await state.apply(PoolChanges(put_slots=[SlotRecord(4, "reserved", "k2", 1, 1, 9)]))
+    changes = PoolChanges(put_queue=[QueueRecord("k5", 1, 5.0, 5.0)])
+    write(changes)
+    with pytest.raises(StaleSlot):
+        await state.apply(changes)
+    snapshot = await state.load()
+    assert [(r.index, r.sandbox_key, r.state) for r in snapshot.slots] == [(4, "k2", "reserved")]
+    assert snapshot.queue == []  # the whole batch rolled back
 
 
 async def test_a_pool_on_the_database_survives_a_restart(state: SqlPoolState) -> None:
