@@ -58,10 +58,10 @@ from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
 from auth.registration import Registrar
 from auth.routes import create_auth_routes
 from auth.safe_fetch import PublicFetcher
+from auth.sealing import Sealer
 from auth.signin import SigninFlow
 from auth.tokens import TokenHasher, load_or_create_key
 from jail.context import SandboxMemory
@@ -87,7 +87,8 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
     given = settings.token_key.get_secret_value() if settings.token_key else None
     key_file = settings.state_dir / "token-hmac.key"
     try:
-        hasher = TokenHasher(load_or_create_key(key_file, given))
+        token_key = load_or_create_key(key_file, given)
+        hasher = TokenHasher(token_key)
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"The token key cannot be used: {exc}") from exc
     config = AuthConfig(
@@ -109,16 +110,16 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
         if settings.client_metadata_documents
         else None
     )
-    codes: ExpiringMap[CodeGrant] = ExpiringMap(config.max_codes)
+    sealer = Sealer(token_key)  # every process with this key opens what another sealed
     remember = mailer.remember if mailer.enabled else None
     return AuthParts(
         config=config,
         store=store,
         registrar=Registrar(store),
         flow=SigninFlow(
-            config, ClientDirectory(store, documents), hasher, codes, remember_email=remember
+            config, ClientDirectory(store, documents), hasher, sealer, remember_email=remember
         ),
-        tokens=TokenService(config, store, hasher, codes),
+        tokens=TokenService(config, store, hasher, sealer),
     )
 
 

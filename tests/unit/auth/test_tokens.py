@@ -8,7 +8,7 @@ import pytest
 
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
+from auth.sealing import Sealer
 from auth.store import Client
 from auth.tokens import TokenHasher
 
@@ -61,7 +61,7 @@ async def test_made_up_tokens_never_reach_the_store() -> None:
         AuthConfig(issuer="https://mcp.example.test"),
         NoDatabase(),  # type: ignore[arg-type]
         hasher,
-        ExpiringMap[CodeGrant](10),
+        Sealer(KEY),
     )
     made_up = "smcp_at_" + "x" * 54
     assert await tokens.verify_token(made_up) is None
