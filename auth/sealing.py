@@ -32,8 +32,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 SealedKind = Literal["signin", "code"]
 _NONCE_BYTES = 12
-# Far above any real sign-in (a long state and redirect URI); refused before decoding.
-MAX_SEALED_CHARS = 8192
+# Above the longest sign-in (a 2,048-character state, long client id and redirect URI)
+# and within the 16 KB form of the button; anything longer is refused before decoding.
+MAX_SEALED_CHARS = 16_000
 
 
 def _derive(key: bytes, label: bytes) -> bytes:
@@ -48,7 +49,10 @@ class Sealer:
     def seal(self, kind: SealedKind, value: Mapping[str, Any], expires_at: float) -> str:
         """``value`` (JSON-able) with its expiry, sealed; URL- and form-safe text."""
         plaintext = json.dumps(
-            {"v": dict(value), "exp": expires_at}, sort_keys=True, separators=(",", ":")
+            {"v": dict(value), "exp": expires_at},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,  # UTF-8: a non-ASCII state grows by 4 bytes a character, not 12
         ).encode()
         aad = kind.encode()
         nonce = hmac.new(self._nonce_key, aad + b"\0" + plaintext, hashlib.sha256).digest()

@@ -27,6 +27,8 @@ from auth.store import IssuedCode
 from auth.tokens import TokenHasher
 
 EmailHook = Callable[[str, str], bool]
+# A client's opaque state; real ones are a few dozen characters.
+MAX_STATE_CHARS = 2048
 
 
 class LocalError(Exception):
@@ -186,6 +188,14 @@ class SigninFlow:
                 "registered, so it was not used. Go back to the application and connect again.",
             )
         state = params.get("state")
+        if state is not None and len(state) > MAX_STATE_CHARS:
+            # The sign-in travels sealed in the page's form: it must stay a few KB.
+            raise self._error(
+                redirect_uri,
+                None,
+                "invalid_request",
+                f"state is longer than {MAX_STATE_CHARS} characters.",
+            )
         if params.get("response_type") != "code":
             raise self._error(
                 redirect_uri, state, "unsupported_response_type", "Use response_type=code."

@@ -21,7 +21,7 @@ from auth.errors import OAuthError
 from auth.grants import TokenService
 from auth.registration import Registrar
 from auth.sealing import Sealer
-from auth.signin import SigninFlow
+from auth.signin import MAX_STATE_CHARS, RedirectError, SigninFlow
 from auth.store import Client
 from auth.tokens import TokenHasher
 
@@ -214,3 +214,23 @@ async def test_stale_clients_without_a_grant_are_removed(server: Server) -> None
     assert removed == 1
     assert await server.store.load_client(str(unused["client_id"])) is None
     assert await server.store.load_client(server.client.client_id) is not None
+
+
+async def test_the_longest_state_travels_sealed_and_a_longer_one_is_refused(
+    server: Server,
+) -> None:
+    _, challenge = pkce_pair()
+    params = {
+        "client_id": server.client.client_id,
+        "redirect_uri": REDIRECT,
+        "response_type": "code",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    longest = "\u00e9\U0001f600" * (MAX_STATE_CHARS // 2)
+    page = await server.flow.start({**params, "state": longest})
+    assert len(page.tx) < 16_000, "fits the button's 16 KB form"
+    assert server.flow.pressed(page.tx, page.csrf, page.csrf).state == longest
+    with pytest.raises(RedirectError) as caught:
+        await server.flow.start({**params, "state": "x" * (MAX_STATE_CHARS + 1)})
+    assert "state is longer than 2048" in query_of(caught.value.location)["error_description"]
