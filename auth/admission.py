@@ -94,23 +94,10 @@ class SigninAdmission:
     async def check(self, prefix: str) -> Refusal | None:
         """Why ``prefix`` may not create a sandbox now, or None. Spends nothing."""
         now = self._clock()
-        probe = IssuedCode("", prefix, now, now)
-        refusal: list[Refusal] = []
-
-        def refuse(counts: SigninCounts) -> Refusal:
-            found = self._refusal(counts, now)
-            if found is not None:
-                refusal.append(found)
-            # Always "refused", so the probe is never recorded.
-            return found or Refusal("probe", "", "", 0)
-
-        await self._store.issue_code(
-            probe,
-            burst_since=now - BURST_WINDOW_S,
-            hourly_since=now - HOURLY_WINDOW_S,
-            refuse=refuse,
+        counts = await self._store.signin_counts(
+            prefix, now, burst_since=now - BURST_WINDOW_S, hourly_since=now - HOURLY_WINDOW_S
         )
-        return refusal[0] if refusal else None
+        return self._refusal(counts, now)
 
     def _refusal(self, counts: SigninCounts, now: float) -> Refusal | None:
         wait = _retry_after(counts.prefix_recent, self._burst, BURST_WINDOW_S, now)

@@ -115,6 +115,12 @@ class AuthStore(Protocol):
         """
         ...
 
+    async def signin_counts(
+        self, signin_prefix: str, now: float, *, burst_since: float, hourly_since: float
+    ) -> SigninCounts:
+        """What ``issue_code`` would decide on now, read without deciding anything."""
+        ...
+
     async def redeem_code(
         self, code_hash: str, grant: Grant, tokens: list[TokenRecord]
     ) -> Redemption:

@@ -196,7 +196,9 @@ class SqlAuthStore:
                 return IssuedCode(
                     earlier.code_hash, earlier.signin_prefix, earlier.created_at, earlier.expires_at
                 )
-            counts = await self._counts(session, code, burst_since, hourly_since)
+            counts = await self._counts(
+                session, code.signin_prefix, code.created_at, burst_since, hourly_since
+            )
             refused = refuse(counts)
             if refused is not None:
                 return refused
@@ -211,8 +213,19 @@ class SqlAuthStore:
             )
             return code
 
+    async def signin_counts(
+        self, signin_prefix: str, now: float, *, burst_since: float, hourly_since: float
+    ) -> SigninCounts:
+        async with self._transaction() as session:
+            return await self._counts(session, signin_prefix, now, burst_since, hourly_since)
+
     async def _counts(
-        self, session: AsyncSession, code: IssuedCode, burst_since: float, hourly_since: float
+        self,
+        session: AsyncSession,
+        prefix: str | None,
+        now: float,
+        burst_since: float,
+        hourly_since: float,
     ) -> SigninCounts:
         everyone = list(
             (
@@ -221,23 +234,17 @@ class SqlAuthStore:
                 )
             ).scalars()
         )
-        prefix = code.signin_prefix
         if prefix is None:
             return SigninCounts([], sorted(everyone), [])
         mine = (
             await session.execute(
                 sa.select(OAuthCodeRow.created_at, OAuthCodeRow.expires_at, OAuthCodeRow.grant_id)
                 .where(OAuthCodeRow.signin_prefix == prefix)
-                .where(
-                    (OAuthCodeRow.created_at > burst_since)
-                    | (OAuthCodeRow.expires_at > code.created_at)
-                )
+                .where((OAuthCodeRow.created_at > burst_since) | (OAuthCodeRow.expires_at > now))
             )
         ).all()
-        live = await self._live_grant_expiries(session, prefix, code.created_at)
-        live += [
-            expires for _, expires, grant in mine if grant is None and expires > code.created_at
-        ]
+        live = await self._live_grant_expiries(session, prefix, now)
+        live += [expires for _, expires, grant in mine if grant is None and expires > now]
         recent = sorted(created for created, _, _ in mine if created > burst_since)
         return SigninCounts(recent, sorted(everyone), live)
 
