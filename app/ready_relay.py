@@ -39,8 +39,14 @@ class PgReadyRelay:
         self._closed = False
 
     async def open(self, on_ready: Callable[[str], Awaitable[None]]) -> None:
+        """Listen from now on; if the database does not answer, keep trying in the
+        background (the server starts all the same: only e-mails wait on this)."""
         self._on_ready = on_ready
-        await self._connect()
+        try:
+            await self._connect()
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("mail.relay_unavailable", error=type(exc).__name__)
+            self._spawn(self._reconnect())
 
     async def _connect(self) -> None:
         connection = await asyncpg.connect(self._dsn)
