@@ -45,6 +45,7 @@ from app.runtime.limits import Ceilings
 from app.runtime.probe import DockerProbe
 from app.services import AuthParts, Services
 from app.settings import Settings
+from app.shared_limits import SharedLimits
 from app.slot_storage import slot_store
 from app.state_dir import deployment_id, prepare_state_dir
 from app.storage.audit import AuditTrail
@@ -58,10 +59,10 @@ from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
 from auth.registration import Registrar
 from auth.routes import create_auth_routes
 from auth.safe_fetch import PublicFetcher
+from auth.sealing import Sealer
 from auth.signin import SigninFlow
 from auth.tokens import TokenHasher, load_or_create_key
 from jail.context import SandboxMemory
@@ -82,12 +83,15 @@ INSTRUCTIONS = (
 ToolRegistrar = Callable[[MCPServer, ToolRunner], None]
 
 
-def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> AuthParts:
+def build_auth(
+    settings: Settings, engine: AsyncEngine, mailer: ReadyMailer, shared: SharedLimits
+) -> AuthParts:
     prepare_state_dir(settings)
     given = settings.token_key.get_secret_value() if settings.token_key else None
     key_file = settings.state_dir / "token-hmac.key"
     try:
-        hasher = TokenHasher(load_or_create_key(key_file, given))
+        token_key = load_or_create_key(key_file, given)
+        hasher = TokenHasher(token_key)
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"The token key cannot be used: {exc}") from exc
     config = AuthConfig(
@@ -105,20 +109,22 @@ def build_auth(settings: Settings, engine: AsyncEngine, mailer: ReadyMailer) -> 
         ClientDocuments(
             PublicFetcher(user_agent=f"sandbox-mcp/{service_version()}"),
             fetches_per_minute=settings.client_document_fetches_per_minute,
+            budget=shared.budget("client_documents", settings.client_document_fetches_per_minute),
         )
         if settings.client_metadata_documents
         else None
     )
-    codes: ExpiringMap[CodeGrant] = ExpiringMap(config.max_codes)
+    sealer = Sealer(token_key)  # every process with this key opens what another sealed
     remember = mailer.remember if mailer.enabled else None
     return AuthParts(
         config=config,
         store=store,
         registrar=Registrar(store),
         flow=SigninFlow(
-            config, ClientDirectory(store, documents), hasher, codes, remember_email=remember
+            config, ClientDirectory(store, documents), hasher, sealer, remember_email=remember
         ),
-        tokens=TokenService(config, store, hasher, codes),
+        tokens=TokenService(config, store, hasher, sealer),
+        registrations=shared.budget("register", config.registrations_per_minute),
     )
 
 
@@ -129,10 +135,13 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     engine = create_engine(settings.effective_database_url)
     repository = Repository(engine)
     memory = SandboxMemory()
+    shared = SharedLimits.build(engine, settings.effective_database_url, settings.smtp_max_per_hour)
     mailer = ReadyMailer(
         options.smtp_options(settings),
         public_url=settings.effective_public_url,
         max_per_hour=settings.smtp_max_per_hour,
+        relay=shared.relay,
+        take_mail_budget=shared.take_mail,
     )
     store = slot_store(settings)  # opened first thing in the lifespan
     ceilings = options.ceilings(settings)
@@ -151,9 +160,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         before_reset=hooks.before_reset,
         on_reserved=mailer.sandbox_ready,
     )
-    auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
+    auth = build_auth(settings, engine, mailer, shared) if settings.auth == "oauth" else None
     retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
-    chores = [mailer.housekeeping, manager.shelf.expire, retention.sweep]
+    chores = [mailer.housekeeping, shared.housekeeping, manager.shelf.expire, retention.sweep]
     if auth is not None:
         chores.append(auth.housekeeping)
     watchdog = IdleWatchdog(
@@ -308,6 +317,7 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
             auth.tokens,
             store=auth.store,
             ask_email=services.mailer.enabled,
+            registrations=auth.registrations,
         )
         routes.append(Mount("/", app=BearerGate(mcp_app, auth.tokens, auth.config)))
     # Behind the TLS proxy every answer tells browsers to stay on https.

@@ -28,6 +28,7 @@ from app.storage.db import Repository, upgrade_schema
 from app.version import service_version
 from auth.config import AuthConfig
 from auth.grants import TokenService
+from auth.ratelimit import Budget
 from auth.registration import Registrar
 from auth.signin import SigninFlow
 from jail.context import SandboxMemory
@@ -74,6 +75,7 @@ class Services:
         await upgrade_schema(self.engine)
         await open_slots(self.store, self.settings)
         await self.pool.open()
+        await self.mailer.open()  # hand-overs from other processes reach it from now on
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
         self.watchdog.start()
@@ -111,6 +113,7 @@ class AuthParts:
     registrar: Registrar
     flow: SigninFlow
     tokens: TokenService
+    registrations: Budget  # /register's budget, shared by every process
 
     async def housekeeping(self) -> None:
         now = time.time()

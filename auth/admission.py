@@ -6,26 +6,28 @@ transaction check (a junk POST spends nobody's budget):
 
 - sandboxes per address prefix per minute (the burst);
 - live sandboxes per address prefix: grants from that prefix that are not
-  revoked and still hold an unexpired refresh token, read from the auth store
-  (so a restart forgets nothing), plus the codes handed out but not yet
-  redeemed, which have no grant yet;
+  revoked and still hold an unexpired refresh token, plus the codes handed out
+  but not yet redeemed, which have no grant yet;
 - new sandboxes per hour, server-wide (the pool is filled by many prefixes,
   and an IPv6 attacker has many /64s).
+
+All three are read from the database (the codes handed out are recorded there
+by hash) in one step every process serializes, so a restart forgets nothing
+and several processes do not multiply any limit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from auth.config import AuthConfig
-from auth.pending import CodeGrant
-from auth.ratelimit import RateLimiter
-from auth.store import AuthStore
+from auth.store import AuthStore, IssuedCode, SigninCounts
+
+BURST_WINDOW_S = 60
+HOURLY_WINDOW_S = 3600
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,21 @@ def _wait(seconds: float) -> str:
     return f"{round(seconds / 86400)} days"
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """The code as recorded; ``first`` is false for a double press (nothing new counted)."""
+
+    issued: IssuedCode
+    first: bool
+
+
+def _retry_after(events: list[float], limit: int, window_s: float, now: float) -> int:
+    """0 if one more event is within ``limit`` per ``window_s``, else seconds until it is."""
+    if len(events) < limit:
+        return 0
+    return max(1, int(events[-limit] + window_s - now) + 1)
+
+
 class SigninAdmission:
     def __init__(
         self,
@@ -55,31 +72,35 @@ class SigninAdmission:
         store: AuthStore,
         *,
         clock: Callable[[], float] = time.time,
-        max_prefixes: int = 10_000,
     ) -> None:
         self._store = store
         self._clock = clock
         self._live_cap = config.sandboxes_per_address
-        self._burst = RateLimiter(config.signins_per_address_per_minute, 60, clock=clock)
-        self._hourly = RateLimiter(config.new_sandboxes_per_hour, 3600, clock=clock)
-        # Codes handed out per prefix, until redeemed or expired (then the store counts them).
-        self._codes: OrderedDict[str, deque[CodeGrant]] = OrderedDict()
-        self._max_prefixes = max_prefixes
-        # Check, create and charge happen under one lock: two presses racing past the
-        # store query must not both take the last place.
-        self.lock = asyncio.Lock()
+        self._burst = config.signins_per_address_per_minute
+        self._hourly = config.new_sandboxes_per_hour
 
-    def _unredeemed(self, prefix: str, now: float) -> list[CodeGrant]:
-        codes = self._codes.get(prefix)
-        if codes is None:
-            return []
-        while codes and (codes[0].expires_at <= now or codes[0].redeeming):
-            codes.popleft()
-        return [c for c in codes if not c.redeeming and c.expires_at > now]
+    async def admit(self, code: IssuedCode) -> Admitted | Refusal:
+        """Record ``code`` if every limit agrees (or it was recorded before), else why not."""
+        outcome = await self._store.issue_code(
+            code,
+            burst_since=code.created_at - BURST_WINDOW_S,
+            hourly_since=code.created_at - HOURLY_WINDOW_S,
+            refuse=lambda counts: self._refusal(counts, code.created_at),
+        )
+        if isinstance(outcome, Refusal):
+            return outcome
+        return Admitted(outcome, first=outcome == code)
 
     async def check(self, prefix: str) -> Refusal | None:
         """Why ``prefix`` may not create a sandbox now, or None. Spends nothing."""
-        wait = self._burst.retry_after_s(prefix)
+        now = self._clock()
+        counts = await self._store.signin_counts(
+            prefix, now, burst_since=now - BURST_WINDOW_S, hourly_since=now - HOURLY_WINDOW_S
+        )
+        return self._refusal(counts, now)
+
+    def _refusal(self, counts: SigninCounts, now: float) -> Refusal | None:
+        wait = _retry_after(counts.prefix_recent, self._burst, BURST_WINDOW_S, now)
         if wait:
             return Refusal(
                 "burst",
@@ -88,21 +109,18 @@ class SigninAdmission:
                 f"minute. Try again in {_wait(wait)}.",
                 wait,
             )
-        wait = self._hourly.retry_after_s()
+        wait = _retry_after(counts.everyone_recent, self._hourly, HOURLY_WINDOW_S, now)
         if wait:
             return Refusal(
                 "hourly",
                 "The server is full for now",
-                f"This server creates at most {self._hourly.limit} new sandboxes an hour, "
+                f"This server creates at most {self._hourly} new sandboxes an hour, "
                 f"and that many were created in the last hour. Try again in {_wait(wait)}.",
                 wait,
             )
-        now = self._clock()
-        expiries = await self._store.live_grant_expiries(prefix, now)
-        expiries += [code.expires_at for code in self._unredeemed(prefix, now)]
+        expiries = sorted(counts.live_expiries)
         if len(expiries) < self._live_cap:
             return None
-        expiries.sort()
         # The place frees when enough of them expire to bring the count under the cap.
         frees_at = expiries[len(expiries) - self._live_cap]
         wait = max(1, int(frees_at - now) + 1)
@@ -116,16 +134,3 @@ class SigninAdmission:
             "them is signed out.",
             wait,
         )
-
-    def charge(self, prefix: str, code: CodeGrant) -> None:
-        """Count the sandbox ``code`` stands for against ``prefix``."""
-        self._burst.charge(prefix)
-        self._hourly.charge()
-        codes = self._codes.get(prefix)
-        if codes is None:
-            if len(self._codes) >= self._max_prefixes:
-                self._codes.popitem(last=False)
-            codes = self._codes[prefix] = deque()
-        else:
-            self._codes.move_to_end(prefix)
-        codes.append(code)

@@ -34,7 +34,7 @@ import structlog
 
 from auth.errors import OAuthError
 from auth.pending import ExpiringMap
-from auth.ratelimit import PrefixedBudget
+from auth.ratelimit import Budget, PrefixedBudget
 from auth.registration import check_client_metadata
 from auth.safe_fetch import FetchRefused, PublicFetcher
 from auth.store import Client
@@ -166,16 +166,19 @@ class ClientDocuments:
         max_ttl_s: float = 86400.0,
         stale_s: float = 86400.0,
         failure_ttl_s: float = 30.0,
+        budget: Budget | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``stale_s``: how long past its freshness a document may still be served when
         it cannot be fetched again for a reason that says nothing about it (the budget
-        is spent, the host is down or slow). A refused document replaces it at once."""
+        is spent, the host is down or slow). A refused document replaces it at once.
+        ``budget``: where new fetches are counted (shared by every process); by default
+        in this process's memory, ``fetches_per_minute``."""
         self._fetcher = fetcher
         # One budget for everyone, of which one network may spend a third: flooding
         # it takes several networks, and a known client is served regardless (below,
         # and from its stored row in ClientDirectory).
-        self._budget = PrefixedBudget(fetches_per_minute, 60, clock=clock)
+        self._budget = budget or PrefixedBudget(fetches_per_minute, 60, clock=clock)
         self._cache: ExpiringMap[_Good | _Refused] = ExpiringMap(cache_size, clock)
         self._inflight: dict[str, asyncio.Task[Client]] = {}
         self._default_ttl_s = default_ttl_s
@@ -229,11 +232,13 @@ class ClientDocuments:
     async def _fetch_shared(self, url: str, prefix: str) -> Client:
         task = self._inflight.get(url)
         if task is None:
-            if not self._budget.allow(prefix):
+            if await self._budget.take(prefix):
                 raise DocumentRefused(
                     "Too many new applications are signing in right now; try again in a minute.",
                     transient=True,
                 )
+            task = self._inflight.get(url)  # another caller may have started it meanwhile
+        if task is None:
             task = asyncio.ensure_future(self._load(url))
             self._inflight[url] = task
             task.add_done_callback(lambda _: self._inflight.pop(url, None))

@@ -21,8 +21,9 @@ class AuthConfig:
     code_ttl_s: int = 600
     signin_ttl_s: int = 600
     refresh_grace_s: int = 60
-    max_pending_signins: int = 10_000
-    max_codes: int = 10_000
+    # How long one process trusts an access token it verified without asking the
+    # database again: a revocation on another process holds here within this bound.
+    verified_cache_s: float = 5.0
     registrations_per_minute: int = 30
     signins_per_address_per_minute: int = 10
     sandboxes_per_address: int = 20

@@ -13,8 +13,9 @@ from mcp.server.auth.provider import AccessToken
 
 from auth.config import AuthConfig
 from auth.errors import OAuthError
-from auth.pending import CodeGrant, ExpiringMap
+from auth.pending import CodeGrant
 from auth.pkce import verifier_matches
+from auth.sealing import Sealer
 from auth.signin import same_resource
 from auth.store import AuthStore, Client, Grant, TokenRecord
 from auth.tokens import TokenHasher
@@ -30,25 +31,25 @@ class _Verified:
 
 
 class TokenService:
-    """Owns the token lifecycle; one instance per process (see the README on workers)."""
+    """Owns the token lifecycle. Any number of processes may serve one database: all
+    they share is there (codes by hash, grants, tokens by hash), and what one process
+    caches (verified access tokens) it keeps for ``config.verified_cache_s`` at most, so
+    a revocation on any process holds on every one within that bound."""
 
     def __init__(
         self,
         config: AuthConfig,
         store: AuthStore,
         hasher: TokenHasher,
-        codes: ExpiringMap[CodeGrant],
+        sealer: Sealer,
         clock: Callable[[], float] = time.time,
         cache_size: int = 10_000,
     ) -> None:
         self._config = config
         self._store = store
         self._hasher = hasher
-        self._codes = codes
+        self._sealer = sealer
         self._clock = clock
-        # Answers of recent rotations, by the rotated-out token's hash: a concurrent
-        # refresh with the old token inside the grace window gets the same pair.
-        self._recent: ExpiringMap[dict[str, object]] = ExpiringMap(cache_size, clock)
         # Verified access tokens by hash, so the bearer check costs no database trip.
         self._verified: OrderedDict[str, _Verified] = OrderedDict()
         self._cache_size = cache_size
@@ -79,9 +80,7 @@ class TokenService:
         Raises:
             OAuthError: ``invalid_grant``, ``invalid_request`` or ``invalid_target``.
         """
-        code = form.get("code", "")
-        code_hash = self._hasher.digest(code)
-        grant = self._codes.get(code_hash) if self._hasher.kind_of(code) == "code" else None
+        grant = CodeGrant.unseal(self._sealer, form.get("code", ""), self._clock())
         if grant is None:
             raise OAuthError("invalid_grant", "The code is unknown or has expired.")
         # A replay with the wrong client or verifier proves nothing about the first
@@ -98,13 +97,6 @@ class TokenService:
                 "invalid_grant", "The PKCE code_verifier does not match the challenge."
             )
         self._check_resource(form, grant.resource)
-        if grant.redeemed_grant is not None or grant.redeeming:
-            # RFC 6749 4.1.2 / OAuth 2.1 4.1.3: a second redemption revokes what the first issued.
-            if grant.redeemed_grant is not None:
-                await self.revoke_grant(grant.redeemed_grant)
-            log.warning("oauth.code_replayed", client_id=client.client_id)
-            raise OAuthError("invalid_grant", "The code was already used; its tokens are revoked.")
-        grant.redeeming = True  # set before any await: concurrent redemptions see it
         new = Grant(
             grant_id=secrets.token_urlsafe(18),
             client_id=client.client_id,
@@ -115,8 +107,15 @@ class TokenService:
             signin_prefix=grant.signin_prefix,
         )
         answer, records = self._issue(new)
-        await self._store.create_grant(new, records)
-        grant.redeemed_grant = new.grant_id
+        redemption = await self._store.redeem_code(self._hasher.digest(grant.code_id), new, records)
+        if not redemption.first:
+            if redemption.previous_grant is None:
+                raise OAuthError("invalid_grant", "The code is unknown or has expired.")
+            # RFC 6749 4.1.2 / OAuth 2.1 4.1.3: a second redemption, on whatever
+            # process, revokes what the first issued.
+            await self.revoke_grant(redemption.previous_grant)
+            log.warning("oauth.code_replayed", client_id=client.client_id)
+            raise OAuthError("invalid_grant", "The code was already used; its tokens are revoked.")
         log.info("oauth.code_exchanged", client_id=client.client_id)
         return answer
 
@@ -147,10 +146,12 @@ class TokenService:
         scope = form.get("scope")
         if scope is not None and not set(scope.split()) <= set(grant.scopes):
             raise OAuthError("invalid_scope", "A refresh can only keep or narrow the scope.")
+        # The successors are derived from the old token, so every process that is asked
+        # to rotate it computes the same pair, and the database's compare-and-set (one
+        # UPDATE ... WHERE rotated_at IS NULL) lets exactly one of them store it.
+        answer, records = self._issue(grant, rotating=token)
         if record.rotated_at is None:
-            answer, records = self._issue(grant)
             if await self._store.rotate(token_hash, now, records):
-                self._recent.put(token_hash, answer, now + self._config.refresh_grace_s)
                 return answer
             record = TokenRecord(
                 record.token_hash, record.grant_id, "refresh", record.expires_at, now
@@ -159,7 +160,7 @@ class TokenService:
         if now - record.rotated_at <= self._config.refresh_grace_s:
             # Claude refreshes concurrently (fastmcp#4264): within the grace window the old
             # token gets the pair its rotation produced, and the family does not fork.
-            recent = self._recent.get(token_hash)
+            recent = await self._still_issued(answer)
             if recent is not None:
                 return recent
             raise OAuthError(
@@ -169,8 +170,22 @@ class TokenService:
         log.warning("oauth.refresh_reused", client_id=client.client_id)
         raise OAuthError("invalid_grant", "The refresh token was reused; the sign-in is revoked.")
 
-    def _issue(self, grant: Grant) -> tuple[dict[str, object], list[TokenRecord]]:
-        access, refresh = self._hasher.mint("at"), self._hasher.mint("rt")
+    async def _still_issued(self, answer: dict[str, object]) -> dict[str, object] | None:
+        """The answer a rotation gave (the same body, byte for byte: a replay of a request
+        gets the reply it got), or None if its access token is gone (revoked)."""
+        found = await self._store.load_token(self._hasher.digest(str(answer["access_token"])))
+        if found is None or found[1].revoked_at is not None:
+            return None
+        return answer
+
+    def _issue(
+        self, grant: Grant, rotating: str | None = None
+    ) -> tuple[dict[str, object], list[TokenRecord]]:
+        if rotating is None:
+            access, refresh = self._hasher.mint("at"), self._hasher.mint("rt")
+        else:
+            access = self._hasher.successor("at", rotating)
+            refresh = self._hasher.successor("rt", rotating)
         now = self._clock()
         records = [
             TokenRecord(
@@ -235,8 +250,7 @@ class TokenService:
         if cached is not None:
             if cached.expires_at > now:
                 return cached.access
-            del self._verified[token_hash]
-            return None
+            del self._verified[token_hash]  # stale: ask the database again
         if self._hasher.kind_of(token) != "at":
             return None  # refresh tokens, codes and foreign tokens are never bearer credentials
         found = await self._store.load_token(token_hash)
@@ -255,7 +269,9 @@ class TokenService:
             resource=grant.resource,
             subject=grant.sandbox_key,
         )
-        self._verified[token_hash] = _Verified(access, grant.grant_id, record.expires_at)
+        # Kept for a few seconds at most: a revocation on another process holds here then.
+        until = min(record.expires_at, now + self._config.verified_cache_s)
+        self._verified[token_hash] = _Verified(access, grant.grant_id, until)
         if len(self._verified) > self._cache_size:
             self._verified.popitem(last=False)
         return access

@@ -1,8 +1,12 @@
-"""Sign-ins in progress and authorization codes: memory only, bounded, short-lived.
+"""Sign-ins in progress and authorization codes: never stored, carried sealed by the client.
 
-Neither ever touches the disk or a log line (an authorization code is a
-credential for ten minutes). Both are keyed by random values of at least 128
-bits; codes are kept by their keyed hash, like tokens.
+A pending sign-in travels in the sign-in page's ``tx`` form field and a code
+in the redirect, each sealed (``auth.sealing``), so whichever server process
+receives the next step can open it and none keeps it. Neither ever reaches a
+log line (a code is a credential for ten minutes). The database knows a code
+only by the keyed hash of its random ``code_id``, with its expiry and address
+prefix: enough to enforce single use and the admission caps across processes,
+never enough to redeem it.
 """
 
 from __future__ import annotations
@@ -11,17 +15,23 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Generic, TypeVar
+
+from auth.sealing import Sealer
 
 V = TypeVar("V")
+CODE_PREFIX = "smcp_code_"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PendingSignin:
-    """An /authorize request waiting for the user to press the button."""
+    """An /authorize request waiting for the user to press the button.
 
-    tx: str
+    ``sandbox_key`` and ``code_id`` are chosen when the page is shown, so a
+    double press (claude-ai-mcp#562), on any process, gives the same answer.
+    """
+
     csrf: str
     client_id: str
     client_name: str | None
@@ -32,14 +42,22 @@ class PendingSignin:
     resource: str
     scopes: tuple[str, ...]
     expires_at: float
-    # Set once approved: a second press (double submit) gets the same answer.
-    location: str | None = None
+    sandbox_key: str
+    code_id: str
+
+    def seal(self, sealer: Sealer) -> str:
+        return sealer.seal("signin", asdict(self), self.expires_at)
+
+    @classmethod
+    def unseal(cls, sealer: Sealer, tx: str, now: float) -> PendingSignin | None:
+        return _from_value(cls, sealer.open("signin", tx, now))
 
 
-@dataclass
+@dataclass(frozen=True)
 class CodeGrant:
-    """What an authorization code stands for, until it is redeemed and then expires."""
+    """What an authorization code stands for, until it expires (redeemable once)."""
 
+    code_id: str
     client_id: str
     redirect_uri: str
     redirect_uri_given: bool
@@ -49,9 +67,28 @@ class CodeGrant:
     sandbox_key: str
     expires_at: float
     signin_prefix: str | None = None
-    # The grant its first redemption created; a second redemption revokes it.
-    redeemed_grant: str | None = None
-    redeeming: bool = field(default=False)
+
+    def seal(self, sealer: Sealer) -> str:
+        return CODE_PREFIX + sealer.seal("code", asdict(self), self.expires_at)
+
+    @classmethod
+    def unseal(cls, sealer: Sealer, code: str, now: float) -> CodeGrant | None:
+        if not code.startswith(CODE_PREFIX):
+            return None
+        return _from_value(cls, sealer.open("code", code[len(CODE_PREFIX) :], now))
+
+
+T = TypeVar("T", PendingSignin, CodeGrant)
+
+
+def _from_value(cls: type[T], value: dict[str, Any] | None) -> T | None:
+    if value is None:
+        return None
+    names = {f.name for f in fields(cls)}
+    if set(value) != names:
+        return None  # sealed by another version of this code: treat as unknown
+    value["scopes"] = tuple(value["scopes"])
+    return cls(**value)
 
 
 class ExpiringMap(Generic[V]):

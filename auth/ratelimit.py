@@ -1,10 +1,13 @@
-"""A sliding-window rate limiter, in memory, bounded in the number of keys it tracks."""
+"""Sliding-window rate limits: in memory for one process (bounded in the number of
+keys it tracks), or on a shared ledger (the database) so that several server
+processes do not each grant the whole budget."""
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 
 class RateLimiter:
@@ -92,3 +95,51 @@ class PrefixedBudget:
             return False
         self.charge(prefix)
         return True
+
+    async def take(self, prefix: str) -> int:
+        """Spend one if both allow it (0), else the seconds to wait (nothing spent)."""
+        wait = self.retry_after_s(prefix)
+        if not wait:
+            self.charge(prefix)
+        return wait
+
+
+class EventLedger(Protocol):
+    """Where shared budgets count their events (``app.storage.rate_store``)."""
+
+    async def take(self, budgets: Sequence[tuple[str, int]], window_s: float, now: float) -> int:
+        """Count one event in every bucket if each holds fewer than its limit in the last
+        ``window_s``, atomically for every process; else the seconds until they would
+        (and nothing is counted)."""
+        ...
+
+
+class SharedPrefixedBudget:
+    """:class:`PrefixedBudget` on a shared ledger: the same limits, whatever number of
+    processes spend it."""
+
+    def __init__(
+        self,
+        ledger: EventLedger,
+        name: str,
+        limit: int,
+        window_s: float,
+        *,
+        share: int = 3,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.per_prefix = max(1, -(-limit // share))
+        self._ledger = ledger
+        self._name = name
+        self._limit = limit
+        self._window_s = window_s
+        self._clock = clock
+
+    async def take(self, prefix: str) -> int:
+        """Spend one if both allow it (0), else the seconds to wait (nothing spent)."""
+        budgets = [(self._name, self._limit), (f"{self._name}:{prefix}", self.per_prefix)]
+        return await self._ledger.take(budgets, self._window_s, self._clock())
+
+
+class Budget(Protocol):
+    async def take(self, prefix: str) -> int: ...

@@ -16,7 +16,7 @@ from auth.handlers.metadata import (
 from auth.handlers.register import RegistrationHandler
 from auth.handlers.revoke import RevocationHandler
 from auth.handlers.token import TokenHandler
-from auth.ratelimit import PrefixedBudget
+from auth.ratelimit import Budget, PrefixedBudget
 from auth.registration import Registrar
 from auth.signin import SigninFlow
 from auth.store import AuthStore
@@ -30,7 +30,10 @@ def create_auth_routes(
     *,
     store: AuthStore,
     ask_email: bool,
+    registrations: Budget | None = None,
 ) -> list[Route]:
+    """``registrations``: the budget of ``/register`` shared by every process; by default
+    in this process's memory."""
     as_metadata = AuthorizationServerMetadataHandler(config)
     pr_metadata = ProtectedResourceMetadataHandler(config)
     addresses = ClientAddresses(config.trusted_proxies, config.proxy_header)
@@ -38,7 +41,7 @@ def create_auth_routes(
         config, flow, addresses, SigninAdmission(config, store), ask_email=ask_email
     )
     register = RegistrationHandler(
-        registrar, addresses, PrefixedBudget(config.registrations_per_minute, 60)
+        registrar, addresses, registrations or PrefixedBudget(config.registrations_per_minute, 60)
     )
     return [
         Route("/.well-known/oauth-authorization-server", as_metadata.handle, methods=["GET"]),

@@ -19,12 +19,16 @@ from urllib.parse import urlencode, urlsplit
 
 from auth.clients import ClientDirectory, UnknownClient
 from auth.config import SCOPE, AuthConfig
-from auth.pending import CodeGrant, ExpiringMap, PendingSignin, new_id
+from auth.pending import CodeGrant, PendingSignin, new_id
 from auth.pkce import is_valid_challenge
 from auth.redirects import is_loopback, matches
+from auth.sealing import Sealer
+from auth.store import IssuedCode
 from auth.tokens import TokenHasher
 
 EmailHook = Callable[[str, str], bool]
+# A client's opaque state; real ones are a few dozen characters.
+MAX_STATE_CHARS = 2048
 
 
 class LocalError(Exception):
@@ -43,6 +47,18 @@ class RedirectError(Exception):
     def __init__(self, location: str) -> None:
         super().__init__(location)
         self.location = location
+
+
+@dataclass(frozen=True)
+class SigninPage:
+    """What the sign-in page carries: the sealed sign-in (``tx``) and its CSRF token."""
+
+    signin: PendingSignin
+    tx: str
+
+    @property
+    def csrf(self) -> str:
+        return self.signin.csrf
 
 
 @dataclass(frozen=True)
@@ -95,7 +111,7 @@ class SigninFlow:
         config: AuthConfig,
         clients: ClientDirectory,
         hasher: TokenHasher,
-        codes: ExpiringMap[CodeGrant],
+        sealer: Sealer,
         *,
         remember_email: EmailHook | None = None,
         clock: Callable[[], float] = time.time,
@@ -103,14 +119,9 @@ class SigninFlow:
         self._config = config
         self._clients = clients
         self._hasher = hasher
-        self._codes = codes
-        self._pending: ExpiringMap[PendingSignin] = ExpiringMap(config.max_pending_signins, clock)
+        self._sealer = sealer
         self._remember_email = remember_email
         self._clock = clock
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
 
     def redirect(self, redirect_uri: str, params: Mapping[str, str | None]) -> str:
         query = urlencode({k: v for k, v in params.items() if v is not None})
@@ -140,15 +151,16 @@ class SigninFlow:
             )
         )
 
-    async def start(self, params: Mapping[str, str], prefix: str = "") -> PendingSignin:
-        """Validate an authorization request and remember it until the button is pressed.
+    async def start(self, params: Mapping[str, str], prefix: str = "") -> SigninPage:
+        """Validate an authorization request and seal it into the page until the button
+        is pressed (nothing is kept: the press may reach another process).
 
         ``prefix`` is the browser's budget key: a client metadata document it makes us
         fetch is charged to it. A request that fails its own cheap checks (response
         type, PKCE) never makes us fetch one.
 
         Raises:
-            LocalError: unknown client, bad redirect URI, or too many pending sign-ins.
+            LocalError: unknown client or bad redirect URI.
             RedirectError: any other problem, told to the client.
         """
         method = params.get("code_challenge_method")
@@ -176,6 +188,14 @@ class SigninFlow:
                 "registered, so it was not used. Go back to the application and connect again.",
             )
         state = params.get("state")
+        if state is not None and len(state) > MAX_STATE_CHARS:
+            # The sign-in travels sealed in the page's form: it must stay a few KB.
+            raise self._error(
+                redirect_uri,
+                None,
+                "invalid_request",
+                f"state is longer than {MAX_STATE_CHARS} characters.",
+            )
         if params.get("response_type") != "code":
             raise self._error(
                 redirect_uri, state, "unsupported_response_type", "Use response_type=code."
@@ -198,14 +218,7 @@ class SigninFlow:
         requested = set((params.get("scope") or SCOPE).split())
         if requested - {SCOPE}:
             raise self._error(redirect_uri, state, "invalid_scope", f"The only scope is {SCOPE!r}.")
-        if not self._pending.has_room():
-            raise LocalError(
-                "Too many sign-ins",
-                "Too many sign-ins are in progress right now. Wait a minute and try again.",
-                status=503,
-            )
         pending = PendingSignin(
-            tx=new_id(),
             csrf=new_id(),
             client_id=client.client_id,
             client_name=client.client_name,
@@ -216,9 +229,10 @@ class SigninFlow:
             resource=self._config.resource,
             scopes=(SCOPE,),
             expires_at=self._clock() + self._config.signin_ttl_s,
+            sandbox_key=secrets.token_urlsafe(32),  # 256 bits
+            code_id=new_id(),
         )
-        self._pending.put(pending.tx, pending, pending.expires_at)
-        return pending
+        return SigninPage(pending, pending.seal(self._sealer))
 
     def pressed(self, tx: str, csrf_form: str, csrf_cookie: str) -> PendingSignin:
         """The sign-in a button press belongs to, once its CSRF token and cookie match.
@@ -228,7 +242,7 @@ class SigninFlow:
         Raises:
             LocalError: expired or unknown sign-in (400), CSRF mismatch (403).
         """
-        pending = self._pending.get(tx)
+        pending = PendingSignin.unseal(self._sealer, tx, self._clock())
         if pending is None:
             raise LocalError(
                 "This sign-in has expired",
@@ -249,37 +263,43 @@ class SigninFlow:
             )
         return pending
 
-    def approve(
-        self, pending: PendingSignin, email: str, signin_prefix: str | None = None
-    ) -> Approval:
-        """Create a sandbox key for a checked press and send the browser back with a code.
-
-        Raises:
-            LocalError: no room for another code (503).
-        """
-        if pending.location is not None:
-            # A double press (claude-ai-mcp#562): the same answer, not a second sandbox.
-            return Approval(pending.location, code=None)
-        if not self._codes.has_room():
-            raise LocalError("Busy", "The server is busy; try again in a minute.", status=503)
-        sandbox_key = secrets.token_urlsafe(32)  # 256 bits
-        code = self._hasher.mint("code")
+    def issued_code(self, pending: PendingSignin, signin_prefix: str | None) -> IssuedCode:
+        """The code this sign-in hands out, as the database will know it (by hash)."""
         now = self._clock()
+        return IssuedCode(
+            self._hasher.digest(pending.code_id),
+            signin_prefix,
+            now,
+            now + self._config.code_ttl_s,
+        )
+
+    def approve(
+        self, pending: PendingSignin, email: str, issued: IssuedCode, *, first: bool
+    ) -> Approval:
+        """Send the browser back with the code of a checked, admitted press.
+
+        ``issued`` is the code as recorded: if it was recorded before (a double press,
+        claude-ai-mcp#562, on whatever process), the answer is the same redirect, with
+        no new sandbox and no e-mail kept.
+        """
         grant = CodeGrant(
+            code_id=pending.code_id,
             client_id=pending.client_id,
             redirect_uri=pending.redirect_uri,
             redirect_uri_given=pending.redirect_uri_given,
             code_challenge=pending.code_challenge,
             resource=pending.resource,
             scopes=pending.scopes,
-            sandbox_key=sandbox_key,
-            expires_at=now + self._config.code_ttl_s,
-            signin_prefix=signin_prefix,
+            sandbox_key=pending.sandbox_key,
+            expires_at=issued.expires_at,
+            signin_prefix=issued.signin_prefix,
         )
-        self._codes.put(self._hasher.digest(code), grant, grant.expires_at)
+        location = self.redirect(
+            pending.redirect_uri,
+            {"code": grant.seal(self._sealer), "state": pending.state, "iss": self._config.issuer},
+        )
+        if not first:
+            return Approval(location, code=None)
         if email and self._remember_email is not None:
-            self._remember_email(sandbox_key, email)
-        pending.location = self.redirect(
-            pending.redirect_uri, {"code": code, "state": pending.state, "iss": self._config.issuer}
-        )
-        return Approval(pending.location, code=grant)
+            self._remember_email(pending.sandbox_key, email)
+        return Approval(location, code=grant)

@@ -8,10 +8,12 @@ Revoking a grant kills the whole family. The production implementation is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 TokenRole = Literal["access", "refresh"]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,34 @@ class TokenRecord:
     rotated_at: float | None = None  # refresh tokens: when a successor replaced it
 
 
+@dataclass(frozen=True)
+class IssuedCode:
+    """An authorization code as the database knows it: by the keyed hash of its id."""
+
+    code_hash: str
+    signin_prefix: str | None
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class SigninCounts:
+    """What the admission caps are decided on, read under the lock that serializes them."""
+
+    prefix_recent: list[float]  # when each code from the prefix since ``burst_since`` was made
+    everyone_recent: list[float]  # when each code from anyone since ``hourly_since`` was made
+    live_expiries: list[float]  # the prefix's live grants and unredeemed codes: when each ends
+
+
+@dataclass(frozen=True)
+class Redemption:
+    """How a redemption went: ``first`` (its grant is stored), else a replay of a code whose
+    first redemption created ``previous_grant`` (None: the code is unknown)."""
+
+    first: bool
+    previous_grant: str | None = None
+
+
 class AuthStore(Protocol):
     async def save_client(self, client: Client) -> None:
         """Store a newly registered client."""
@@ -67,6 +97,35 @@ class AuthStore(Protocol):
 
     async def create_grant(self, grant: Grant, tokens: list[TokenRecord]) -> None:
         """Store a new grant with its first tokens, and mark its client as used (atomic)."""
+        ...
+
+    async def issue_code(
+        self,
+        code: IssuedCode,
+        *,
+        burst_since: float,
+        hourly_since: float,
+        refuse: Callable[[SigninCounts], R | None],
+    ) -> IssuedCode | R:
+        """Record a code about to be handed out, if ``refuse`` lets it, in one step that
+        every process serializes (two presses cannot both take the last place).
+
+        Returns the code as recorded: ``code`` itself, or the earlier record with the same
+        hash (a double press: nothing new is counted); else what ``refuse`` returned.
+        """
+        ...
+
+    async def signin_counts(
+        self, signin_prefix: str, now: float, *, burst_since: float, hourly_since: float
+    ) -> SigninCounts:
+        """What ``issue_code`` would decide on now, read without deciding anything."""
+        ...
+
+    async def redeem_code(
+        self, code_hash: str, grant: Grant, tokens: list[TokenRecord]
+    ) -> Redemption:
+        """Mark the code redeemed and store its grant and first tokens, atomically; a code
+        already redeemed (on any process) stores nothing and names its first grant."""
         ...
 
     async def live_grant_expiries(self, signin_prefix: str, now: float) -> list[float]:

@@ -38,10 +38,23 @@ class TokenHasher:
         self._key = key
         # Domain-separated from the digest key, so a tag says nothing about a stored hash.
         self._tag_key = hmac.new(key, b"sandbox-mcp token tag", hashlib.sha256).digest()
+        self._successor_key = hmac.new(key, b"sandbox-mcp token successor", hashlib.sha256).digest()
 
     def mint(self, kind: TokenKind) -> str:
         # 32 random bytes: 256 bits, far above the 128 bits RFC 6749 section 10.10 asks.
         body = f"{PREFIX}{kind}_{secrets.token_urlsafe(32)}"
+        return body + self._tag(body)
+
+    def successor(self, kind: TokenKind, token: str) -> str:
+        """The ``kind`` token that rotating ``token`` yields: the same on every process.
+
+        A refresh raced on two processes must give one pair, and the pair cannot be
+        stored (token values never are): so it is derived from the rotated-out token,
+        which only its holder has, under a key only the servers have.
+        """
+        seed = hmac.new(self._successor_key, f"{kind}\0{token}".encode(), hashlib.sha256)
+        random_part = base64.urlsafe_b64encode(seed.digest()).rstrip(b"=").decode()
+        body = f"{PREFIX}{kind}_{random_part}"
         return body + self._tag(body)
 
     def _tag(self, body: str) -> str:

@@ -4,18 +4,26 @@ Addresses live in memory only, keyed by sandbox key: never on disk, never in a
 log line. One is forgotten as soon as its message is sent, or after 24 hours.
 At most ``max_per_hour`` messages leave in any hour; beyond that none is sent
 and the number skipped is logged.
+
+With several server processes the address stays in the memory of the process
+where the button was pressed, while the slot may be handed over by another: a
+``ReadyRelay`` carries "this key's sandbox is ready" (as a hash of the key,
+never the address) to every process, and the one holding the address sends it,
+once. The hourly cap is then a shared budget (``take_mail_budget``), so the
+processes together send at most ``max_per_hour``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
-from typing import Literal
+from typing import Literal, Protocol
 
 import aiosmtplib
 import structlog
@@ -42,6 +50,23 @@ class SmtpOptions:
     timeout_s: float = 15.0
 
 
+def key_hash(sandbox_key: str) -> str:
+    """How a sandbox key is named to other processes (the key itself never travels)."""
+    return hashlib.sha256(sandbox_key.encode()).hexdigest()
+
+
+class ReadyRelay(Protocol):
+    """Tells every server process that a key's sandbox is ready (``app.ready_relay``)."""
+
+    async def open(self, on_ready: Callable[[str], Awaitable[None]]) -> None:
+        """Start delivering announcements (key hashes) to ``on_ready``."""
+        ...
+
+    async def announce(self, key_hash: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class ReadyMailer:
     """Remembers addresses and sends each at most one "ready" message."""
 
@@ -52,11 +77,16 @@ class ReadyMailer:
         public_url: str,
         max_per_hour: int = 60,
         clock: Callable[[], float] | None = None,
+        relay: ReadyRelay | None = None,
+        take_mail_budget: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self._smtp = smtp
         self._public_url = public_url
         self._max_per_hour = max_per_hour
         self._clock = clock or time.time
+        self._relay = relay
+        self._take_shared_budget = take_mail_budget
+        # By the key's hash, so an announcement from another process finds it.
         self._addresses: dict[str, tuple[str, float]] = {}
         self._sent: deque[float] = deque()
         self._skipped = 0
@@ -71,11 +101,16 @@ class ReadyMailer:
         if self._smtp is None or not is_valid_address(address):
             return False
         self.purge()
-        self._addresses[sandbox_key] = (address, self._clock() + ADDRESS_TTL_S)
+        self._addresses[key_hash(sandbox_key)] = (address, self._clock() + ADDRESS_TTL_S)
         return True
 
     def has_address(self, sandbox_key: str) -> bool:
-        return sandbox_key in self._addresses
+        return key_hash(sandbox_key) in self._addresses
+
+    async def open(self) -> None:
+        """Listen for hand-overs on other processes (when a relay is configured)."""
+        if self._relay is not None and self._smtp is not None:
+            await self._relay.open(self._send_if_held)
 
     async def housekeeping(self) -> None:
         self.purge()
@@ -89,22 +124,39 @@ class ReadyMailer:
         return len(stale)
 
     async def sandbox_ready(self, sandbox_key: str) -> None:
-        """The pool reserved a slot for this key: send its message in the background."""
+        """The pool reserved a slot for this key: send its message in the background, or
+        tell the other processes, one of which may hold the address."""
+        if self._smtp is None:
+            return
+        hashed = key_hash(sandbox_key)
+        if hashed in self._addresses or self._relay is None:
+            await self._send_if_held(hashed)
+        else:
+            await self._relay.announce(hashed)
+
+    async def _send_if_held(self, hashed: str) -> None:
         self.purge()
-        entry = self._addresses.pop(sandbox_key, None)
+        entry = self._addresses.pop(hashed, None)
         if entry is None or self._smtp is None:
             return
+        if not await self._take_budget():
+            self._skipped += 1
+            log.warning("mail.skipped_rate_limit", skipped_total=self._skipped)
+            return
+        task = asyncio.create_task(self._send(entry[0], self._smtp))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _take_budget(self) -> bool:
+        if self._take_shared_budget is not None:
+            return await self._take_shared_budget()
         now = self._clock()
         while self._sent and self._sent[0] <= now - 3600:
             self._sent.popleft()
         if len(self._sent) >= self._max_per_hour:
-            self._skipped += 1
-            log.warning("mail.skipped_rate_limit", skipped_total=self._skipped)
-            return
+            return False
         self._sent.append(now)
-        task = asyncio.create_task(self._send(entry[0], self._smtp))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        return True
 
     async def _send(self, address: str, smtp: SmtpOptions) -> None:
         message = EmailMessage()
@@ -136,6 +188,8 @@ class ReadyMailer:
 
     async def close(self) -> None:
         """Wait for messages in flight, then forget every address."""
+        if self._relay is not None:
+            await self._relay.close()
         if self._sending:
             await asyncio.wait(self._sending, timeout=20)
         self._addresses.clear()

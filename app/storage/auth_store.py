@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import cast
+from typing import TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -12,7 +14,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.storage.db import Base, transaction
-from auth.store import Client, Grant, TokenRecord, TokenRole
+from auth.store import (
+    Client,
+    Grant,
+    IssuedCode,
+    Redemption,
+    SigninCounts,
+    TokenRecord,
+    TokenRole,
+)
+
+R = TypeVar("R")
+# pg_advisory_xact_lock key serializing the admission decisions of every process.
+_ADMISSION_LOCK = 0x736D_6370_6164_6D31  # "smcpadm1"
 
 
 class OAuthClientRow(Base):
@@ -56,9 +70,24 @@ class OAuthTokenRow(Base):
     rotated_at: Mapped[float | None] = mapped_column(sa.Float)
 
 
+class OAuthCodeRow(Base):
+    """A code handed out, by the keyed hash of its id; the code itself is never stored."""
+
+    __tablename__ = "oauth_codes"
+
+    code_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    signin_prefix: Mapped[str | None] = mapped_column(sa.String(64), index=True)
+    created_at: Mapped[float] = mapped_column(sa.Float, index=True)
+    expires_at: Mapped[float] = mapped_column(sa.Float)
+    grant_id: Mapped[str | None] = mapped_column(sa.String(64))
+
+
 class SqlAuthStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        # SQLite serves one process: this lock serializes its admissions; PostgreSQL
+        # takes a transaction-level advisory lock as well, for the other processes.
+        self._admission = asyncio.Lock()
 
     def _transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
         return transaction(self._sessions)
@@ -125,40 +154,137 @@ class SqlAuthStore:
 
     async def create_grant(self, grant: Grant, tokens: list[TokenRecord]) -> None:
         async with self._transaction() as session:
+            await self._add_grant(session, grant, tokens)
+
+    @staticmethod
+    async def _add_grant(session: AsyncSession, grant: Grant, tokens: list[TokenRecord]) -> None:
+        session.add(
+            OAuthGrantRow(
+                grant_id=grant.grant_id,
+                client_id=grant.client_id,
+                sandbox_key=grant.sandbox_key,
+                resource=grant.resource,
+                scopes=" ".join(grant.scopes),
+                created_at=grant.created_at,
+                revoked_at=None,
+                signin_prefix=grant.signin_prefix,
+            )
+        )
+        await session.flush()
+        session.add_all(_token_row(t) for t in tokens)
+        await session.execute(
+            sa.update(OAuthClientRow)
+            .where(OAuthClientRow.client_id == grant.client_id)
+            .values(last_grant_at=grant.created_at)
+        )
+
+    async def issue_code(
+        self,
+        code: IssuedCode,
+        *,
+        burst_since: float,
+        hourly_since: float,
+        refuse: Callable[[SigninCounts], R | None],
+    ) -> IssuedCode | R:
+        async with self._admission, self._transaction() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                await session.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADMISSION_LOCK}
+                )
+            earlier = await session.get(OAuthCodeRow, code.code_hash)
+            if earlier is not None:
+                return IssuedCode(
+                    earlier.code_hash, earlier.signin_prefix, earlier.created_at, earlier.expires_at
+                )
+            counts = await self._counts(
+                session, code.signin_prefix, code.created_at, burst_since, hourly_since
+            )
+            refused = refuse(counts)
+            if refused is not None:
+                return refused
             session.add(
-                OAuthGrantRow(
-                    grant_id=grant.grant_id,
-                    client_id=grant.client_id,
-                    sandbox_key=grant.sandbox_key,
-                    resource=grant.resource,
-                    scopes=" ".join(grant.scopes),
-                    created_at=grant.created_at,
-                    revoked_at=None,
-                    signin_prefix=grant.signin_prefix,
+                OAuthCodeRow(
+                    code_hash=code.code_hash,
+                    signin_prefix=code.signin_prefix,
+                    created_at=code.created_at,
+                    expires_at=code.expires_at,
+                    grant_id=None,
                 )
             )
-            await session.flush()
-            session.add_all(_token_row(t) for t in tokens)
+            return code
+
+    async def signin_counts(
+        self, signin_prefix: str, now: float, *, burst_since: float, hourly_since: float
+    ) -> SigninCounts:
+        async with self._transaction() as session:
+            return await self._counts(session, signin_prefix, now, burst_since, hourly_since)
+
+    async def _counts(
+        self,
+        session: AsyncSession,
+        prefix: str | None,
+        now: float,
+        burst_since: float,
+        hourly_since: float,
+    ) -> SigninCounts:
+        everyone = list(
+            (
+                await session.execute(
+                    sa.select(OAuthCodeRow.created_at).where(OAuthCodeRow.created_at > hourly_since)
+                )
+            ).scalars()
+        )
+        if prefix is None:
+            return SigninCounts([], sorted(everyone), [])
+        mine = (
             await session.execute(
-                sa.update(OAuthClientRow)
-                .where(OAuthClientRow.client_id == grant.client_id)
-                .values(last_grant_at=grant.created_at)
+                sa.select(OAuthCodeRow.created_at, OAuthCodeRow.expires_at, OAuthCodeRow.grant_id)
+                .where(OAuthCodeRow.signin_prefix == prefix)
+                .where((OAuthCodeRow.created_at > burst_since) | (OAuthCodeRow.expires_at > now))
             )
+        ).all()
+        live = await self._live_grant_expiries(session, prefix, now)
+        live += [expires for _, expires, grant in mine if grant is None and expires > now]
+        recent = sorted(created for created, _, _ in mine if created > burst_since)
+        return SigninCounts(recent, sorted(everyone), live)
+
+    async def redeem_code(
+        self, code_hash: str, grant: Grant, tokens: list[TokenRecord]
+    ) -> Redemption:
+        async with self._transaction() as session:
+            # Compare-and-set: on PostgreSQL a concurrent redemption waits for this row,
+            # then finds it taken; the loser learns which grant to revoke.
+            result = await session.execute(
+                sa.update(OAuthCodeRow)
+                .where(OAuthCodeRow.code_hash == code_hash, OAuthCodeRow.grant_id.is_(None))
+                .values(grant_id=grant.grant_id)
+            )
+            if not getattr(result, "rowcount", 0):
+                row = await session.get(OAuthCodeRow, code_hash)
+                return Redemption(False, None if row is None else row.grant_id)
+            await self._add_grant(session, grant, tokens)
+            return Redemption(True)
 
     async def live_grant_expiries(self, signin_prefix: str, now: float) -> list[float]:
         async with self._transaction() as session:
-            result = await session.execute(
-                sa.select(sa.func.max(OAuthTokenRow.expires_at))
-                .join(OAuthGrantRow, OAuthGrantRow.grant_id == OAuthTokenRow.grant_id)
-                .where(
-                    OAuthGrantRow.signin_prefix == signin_prefix,
-                    OAuthGrantRow.revoked_at.is_(None),
-                    OAuthTokenRow.role == "refresh",
-                    OAuthTokenRow.expires_at > now,
-                )
-                .group_by(OAuthGrantRow.grant_id)
+            return await self._live_grant_expiries(session, signin_prefix, now)
+
+    @staticmethod
+    async def _live_grant_expiries(
+        session: AsyncSession, signin_prefix: str, now: float
+    ) -> list[float]:
+        result = await session.execute(
+            sa.select(sa.func.max(OAuthTokenRow.expires_at))
+            .join(OAuthGrantRow, OAuthGrantRow.grant_id == OAuthTokenRow.grant_id)
+            .where(
+                OAuthGrantRow.signin_prefix == signin_prefix,
+                OAuthGrantRow.revoked_at.is_(None),
+                OAuthTokenRow.role == "refresh",
+                OAuthTokenRow.expires_at > now,
             )
-            return [float(expiry) for expiry in result.scalars()]
+            .group_by(OAuthGrantRow.grant_id)
+        )
+        return [float(expiry) for expiry in result.scalars()]
 
     async def load_token(self, token_hash: str) -> tuple[TokenRecord, Grant] | None:
         async with self._transaction() as session:
@@ -222,10 +348,16 @@ class SqlAuthStore:
                 sa.delete(OAuthTokenRow).where(OAuthTokenRow.token_hash == token_hash)
             )
 
-    async def delete_expired(self, now: float) -> int:
+    async def delete_expired(self, now: float, *, keep_codes_s: float = 3600) -> int:
+        """Also forgets codes that expired, once the hourly cap no longer counts them."""
         async with self._transaction() as session:
             result = await session.execute(
                 sa.delete(OAuthTokenRow).where(OAuthTokenRow.expires_at < now)
+            )
+            await session.execute(
+                sa.delete(OAuthCodeRow).where(
+                    OAuthCodeRow.expires_at < now, OAuthCodeRow.created_at < now - keep_codes_s
+                )
             )
             return int(getattr(result, "rowcount", 0) or 0)
 

@@ -8,7 +8,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from auth.admission import SigninAdmission
+from auth.admission import Refusal, SigninAdmission
 from auth.client_address import ClientAddresses
 from auth.config import AuthConfig
 from auth.errors import OAuthError
@@ -48,16 +48,17 @@ class AuthorizeHandler:
             return await self._press(request)
         params = dict(request.query_params)
         try:
-            pending = await self.flow.start(params, self.addresses.key_of(request))
+            started = await self.flow.start(params, self.addresses.key_of(request))
         except LocalError as exc:
             return self._local(exc)
         except RedirectError as exc:
             return self._redirect(exc.location)
+        pending = started.signin
         page = signin_page(
             client_name=pending.client_name,
             client_id=pending.client_id,
             redirect_uri=pending.redirect_uri,
-            tx=pending.tx,
+            tx=started.tx,
             csrf=pending.csrf,
             ask_email=self.ask_email,
         )
@@ -87,19 +88,15 @@ class AuthorizeHandler:
         except LocalError as exc:
             return self._local(exc)
         prefix = self.addresses.key_of(request)
-        async with self.admission.lock:
-            refusal = None if pending.location else await self.admission.check(prefix)
-            if refusal is not None:
-                log.warning("oauth.signin_refused", limit=refusal.limit)
-                page = error_page(refusal.title, refusal.message, 429, secure=self.config.secure)
-                page.headers["Retry-After"] = str(refusal.retry_after_s)
-                return page
-            try:
-                approval = self.flow.approve(pending, form.get("email", "").strip(), prefix)
-            except LocalError as exc:
-                return self._local(exc)
-            if approval.code is not None:
-                self.admission.charge(prefix, approval.code)
+        admitted = await self.admission.admit(self.flow.issued_code(pending, prefix))
+        if isinstance(admitted, Refusal):
+            log.warning("oauth.signin_refused", limit=admitted.limit)
+            page = error_page(admitted.title, admitted.message, 429, secure=self.config.secure)
+            page.headers["Retry-After"] = str(admitted.retry_after_s)
+            return page
+        approval = self.flow.approve(
+            pending, form.get("email", "").strip(), admitted.issued, first=admitted.first
+        )
         if approval.new_sandbox:
             log.info("oauth.sandbox_created")
         return self._redirect(approval.location)

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from auth.client_address import ClientAddresses
 from auth.errors import OAuthError
 from auth.handlers._http import NO_STORE, BodyTooLarge, oauth_error, read_body, too_many
-from auth.ratelimit import PrefixedBudget
+from auth.ratelimit import Budget
 from auth.registration import Registrar, check_client_metadata
 
 log = structlog.get_logger(__name__)
@@ -26,7 +26,7 @@ class RegistrationHandler:
     # One budget for everyone (Claude's users share a few egress addresses,
     # claude-ai-mcp#1043), of which one address prefix may spend a third. Only valid
     # registrations spend it: a body that is refused anyway costs nobody a place.
-    budget: PrefixedBudget
+    budget: Budget
 
     async def handle(self, request: Request) -> Response:
         try:
@@ -39,11 +39,10 @@ class RegistrationHandler:
         except OAuthError as exc:
             return oauth_error(exc)
         prefix = self.addresses.key_of(request)
-        wait = self.budget.retry_after_s(prefix)
+        wait = await self.budget.take(prefix)
         if wait:
             log.warning("oauth.register_rate_limited")
             return too_many(wait)
-        self.budget.charge(prefix)
         client = await self.registrar.save(checked)
         log.info("oauth.client_registered", client_id=client["client_id"])
         return JSONResponse(client, status_code=201, headers=NO_STORE)

@@ -34,8 +34,8 @@ from auth.bearer import BearerGate
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import ExpiringMap
 from auth.registration import Registrar
+from auth.sealing import Sealer
 from auth.signin import SigninFlow
 from auth.tokens import TokenHasher
 
@@ -77,7 +77,7 @@ async def bearer_overhead() -> None:
         config = AuthConfig(issuer="https://mcp.example.test")
         store = SqlAuthStore(engine)
         hasher = TokenHasher(b"k" * 32)
-        codes = ExpiringMap(100)  # type: ignore[var-annotated]
+        codes = Sealer(b"k" * 32)
         client_id = str(
             (await Registrar(store).register({"redirect_uris": ["http://127.0.0.1/cb"]}))[
                 "client_id"
@@ -88,6 +88,7 @@ async def bearer_overhead() -> None:
         flow = SigninFlow(config, ClientDirectory(store, None), hasher, codes)
         tokens = TokenService(config, store, hasher, codes)
         from oauth_browser import pkce_pair, query_of
+        from signin_testkit import approve
 
         verifier, challenge = pkce_pair()
         pending = await flow.start(
@@ -99,9 +100,7 @@ async def bearer_overhead() -> None:
                 "code_challenge_method": "S256",
             }
         )
-        code = query_of(
-            flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "").location
-        )["code"]
+        code = query_of((await approve(flow, store, pending)).location)["code"]
         pair = await tokens.exchange_code(
             client,
             {"code": code, "code_verifier": verifier, "redirect_uri": "http://127.0.0.1/cb"},

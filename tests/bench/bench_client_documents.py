@@ -38,9 +38,9 @@ from app.storage.db import create_engine, upgrade_schema
 from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
-from auth.pending import ExpiringMap
 from auth.registration import Registrar
 from auth.safe_fetch import PublicFetcher
+from auth.sealing import Sealer
 from auth.signin import LocalError, SigninFlow
 from auth.tokens import TokenHasher
 
@@ -71,9 +71,9 @@ async def main() -> None:
             ports=None,
         )
         documents = ClientDocuments(fetcher, fetches_per_minute=100_000)
-        config = AuthConfig(issuer="https://mcp.example.test", max_pending_signins=100_000)
+        config = AuthConfig(issuer="https://mcp.example.test")
         flow = SigninFlow(
-            config, ClientDirectory(store, documents), TokenHasher(b"k" * 32), ExpiringMap(10)
+            config, ClientDirectory(store, documents), TokenHasher(b"k" * 32), Sealer(b"k" * 32)
         )
         _, challenge = pkce_pair()
 

@@ -264,7 +264,9 @@ async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_re
                         headers={"x-forwarded-for": address},
                     )
 
-                for number in range(3):
+                # The budget is in the database (every process shares it, a restart
+                # keeps it): the first run's fetch spent one of the 3, two floods the rest.
+                for number in range(2):
                     flood = f"https://{public_address}/flood-{number}.json"
                     refused = await sign_in_page(flood, f"198.51.100.{number}")
                     assert "HTTP 404" in refused.text, "fetched, and spent a third each"
@@ -281,4 +283,4 @@ async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_re
             stop_server(server)
     fetched = [seen.path for seen in documents.seen]
     assert fetched.count(DOCUMENT_PATH) == 1, "the known client was not fetched again"
-    assert len(fetched) == 4
+    assert len(fetched) == 3, "the budget of 3 held across the restart"

@@ -14,12 +14,12 @@ from fetch_testkit import Clock
 from oauth_browser import pkce_pair, query_of
 
 from app.storage.auth_store import SqlAuthStore
-from auth.admission import SigninAdmission
+from auth.admission import Refusal, SigninAdmission
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
 from auth.registration import Registrar
+from auth.sealing import Sealer
 from auth.signin import SigninFlow
 from auth.store import Client
 from auth.tokens import TokenHasher
@@ -52,11 +52,11 @@ class Front:
             }
         )
         pressed = self.flow.pressed(pending.tx, pending.csrf, pending.csrf)
-        if await self.admission.check(prefix) is not None:
+        admitted = await self.admission.admit(self.flow.issued_code(pressed, prefix))
+        if isinstance(admitted, Refusal):
             return None
-        approval = self.flow.approve(pressed, "", prefix)
+        approval = self.flow.approve(pressed, "", admitted.issued, first=admitted.first)
         assert approval.code is not None
-        self.admission.charge(prefix, approval.code)
         return query_of(approval.location)["code"], verifier
 
     async def sign_in(self, prefix: str) -> dict[str, object]:
@@ -78,7 +78,7 @@ async def front_with(tmp_path: Path, **limits: int) -> AsyncIterator[Front]:
     config = AuthConfig(issuer="https://mcp.example.test", **limits)  # type: ignore[arg-type]
     store = SqlAuthStore(engine)
     hasher = TokenHasher(b"k" * 32)
-    codes: ExpiringMap[CodeGrant] = ExpiringMap(100, clock)
+    codes = Sealer(b"k" * 32)
     registered = await Registrar(store, clock).register({"redirect_uris": [REDIRECT]})
     client = await store.load_client(str(registered["client_id"]))
     assert client is not None

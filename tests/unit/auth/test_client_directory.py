@@ -12,6 +12,7 @@ import json
 import pytest
 from fetch_testkit import Clock, documents
 from oauth_browser import pkce_pair, query_of
+from signin_testkit import approve
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
@@ -19,7 +20,7 @@ from app.storage.auth_store import SqlAuthStore
 from auth.clients import ClientDirectory, UnknownClient
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
+from auth.sealing import Sealer
 from auth.signin import LocalError, SigninFlow
 from auth.tokens import TokenHasher
 
@@ -44,7 +45,7 @@ def publish(server: DocumentServer, redirect_uris: list[str], name: str = "Doc c
 def document_flow(ca: ThrowawayCA, store: SqlAuthStore) -> SigninFlow:
     """A sign-in flow that accepts metadata documents served by the test server."""
     directory = ClientDirectory(store, documents(ca, Clock()))
-    return SigninFlow(CONFIG, directory, TokenHasher(b"k" * 32), ExpiringMap(9))
+    return SigninFlow(CONFIG, directory, TokenHasher(b"k" * 32), Sealer(b"k" * 32))
 
 
 def authorize(client_id: str, challenge: str) -> dict[str, str]:
@@ -63,15 +64,15 @@ async def test_a_document_client_signs_in_redeems_and_refreshes(
 ) -> None:
     clock = Clock()
     url = publish(server, [REDIRECT])
-    codes: ExpiringMap[CodeGrant] = ExpiringMap(100)
+    codes = Sealer(b"k" * 32)
     hasher = TokenHasher(b"k" * 32)
     flow = SigninFlow(CONFIG, ClientDirectory(store, documents(ca, clock)), hasher, codes)
     tokens = TokenService(CONFIG, store, hasher, codes)
     verifier, challenge = pkce_pair()
 
     pending = await flow.start(authorize(url, challenge))
-    assert pending.client_name == "Doc client"
-    approval = flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "")
+    assert pending.signin.client_name == "Doc client"
+    approval = await approve(flow, store, pending)
     code = query_of(approval.location)["code"]
 
     form = {"client_id": url, "code": code, "code_verifier": verifier, "redirect_uri": REDIRECT}
@@ -130,7 +131,9 @@ async def test_a_refused_document_is_explained_on_the_local_page_and_stores_noth
 
 
 async def test_with_documents_off_a_url_client_id_is_unknown(store: SqlAuthStore) -> None:
-    flow = SigninFlow(CONFIG, ClientDirectory(store, None), TokenHasher(b"k" * 32), ExpiringMap(9))
+    flow = SigninFlow(
+        CONFIG, ClientDirectory(store, None), TokenHasher(b"k" * 32), Sealer(b"k" * 32)
+    )
     _, challenge = pkce_pair()
     with pytest.raises(LocalError, match="does not accept client metadata documents"):
         await flow.start(authorize("https://claude.ai/oauth/mcp-oauth-client-metadata", challenge))
@@ -144,7 +147,7 @@ async def test_a_document_loopback_redirect_may_use_any_port(
     _, challenge = pkce_pair()
     params = {**authorize(url, challenge), "redirect_uri": "http://127.0.0.1:51234/cb"}
     pending = await flow.start(params)
-    assert pending.redirect_uri == "http://127.0.0.1:51234/cb"
+    assert pending.signin.redirect_uri == "http://127.0.0.1:51234/cb"
     with pytest.raises(LocalError, match="not one the application registered"):
         await flow.start({**params, "redirect_uri": "http://127.0.0.1:51234/other"})
 
@@ -152,12 +155,12 @@ async def test_a_document_loopback_redirect_may_use_any_port(
 async def signed_in_before(ca: ThrowawayCA, server: DocumentServer, store: SqlAuthStore) -> str:
     """A document client that completed a sign-in (its row has a last grant)."""
     url = publish(server, [REDIRECT])
-    codes: ExpiringMap[CodeGrant] = ExpiringMap(9)
+    codes = Sealer(b"k" * 32)
     hasher = TokenHasher(b"k" * 32)
     flow = SigninFlow(CONFIG, ClientDirectory(store, documents(ca, Clock())), hasher, codes)
     verifier, challenge = pkce_pair()
     pending = await flow.start(authorize(url, challenge))
-    code = query_of(flow.approve(flow.pressed(pending.tx, pending.csrf, pending.csrf), "").location)
+    code = query_of((await approve(flow, store, pending)).location)
     form = {"client_id": url, "code": code["code"], "code_verifier": verifier}
     tokens = TokenService(CONFIG, store, hasher, codes)
     await tokens.exchange_code(await tokens.client(form), {**form, "redirect_uri": REDIRECT})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from oauth_browser import pkce_pair, query_of
+from signin_testkit import approve
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.auth_store import SqlAuthStore
@@ -18,9 +19,9 @@ from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.errors import OAuthError
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
 from auth.registration import Registrar
-from auth.signin import LocalError, SigninFlow
+from auth.sealing import Sealer
+from auth.signin import MAX_STATE_CHARS, RedirectError, SigninFlow
 from auth.store import Client
 from auth.tokens import TokenHasher
 
@@ -54,7 +55,7 @@ class Server:
                 "code_challenge_method": "S256",
             }
         )
-        approval = self.flow.approve(self.flow.pressed(pending.tx, pending.csrf, pending.csrf), "")
+        approval = await approve(self.flow, self.store, pending)
         return query_of(approval.location)["code"], verifier
 
     def form(self, **values: str) -> dict[str, str]:
@@ -71,10 +72,10 @@ class Server:
 async def server(sqlite_engine: AsyncEngine) -> AsyncIterator[Server]:
     engine = sqlite_engine
     clock = Clock()
-    config = AuthConfig(issuer="https://mcp.example.test", max_pending_signins=5)
+    config = AuthConfig(issuer="https://mcp.example.test")
     store = SqlAuthStore(engine)
     hasher = TokenHasher(b"k" * 32)
-    codes: ExpiringMap[CodeGrant] = ExpiringMap(100, clock)
+    codes = Sealer(b"k" * 32)
     registered = await Registrar(store, clock).register({"redirect_uris": [REDIRECT]})
     client = await store.load_client(str(registered["client_id"]))
     assert client is not None
@@ -153,29 +154,57 @@ async def test_a_token_bound_to_another_resource_is_refused(server: Server, tmp_
         AuthConfig(issuer="https://other.example.test"),
         server.store,
         TokenHasher(b"k" * 32),
-        ExpiringMap(10, server.clock),
+        Sealer(b"k" * 32),
         server.clock,
     )
     assert await other.verify_token(str(pair["access_token"])) is None
 
 
-async def test_pending_sign_ins_are_capped(server: Server) -> None:
-    _, challenge = pkce_pair()
-    params = {
-        "client_id": server.client.client_id,
-        "redirect_uri": REDIRECT,
-        "response_type": "code",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-    }
-    for _ in range(5):
-        await server.flow.start(params)
-    with pytest.raises(LocalError) as caught:
-        await server.flow.start(params)
-    assert caught.value.status == 503
-    server.clock.now += 601  # expired ones make room again
-    await server.flow.start(params)
-    assert server.flow.pending_count == 1
+async def test_a_sign_in_started_on_one_process_is_pressed_and_redeemed_on_another(
+    server: Server,
+) -> None:
+    """Nothing of a sign-in is kept where it started: a second flow and token service
+    with the same token key (another process) finish it."""
+    other_flow = SigninFlow(
+        AuthConfig(issuer="https://mcp.example.test"),
+        ClientDirectory(server.store, None),
+        TokenHasher(b"k" * 32),
+        Sealer(b"k" * 32),
+        clock=server.clock,
+    )
+    other_tokens = TokenService(
+        AuthConfig(issuer="https://mcp.example.test"),
+        server.store,
+        TokenHasher(b"k" * 32),
+        Sealer(b"k" * 32),
+        server.clock,
+    )
+    verifier, challenge = pkce_pair()
+    page = await server.flow.start(
+        {
+            "client_id": server.client.client_id,
+            "redirect_uri": REDIRECT,
+            "response_type": "code",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+    )
+    code = query_of((await approve(other_flow, server.store, page)).location)["code"]
+    pair = await other_tokens.exchange_code(
+        server.client, server.form(code=code, code_verifier=verifier)
+    )
+    assert await other_tokens.verify_token(str(pair["access_token"])) is not None
+    with pytest.raises(OAuthError, match="already used"):
+        await server.tokens.exchange_code(
+            server.client, server.form(code=code, code_verifier=verifier)
+        )
+    assert await other_tokens.verify_token(str(pair["access_token"])) is not None, (
+        "cached for a few seconds at most"
+    )
+    server.clock.now += 6
+    assert await other_tokens.verify_token(str(pair["access_token"])) is None, (
+        "the replay on one process revoked the grant for the other within the bound"
+    )
 
 
 async def test_stale_clients_without_a_grant_are_removed(server: Server) -> None:
@@ -185,3 +214,23 @@ async def test_stale_clients_without_a_grant_are_removed(server: Server) -> None
     assert removed == 1
     assert await server.store.load_client(str(unused["client_id"])) is None
     assert await server.store.load_client(server.client.client_id) is not None
+
+
+async def test_the_longest_state_travels_sealed_and_a_longer_one_is_refused(
+    server: Server,
+) -> None:
+    _, challenge = pkce_pair()
+    params = {
+        "client_id": server.client.client_id,
+        "redirect_uri": REDIRECT,
+        "response_type": "code",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    longest = "\u00e9\U0001f600" * (MAX_STATE_CHARS // 2)
+    page = await server.flow.start({**params, "state": longest})
+    assert len(page.tx) < 16_000, "fits the button's 16 KB form"
+    assert server.flow.pressed(page.tx, page.csrf, page.csrf).state == longest
+    with pytest.raises(RedirectError) as caught:
+        await server.flow.start({**params, "state": "x" * (MAX_STATE_CHARS + 1)})
+    assert "state is longer than 2048" in query_of(caught.value.location)["error_description"]

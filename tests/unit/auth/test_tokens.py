@@ -8,7 +8,7 @@ import pytest
 
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.pending import CodeGrant, ExpiringMap
+from auth.sealing import Sealer
 from auth.store import Client
 from auth.tokens import TokenHasher
 
@@ -61,7 +61,7 @@ async def test_made_up_tokens_never_reach_the_store() -> None:
         AuthConfig(issuer="https://mcp.example.test"),
         NoDatabase(),  # type: ignore[arg-type]
         hasher,
-        ExpiringMap[CodeGrant](10),
+        Sealer(KEY),
     )
     made_up = "smcp_at_" + "x" * 54
     assert await tokens.verify_token(made_up) is None
@@ -70,6 +70,10 @@ async def test_made_up_tokens_never_reach_the_store() -> None:
     await tokens.revoke(client, "smcp_rt_" + "y" * 54)  # ignored, as RFC 7009 says
     with pytest.raises(Exception, match="unknown"):
         await tokens.refresh(client, {"refresh_token": "smcp_rt_" + "y" * 54})
+    # Made-up, altered or foreign codes fail to open: no database trip either.
+    for code in ["smcp_code_" + "z" * 300, "x", "smcp_code_" + "A" * 20_000]:
+        with pytest.raises(Exception, match="unknown or has expired"):
+            await tokens.exchange_code(client, {"code": code, "code_verifier": "v" * 43})
 
 
 def test_a_token_with_non_ascii_characters_is_refused_not_a_crash() -> None:
