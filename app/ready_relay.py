@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import structlog
 from sqlalchemy.engine import make_url
 
