@@ -24,6 +24,7 @@ from app import options
 from app.errors import ConfigurationError
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
+from app.experiments.process_registry import ProcessRegistry
 from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
@@ -52,6 +53,7 @@ from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_store import SqlPoolState
+from app.storage.process_store import ProcessRecords
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -137,10 +139,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     store = slot_store(settings)  # opened first thing in the lifespan
     ceilings = options.ceilings(settings)
     jobs = JobRegistry()
-    backend = build_backend(settings, store, ceilings)
+    registry = ProcessRegistry(ProcessRecords(engine), stale_s=settings.process_stale_s)
+    backend = build_backend(settings, store, ceilings, registry.process_id)
     records = ExperimentRecords(engine)
     manager = ExperimentManager(
-        records, backend, jobs, options.experiment_options(settings, ceilings)
+        records, backend, jobs, options.experiment_options(settings, ceilings), registry
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
@@ -228,10 +231,13 @@ class _Hooks:
         self.memory.drop(sandbox_key)
 
 
-def build_backend(settings: Settings, slots: SlotStore, ceilings: Ceilings) -> DockerBackend:
+def build_backend(
+    settings: Settings, slots: SlotStore, ceilings: Ceilings, process_id: str | None = None
+) -> DockerBackend:
     return DockerBackend(
         slots=slots,
         deployment=deployment_id(settings),
+        process_id=process_id,
         allowed_images=settings.image_list,
         host_paths=(
             (settings.state_dir, settings.host_state_dir) if settings.host_state_dir else None

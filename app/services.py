@@ -74,8 +74,10 @@ class Services:
         await upgrade_schema(self.engine)
         await open_slots(self.store, self.settings)
         await self.pool.open()
+        await self.manager.recovery.registry.register()
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
+        self.manager.recovery.start()  # heartbeat, and takeover of dead processes' work
         self.watchdog.start()
         log.info(
             "service.started",
@@ -90,6 +92,7 @@ class Services:
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
+        await self.manager.recovery.stop()  # this process's jobs reported lost, then gone
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()
