@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.experiments.records import Experiment
 from app.experiments.states import State
@@ -16,6 +22,28 @@ async def migrated_sqlite(folder: Path) -> AsyncEngine:
     engine = create_engine(f"sqlite+aiosqlite:///{folder / 'db.sqlite'}")
     await upgrade_schema(engine)
     return engine
+
+
+@asynccontextmanager
+async def fresh_postgres_database() -> AsyncIterator[str]:
+    """The URL of a new, empty database on the real PostgreSQL (.ci/run starts it),
+    dropped afterwards, so concurrent tests never share rows."""
+    url = os.environ.get("SANDBOX_MCP_TEST_POSTGRES_URL")
+    if not url:
+        raise AssertionError(
+            "SANDBOX_MCP_TEST_POSTGRES_URL is not set: this test needs the PostgreSQL that "
+            ".ci/run starts (source .ci/lib/services.sh; start_postgres)."
+        )
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        await admin.dispose()
 
 
 def an_experiment(experiment_id: str, sandbox_key: str = "k") -> Experiment:

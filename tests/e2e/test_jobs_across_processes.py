@@ -1,0 +1,116 @@
+"""Two server processes on one PostgreSQL and one state dir: a job is the same job
+whichever process is asked (issue 14, jobs and containers from any process)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import docker
+import httpx2
+import pytest
+from db_testkit import fresh_postgres_database
+from docker_testkit import docker_client
+from e2e_server import RunningServer, start_server, stop_server
+from mcp_http import run_command, tool
+
+pytestmark = pytest.mark.e2e
+
+# Distinct sleeps, so the engine's process list tells the job's processes apart.
+TREE = "setsid sleep 7301 & nohup sleep 7302 >/dev/null 2>&1 & (sleep 7303 &); sleep 7304"
+MARKERS = ("sleep 7301", "sleep 7302", "sleep 7303", "sleep 7304")
+
+
+class Pair:
+    """Two processes; ``restart(i)`` stops one and starts a new one in its place."""
+
+    def __init__(self, state_dir: Path, database_url: str) -> None:
+        self._state_dir = state_dir
+        self._env = {
+            "SANDBOX_MCP_DATABASE_URL": database_url,
+            "SANDBOX_MCP_SYNC_WAIT_S": "5",
+            "SANDBOX_MCP_PROCESS_STALE_S": "6",
+        }
+        # One after the other: the first migrates the schema.
+        self.servers = [self._start(), self._start()]
+
+    def _start(self) -> RunningServer:
+        return start_server(self._state_dir, **self._env)
+
+    def restart(self, index: int) -> None:
+        stop_server(self.servers[index])
+        self.servers[index] = self._start()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            stop_server(server)
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
+    async with fresh_postgres_database() as url:
+        running = await asyncio.to_thread(Pair, tmp_path / "state", url)
+        try:
+            yield running
+        finally:
+            await asyncio.to_thread(running.stop)
+
+
+def job_processes(engine: docker.DockerClient, experiment_id: str) -> list[str]:
+    """The command lines of the job's processes still alive in the experiment's container,
+    as the engine lists them."""
+    [container] = engine.containers.list(
+        filters={"label": f"io.sandbox-mcp.experiment={experiment_id}"}
+    )
+    top = container.top(ps_args="-eo pid,args")
+    return [proc[-1] for proc in top["Processes"] if proc[-1] in MARKERS]
+
+
+async def test_a_job_is_read_and_cancelled_through_another_process(
+    http: httpx2.AsyncClient, pair: Pair
+) -> None:
+    engine = docker_client()
+    created = await tool(http, pair.servers[0], "", "create_experiment", {"name": "two"})
+    assert not created["is_error"], created
+    exp = created["experiment_id"]
+    job = await run_command(http, pair.servers[0], "", exp, TREE, background=True)
+    job_id = job["job_id"]
+    for _ in range(100):  # the tree has started once all four sleeps are listed
+        if len(await asyncio.to_thread(job_processes, engine, exp)) == 4:
+            break
+        await asyncio.sleep(0.1)
+    assert len(await asyncio.to_thread(job_processes, engine, exp)) == 4
+
+    # Through the other process: status, and a bounded wait, both see it running.
+    other = pair.servers[1]
+    assert (await tool(http, other, "", "get_job_status", {"job_id": job_id}))["status"] == (
+        "running"
+    )
+    waited = await tool(http, other, "", "get_job_result", {"job_id": job_id, "wait_s": 1})
+    assert waited["status"] == "running"
+
+    # Restarting the other process does not take the job of a live process for lost.
+    await asyncio.to_thread(pair.restart, 1)
+    other = pair.servers[1]
+    for server in pair.servers:
+        status = await tool(http, server, "", "get_job_status", {"job_id": job_id})
+        assert status["status"] == "running", status
+    assert len(await asyncio.to_thread(job_processes, engine, exp)) == 4
+
+    # Cancelled through the process that did not start it: its whole tree dies.
+    cancelled = await tool(http, other, "", "cancel_job", {"job_id": job_id})
+    assert cancelled["status"] == "cancelled", cancelled
+    assert await asyncio.to_thread(job_processes, engine, exp) == []
+    seen = await tool(http, pair.servers[0], "", "get_job_result", {"job_id": job_id, "wait_s": 0})
+    assert seen["status"] == "cancelled"
+
+    # A job's output is read through the other process, waiting there for it to end.
+    quick = await run_command(
+        http, pair.servers[0], "", exp, "sleep 2; echo made-by-the-first", background=True
+    )
+    result = await tool(
+        http, other, "", "get_job_result", {"job_id": quick["job_id"], "wait_s": 30}
+    )
+    assert (result["status"], result["stdout"]) == ("completed", "made-by-the-first\n")
+    await tool(http, other, "", "destroy_experiment", {"experiment_id": exp})
