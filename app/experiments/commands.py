@@ -268,8 +268,10 @@ class CommandRunner:
         if started_running:
             status = "lost"
             reason = (
-                f"The Docker engine failed while it ran ({exc.code}: {exc.message}); its "
-                "process tree died with it and its result is lost. Run it again."
+                f"The Docker engine failed under it ({exc.code}: its container stopped or the "
+                "engine became unreachable, as when the engine restarts); its process tree "
+                "died with it and its result is lost. The experiment's container is started "
+                "again once the engine is back (its workspace is kept): run the command again."
             )
         else:
             status = "failed"

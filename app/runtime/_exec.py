@@ -110,6 +110,11 @@ class Executor:
             _close(stream)
             with translated(container_id):
                 exit_code = await self._offload.call(_exit_code, api, exec_id)
+                if job.reason is None and (exit_code is None or exit_code >= 128):
+                    # Killed by a signal: by the command's own doing, or because its
+                    # container stopped under it (the engine stopping or restarting),
+                    # which is no outcome of the command's.
+                    await self._offload.call(_require_running, api, container_id)
         except BaseException:
             if stream is not None:
                 _close(stream)
@@ -283,6 +288,11 @@ def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
             return None if code is None else int(code)
         time.sleep(0.05)
     return None
+
+
+def _require_running(api: docker.APIClient, container_id: str) -> None:
+    if not api.inspect_container(container_id).get("State", {}).get("Running"):
+        raise ContainerGone(container_id)
 
 
 def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:

@@ -1,0 +1,118 @@
+"""Stopping and starting the real Docker daemon under a running server (fault tests).
+
+DISRUPTIVE: every container on the engine stops while the daemon is down, whoever
+owns it; run such tests alone (CI runs tests one after the other).
+
+``daemon_outage`` stops the dockerd answering on the default socket (by its pid
+file) and, whatever happens in the test, starts it again with the same argv and
+environment, detached, and waits until it answers. A pid file of
+``.ci/lib/services.sh`` naming the old daemon is pointed at the new one, so
+``stop_services`` still stops the daemon it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+PID_FILE = Path("/var/run/docker.pid")
+STOP_TIMEOUT_S = 90
+START_TIMEOUT_S = 120
+
+
+@dataclass
+class Daemon:
+    pid: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def current_daemon() -> Daemon:
+    pid = int(PID_FILE.read_text().strip())
+    proc = Path(f"/proc/{pid}")
+    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    assert argv, f"pid {pid} has no command line"
+    assert Path(argv[0]).name == "dockerd", f"pid {pid} is not dockerd: {argv}"
+    env = dict(
+        entry.decode().split("=", 1)
+        for entry in (proc / "environ").read_bytes().split(b"\0")
+        if b"=" in entry
+    )
+    return Daemon(pid, argv, env, os.readlink(proc / "cwd"))
+
+
+def answers() -> bool:
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/cmdline").exists()
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout_s} s")
+
+
+def _start(daemon: Daemon, log: Path) -> int:
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            daemon.argv,
+            env=daemon.env,
+            cwd=daemon.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,  # outlives this test run, as the original did
+        )
+    return process.pid
+
+
+def _repoint_pid_files(old: int, new: int) -> None:
+    roots = {os.environ.get("CI_WORK_DIR", ""), "/tmp/sandbox-mcp-ci", "/tmp/sandbox-mcp-dev"}
+    for root in filter(None, roots):
+        path = Path(root) / "run" / "dockerd.pid"
+        with contextlib.suppress(OSError, ValueError):
+            if int(path.read_text().strip()) == old:
+                path.write_text(f"{new}\n")
+
+
+@contextlib.contextmanager
+def daemon_outage(log: Path) -> Iterator[None]:
+    """Stop dockerd for the body of the ``with``; it is running again afterwards."""
+    daemon = current_daemon()
+    try:
+        os.kill(daemon.pid, signal.SIGTERM)
+        _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
+        yield
+    finally:
+        if not answers():
+            if _alive(daemon.pid):  # it never stopped: let it finish first
+                _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
+            new = _start(daemon, log)
+            _repoint_pid_files(daemon.pid, new)
+            _wait(answers, START_TIMEOUT_S, f"dockerd did not answer again (log: {log})")
