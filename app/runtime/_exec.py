@@ -38,6 +38,7 @@ log = structlog.get_logger(__name__)
 
 _KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
 _KILL_ATTEMPTS = 4
+_STILL_RUNNING_LOOKS = 10
 # Told the pids (T, W) of a job's process tree once it announced them.
 OnStart: TypeAlias = Callable[[tuple[int, int]], Awaitable[None]]
 # Generic only in the type stubs.
@@ -291,8 +292,13 @@ def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
 
 
 def _require_running(api: docker.APIClient, container_id: str) -> None:
-    if not api.inspect_container(container_id).get("State", {}).get("Running"):
-        raise ContainerGone(container_id)
+    """Raise ContainerGone if the container stopped. The engine may record a command's
+    end before its container's (both die when the container's init does), so a
+    container is watched for a second before it is believed running."""
+    for _ in range(_STILL_RUNNING_LOOKS):
+        if not api.inspect_container(container_id).get("State", {}).get("Running"):
+            raise ContainerGone(container_id)
+        time.sleep(0.1)
 
 
 def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:

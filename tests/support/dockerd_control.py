@@ -78,18 +78,19 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     raise AssertionError(f"{what} within {timeout_s} s")
 
 
-def _start(daemon: Daemon, log: Path) -> int:
+def _start(daemon: Daemon, log: Path) -> None:
+    """Start dockerd detached: through a shell that backgrounds it and exits, so the
+    daemon outlives this test run (as the original did) and is no child of ours."""
     with log.open("ab") as out:
-        process = subprocess.Popen(
-            daemon.argv,
+        subprocess.run(
+            ["/bin/sh", "-c", 'exec 0</dev/null; "$@" & exit 0', "start-dockerd", *daemon.argv],
             env=daemon.env,
             cwd=daemon.cwd,
-            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            start_new_session=True,  # outlives this test run, as the original did
+            start_new_session=True,
+            check=True,
         )
-    return process.pid
 
 
 def _repoint_pid_files(old: int, new: int) -> None:
@@ -113,6 +114,6 @@ def daemon_outage(log: Path) -> Iterator[None]:
         if not answers():
             if _alive(daemon.pid):  # it never stopped: let it finish first
                 _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
-            new = _start(daemon, log)
-            _repoint_pid_files(daemon.pid, new)
+            _start(daemon, log)
             _wait(answers, START_TIMEOUT_S, f"dockerd did not answer again (log: {log})")
+            _repoint_pid_files(daemon.pid, int(PID_FILE.read_text().strip()))
