@@ -32,6 +32,7 @@ from app.mcp.allowed_hosts import transport_security
 from app.mcp.resources import register_resources
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.mcp.server import SandboxMCPServer
+from app.mcp.task_mirror import TaskMirror
 from app.mcp.task_store import TaskStore
 from app.mcp.tasks import TasksExtension
 from app.mcp.tools.evidence import register_evidence_tools
@@ -54,6 +55,7 @@ from app.storage.db import Repository, create_engine
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_store import SqlPoolState
 from app.storage.process_store import ProcessRecords
+from app.storage.task_records import TaskRecords
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -181,12 +183,14 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         max_per_sandbox=settings.max_tasks_per_sandbox,
         max_total=settings.max_tasks,
     )
+    # Tasks mirrored to the database: tasks/get and tasks/cancel through any process.
+    mirror = TaskMirror(TaskRecords(engine), registry, tasks)
     mcp = SandboxMCPServer(
         "sandbox-mcp",
         version=service_version(),
         instructions=INSTRUCTIONS,
         log_level=settings.log_level,
-        extensions=[TasksExtension(identity, tasks)],
+        extensions=[TasksExtension(identity, tasks, mirror)],
     )
     register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.

@@ -96,7 +96,7 @@ async def test_live_experiments_survive_a_docker_daemon_restart(
 
     await eventually(started, 30, "the job never started")
 
-    with daemon_outage(tmp_path / "dockerd.log"):
+    with daemon_outage(tmp_path / "dockerd.log", leave_stopped={before["Id"]}):
         # The job died with its container: lost, with the reason, not "failed".
         async def settled() -> dict[str, Any] | None:
             status = await tool(http, server, "", "get_job_status", {"job_id": job["job_id"]})

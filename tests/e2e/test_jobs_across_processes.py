@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import httpx2
@@ -13,7 +14,7 @@ import pytest
 from db_testkit import fresh_postgres_database
 from docker_testkit import docker_client
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import run_command, tool
+from mcp_http import post_rpc, read_jsonrpc, run_command, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -113,4 +114,57 @@ async def test_a_job_is_read_and_cancelled_through_another_process(
         http, other, "", "get_job_result", {"job_id": quick["job_id"], "wait_s": 30}
     )
     assert (result["status"], result["stdout"]) == ("completed", "made-by-the-first\n")
+    await tool(http, other, "", "destroy_experiment", {"experiment_id": exp})
+
+
+DECLARES_TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+async def rpc(
+    http: httpx2.AsyncClient, server: RunningServer, method: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    name = params.get("name") if method == "tools/call" else params.get("taskId")
+    response = await post_rpc(
+        http, server.mcp_url, method, params, name=name, capabilities=DECLARES_TASKS
+    )
+    answer = read_jsonrpc(response)
+    assert "result" in answer, answer
+    return dict(answer["result"])
+
+
+async def task_state(http: httpx2.AsyncClient, server: RunningServer, task_id: str) -> str:
+    return str((await rpc(http, server, "tasks/get", {"taskId": task_id}))["status"])
+
+
+async def test_an_mcp_task_is_polled_and_cancelled_through_another_process(
+    http: httpx2.AsyncClient, pair: Pair
+) -> None:
+    engine = docker_client()
+    first, other = pair.servers
+    exp = (await tool(http, first, "", "create_experiment", {"name": "tasks"}))["experiment_id"]
+
+    def execute(command: str) -> dict[str, Any]:
+        arguments = {"experiment_id": exp, "command": command}
+        return {"name": "execute_experiment", "arguments": arguments}
+
+    started = await rpc(http, first, "tools/call", execute("sleep 2; echo via-task"))
+    assert started["resultType"] == "task", started
+    assert await task_state(http, other, started["taskId"]) == "working"
+    for _ in range(120):
+        if await task_state(http, other, started["taskId"]) != "working":
+            break
+        await asyncio.sleep(0.25)
+    done = await rpc(http, other, "tasks/get", {"taskId": started["taskId"]})
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"]["stdout"] == "via-task\n"
+
+    long = await rpc(http, first, "tools/call", execute(TREE))
+    for _ in range(100):
+        if len(await asyncio.to_thread(job_processes, engine, exp)) == 4:
+            break
+        await asyncio.sleep(0.1)
+    await rpc(http, other, "tasks/cancel", {"taskId": long["taskId"]})
+    assert await task_state(http, other, long["taskId"]) == "cancelled"
+    assert await task_state(http, first, long["taskId"]) == "cancelled"
+    assert await asyncio.to_thread(job_processes, engine, exp) == []
     await tool(http, other, "", "destroy_experiment", {"experiment_id": exp})

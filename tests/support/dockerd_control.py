@@ -5,7 +5,8 @@ owns it; run such tests alone (CI runs tests one after the other).
 
 ``daemon_outage`` stops the dockerd answering on the default socket (by its pid
 file) and, whatever happens in the test, starts it again with the same argv and
-environment, detached, and waits until it answers. A pid file of
+environment, detached, waits until it answers, and starts again the containers
+that ran before (but those the test leaves to the server under test). A pid file of
 ``.ci/lib/services.sh`` naming the old daemon is pointed at the new one, so
 ``stop_services`` still stops the daemon it started.
 """
@@ -102,10 +103,32 @@ def _repoint_pid_files(old: int, new: int) -> None:
                 path.write_text(f"{new}\n")
 
 
+def _running_containers() -> set[str]:
+    client = docker.from_env(timeout=30)
+    try:
+        return {c["Id"] for c in client.api.containers(quiet=True)}
+    finally:
+        client.close()
+
+
+def _start_again(container_ids: set[str]) -> None:
+    """Start containers the outage stopped (best effort: some owners removed theirs)."""
+    client = docker.from_env(timeout=30)
+    try:
+        for container_id in container_ids:
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.start(container_id)
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
-def daemon_outage(log: Path) -> Iterator[None]:
-    """Stop dockerd for the body of the ``with``; it is running again afterwards."""
+def daemon_outage(log: Path, *, leave_stopped: set[str]) -> Iterator[None]:
+    """Stop dockerd for the body of the ``with``; it is running again afterwards, and so
+    is every container that ran before, except ``leave_stopped`` (the ones the test
+    expects the server under test to start again itself)."""
     daemon = current_daemon()
+    others = _running_containers() - leave_stopped
     try:
         os.kill(daemon.pid, signal.SIGTERM)
         _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
@@ -117,3 +140,5 @@ def daemon_outage(log: Path) -> Iterator[None]:
             _start(daemon, log)
             _wait(answers, START_TIMEOUT_S, f"dockerd did not answer again (log: {log})")
             _repoint_pid_files(daemon.pid, int(PID_FILE.read_text().strip()))
+        # Other test runs' containers: as they were (CI runs none at the same time).
+        _start_again(others)
