@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import structlog
 
@@ -47,6 +48,7 @@ class TaskMirror:
         self._writes: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         store.on_finish = self._finished
+        store.on_forget = self._forgotten
 
     async def opened(self, record: TaskRecord) -> None:
         self._local[record.task_id] = record
@@ -60,15 +62,24 @@ class TaskMirror:
     def _finished(self, record: TaskRecord) -> None:
         """TaskStore's finish hook (synchronous): the write goes on in the background."""
         self._local.pop(record.task_id, None)
-        write = asyncio.get_running_loop().create_task(self._write(record))
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
+        self._in_background(self._records.finish(record), record.task_id)
 
-    async def _write(self, record: TaskRecord) -> None:
+    def _forgotten(self, task_id: str) -> None:
+        """TaskStore's forget hook (evicted, or kept long enough): gone everywhere."""
+        self._local.pop(task_id, None)
+        self._in_background(self._records.delete(task_id), task_id)
+
+    def _in_background(self, write: Coroutine[Any, Any, None], task_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._write(write, task_id))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    @staticmethod
+    async def _write(write: Coroutine[Any, Any, None], task_id: str) -> None:
         try:
-            await self._records.finish(record)
+            await write
         except Exception:
-            log.warning("task.finish_not_mirrored", task=record.task_id[:8], exc_info=True)
+            log.warning("task.not_mirrored", task=task_id[:8], exc_info=True)
 
     async def lookup(self, sandbox_key: str, task_id: str) -> TaskRecord | None:
         """The caller's task served by another process, as recorded; None if unknown."""
@@ -76,6 +87,8 @@ class TaskMirror:
         if found is None:
             return None
         record, owner = found
+        if owner == self._registry.process_id:
+            return None  # this process's own: its store has forgotten it (evicted, expired)
         if (
             record.finished_at is not None
             and record.finished_at < self._clock() - self._store.keep_s

@@ -69,8 +69,10 @@ class TaskStore:
         self._by_key: dict[str, dict[str, None]] = {}
         # Finished task ids in the order they finished: expiry looks only at the front.
         self._finished: dict[str, None] = {}
-        # Told of every task as it ends (app.mcp.task_mirror); must not block.
+        # Told of every task as it ends, and as it is forgotten (app.mcp.task_mirror);
+        # must not block.
         self.on_finish: Callable[[TaskRecord], None] | None = None
+        self.on_forget: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -148,6 +150,8 @@ class TaskStore:
         return forgotten
 
     def _forget(self, task_id: str) -> None:
+        if self.on_forget is not None:
+            self.on_forget(task_id)
         record = self._tasks.pop(task_id)
         self._finished.pop(task_id, None)
         own = self._by_key[record.sandbox_key]

@@ -97,6 +97,10 @@ class TaskRecords:
             )
             return record, row.owner_process
 
+    async def delete(self, task_id: str) -> None:
+        async with self._transaction() as session:
+            await session.execute(sa.delete(TaskRow).where(TaskRow.task_id == task_id))
+
     async def request_cancel(self, task_id: str) -> None:
         async with self._transaction() as session:
             await session.execute(
