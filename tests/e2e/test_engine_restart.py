@@ -87,6 +87,19 @@ async def test_live_experiments_survive_a_docker_daemon_restart(
     assert not created["is_error"], created
     exp = created["experiment_id"]
     engine = docker_client()
+    try:
+        await outage_and_return(http, server, tmp_path, engine, exp)
+    finally:
+        engine.close()  # its pooled sockets broke with the daemon
+
+
+async def outage_and_return(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    tmp_path: Path,
+    engine: docker.DockerClient,
+    exp: str,
+) -> None:
     before = container_of(engine, exp)
     job = await run_command(http, server, "", exp, "sleep 600", background=True)
 
