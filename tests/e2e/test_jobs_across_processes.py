@@ -4,14 +4,14 @@ whichever process is asked (issue 14, jobs and containers from any process)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import httpx2
 import pytest
-from db_testkit import fresh_postgres_database
+from db_testkit import create_postgres_database, drop_postgres_database
 from docker_testkit import docker_client
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, run_command, tool
@@ -48,14 +48,18 @@ class Pair:
             stop_server(server)
 
 
-@pytest.fixture
-async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    async with fresh_postgres_database() as url:
-        running = await asyncio.to_thread(Pair, tmp_path / "state", url)
-        try:
-            yield running
-        finally:
-            await asyncio.to_thread(running.stop)
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    """One pair for the module (starting two processes is most of its time)."""
+    name, url = asyncio.run(create_postgres_database())
+    running = None
+    try:
+        running = Pair(tmp_path_factory.mktemp("pair") / "state", url)
+        yield running
+    finally:
+        if running is not None:
+            running.stop()
+        asyncio.run(drop_postgres_database(name))
 
 
 def job_processes(engine: docker.DockerClient, experiment_id: str) -> list[str]:

@@ -24,26 +24,46 @@ async def migrated_sqlite(folder: Path) -> AsyncEngine:
     return engine
 
 
-@asynccontextmanager
-async def fresh_postgres_database() -> AsyncIterator[str]:
-    """The URL of a new, empty database on the real PostgreSQL (.ci/run starts it),
-    dropped afterwards, so concurrent tests never share rows."""
+def _postgres_url() -> str:
     url = os.environ.get("SANDBOX_MCP_TEST_POSTGRES_URL")
     if not url:
         raise AssertionError(
             "SANDBOX_MCP_TEST_POSTGRES_URL is not set: this test needs the PostgreSQL that "
             ".ci/run starts (source .ci/lib/services.sh; start_postgres)."
         )
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(url, isolation_level="AUTOCOMMIT")
+    return url
+
+
+async def _admin(statement: str) -> None:
+    admin = create_async_engine(_postgres_url(), isolation_level="AUTOCOMMIT")
     try:
         async with admin.connect() as conn:
-            await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+            await conn.execute(sa.text(statement))
     finally:
-        async with admin.connect() as conn:
-            await conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         await admin.dispose()
+
+
+async def create_postgres_database() -> tuple[str, str]:
+    """A new, empty database on the real PostgreSQL (.ci/run starts it): its name and
+    URL. Drop it with ``drop_postgres_database``."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    await _admin(f'CREATE DATABASE "{name}"')
+    return name, make_url(_postgres_url()).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(name: str) -> None:
+    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@asynccontextmanager
+async def fresh_postgres_database() -> AsyncIterator[str]:
+    """The URL of a new, empty database, dropped afterwards, so concurrent tests never
+    share rows."""
+    name, url = await create_postgres_database()
+    try:
+        yield url
+    finally:
+        await drop_postgres_database(name)
 
 
 def an_experiment(experiment_id: str, sandbox_key: str = "k") -> Experiment:
