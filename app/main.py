@@ -156,6 +156,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         before_reset=hooks.before_reset,
         on_reserved=mailer.sandbox_ready,
     )
+    # A container recreated by recovery goes on its sandbox's slot.
+    manager.recovery.slot_of = lambda key: slot.root if (slot := pool.lease_of(key)) else None
     auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
     retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
     chores = [mailer.housekeeping, manager.shelf.expire, retention.sweep]

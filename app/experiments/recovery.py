@@ -8,7 +8,9 @@ process; every step is idempotent, so processes running it at once agree:
   their process trees killed, and their experiments leave RUNNING;
 * containers of live experiments that the engine holds stopped (a restart of the
   Docker daemon stops every container) are started again, the same containers, so
-  hardened exactly as before, on their intact workspaces;
+  hardened exactly as before, on their intact workspaces; one the engine no longer
+  has at all (two rounds in a row: a destroy in progress removes it first) is
+  recreated (``app.experiments.recreation``);
 * experiments whose creation was refused before they got a container (for example
   while the engine was down) are retired, so they no longer count toward the
   live-experiment limit;
@@ -22,6 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import structlog
 
@@ -30,6 +33,7 @@ from app.experiments.errors import InvalidTransition
 from app.experiments.jobs import JobRegistry, RunningJob
 from app.experiments.process_registry import ProcessRegistry
 from app.experiments.records import LostJob
+from app.experiments.recreation import recreate
 from app.experiments.states import State
 from app.runtime.backend import SandboxBackend
 from app.storage.experiment_store import ExperimentRecords
@@ -64,6 +68,9 @@ class Recovery:
         self._clock = clock
         # Sandboxes with a job running in any process (refreshed every round).
         self.busy: frozenset[str] = frozenset()
+        # Where a sandbox's slot is (set by the composition root); None: not leased.
+        self.slot_of: Callable[[str], Path | None] = lambda _: None
+        self._missing: set[str] = set()  # containers missing at the last round
         self._task: asyncio.Task[None] | None = None
 
     # -- steps -------------------------------------------------------------------------
@@ -94,17 +101,29 @@ class Recovery:
             await self._records.transition(experiment_id, State.FAILED, reason, self._clock())
 
     async def revive_containers(self) -> int:
-        """Start the stopped containers of live experiments again; how many."""
-        ids = {e.container_id for e in await self._records.live() if e.container_id}
-        if not ids:
+        """Start the stopped containers of live experiments again, and recreate those
+        missing two rounds in a row; how many came back."""
+        live = {e.container_id: e for e in await self._records.live() if e.container_id}
+        if not live:
             return 0
         try:
-            revived = await self._backend.revive(ids)
+            revival = await self._backend.revive(set(live))
         except ServiceError:
             return 0  # the engine is still away: the next round tries again
-        if revived:
-            log.warning("experiments.revived", containers=len(revived))
-        return len(revived)
+        if revival.started:
+            log.warning("experiments.revived", containers=len(revival.started))
+        missing, self._missing = set(revival.missing) & self._missing, set(revival.missing)
+        recreated = 0
+        for container_id in missing:
+            experiment = live[container_id]
+            slot_root = self.slot_of(experiment.sandbox_key)
+            if slot_root is None:
+                continue  # its sandbox is being emptied: the teardown takes it
+            try:
+                recreated += await recreate(self._records, self._backend, experiment, slot_root)
+            except ServiceError as exc:
+                log.warning("experiment.recreate_failed", code=exc.code, reason=exc.message)
+        return len(revival.started) + recreated
 
     async def retire_refused_creations(self) -> int:
         retired = 0

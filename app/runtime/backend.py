@@ -101,6 +101,12 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class Revival:
+    started: list[str]  # stopped containers started again
+    missing: list[str]  # containers the engine no longer has
+
+
+@dataclass(frozen=True)
 class RuntimeInfo:
     reachable: bool
     version: str | None
@@ -159,9 +165,10 @@ class SandboxBackend(Protocol):
         pids); False if it was not running any more."""
         ...
 
-    async def revive(self, container_ids: set[str]) -> list[str]:
+    async def revive(self, container_ids: set[str]) -> Revival:
         """Start again those of ``container_ids`` that the engine holds stopped (an engine
-        restart stops every container); the ids started.
+        restart stops every container); which were started, and which the engine no
+        longer has at all.
 
         Raises:
             RuntimeFailure: RUNTIME_UNAVAILABLE (the engine is still away).

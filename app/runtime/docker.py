@@ -69,6 +69,7 @@ from app.runtime.backend import (
     Isolation,
     Limits,
     NetworkMode,
+    Revival,
     RuntimeInfo,
 )
 from app.runtime.errors import (
@@ -359,7 +360,7 @@ class DockerBackend:
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         return await self._exec.kill_tree(container_id, pids)
 
-    async def revive(self, container_ids: set[str]) -> list[str]:
+    async def revive(self, container_ids: set[str]) -> Revival:
         api = await self._api()
         with translated():
             found = await self._offload.call(
@@ -367,6 +368,7 @@ class DockerBackend:
                 all=True,
                 filters={"label": f"{self._managed}={self._deployment}"},
             )
+        present = [c["Id"] for c in found]
         stopped = [c["Id"] for c in found if c.get("State") != "running"]
         revived = [c for c in stopped if any(c.startswith(i) for i in container_ids if i)]
         for container_id in revived:
@@ -374,7 +376,8 @@ class DockerBackend:
                 # The same container, so exactly the hardening it was created with.
                 await self._offload.call(api.start, container_id)
             log.info("runtime.revive", container_id=container_id[:12])
-        return revived
+        missing = [i for i in container_ids if i and not any(c.startswith(i) for c in present)]
+        return Revival(revived, missing)
 
     async def remove(self, container_id: str) -> None:
         api = await self._api()

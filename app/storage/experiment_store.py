@@ -267,6 +267,22 @@ class ExperimentRecords:
             )
             return current
 
+    async def replace_container(
+        self, experiment_id: str, old: str, new: str, warnings: list[str]
+    ) -> bool:
+        """Point a live experiment at a new container, if it still has ``old``."""
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.update(ExperimentRow)
+                .where(
+                    ExperimentRow.experiment_id == experiment_id,
+                    ExperimentRow.container_id == old,
+                    ExperimentRow.state != State.DESTROYED.value,
+                )
+                .values(container_id=new, warnings=json.dumps(warnings))
+            )
+            return bool(getattr(result, "rowcount", 0))
+
     async def transitions(self, experiment_id: str) -> list[tuple[str | None, str, str]]:
         async with self._transaction() as session:
             rows = await session.scalars(

@@ -15,6 +15,7 @@ from app.runtime.backend import (
     ExecResult,
     GitSource,
     Isolation,
+    Revival,
     RuntimeInfo,
 )
 
@@ -122,10 +123,11 @@ class FakeBackend:
         self.killed_trees.append((container_id, pids))
         return True
 
-    async def revive(self, container_ids: set[str]) -> list[str]:
+    async def revive(self, container_ids: set[str]) -> Revival:
         revived = sorted(c for c in self.stopped if c in container_ids)
         self.stopped -= set(revived)
-        return revived
+        missing = sorted(c for c in container_ids if c not in self.containers)
+        return Revival(revived, missing)
 
     async def sweep(
         self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()

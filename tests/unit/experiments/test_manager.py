@@ -22,6 +22,7 @@ from app.experiments.options import ExperimentOptions
 from app.experiments.process_registry import ProcessRegistry
 from app.experiments.shelf import fingerprint
 from app.experiments.states import State, check_transition
+from app.runtime.backend import Limits
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.process_store import ProcessRecords
 from jail import CallContext, JailError, SandboxMemory, new_call_context
@@ -368,6 +369,26 @@ async def test_only_a_dead_process_s_jobs_are_marked_lost(world: World) -> None:
     assert world.backend.killed_trees == [(f"c-{exp.experiment_id}", (1, 2))]
     assert (await other.get(world.call(), exp.experiment_id)).state == "FAILED"
     await world.manager.cancel_job(world.call(), job.job_id)
+
+
+async def test_a_container_missing_two_rounds_in_a_row_is_recreated_on_its_workspace(
+    world: World,
+) -> None:
+    created = await world.manager.create(
+        world.call(), CreateRequest(files={"kept.txt": "k"}, limits=Limits(cpus=0.5, pids=64))
+    )
+    container_id = f"c-{created.experiment_id}"
+    recovery = world.manager.recovery
+    recovery.slot_of = lambda key: world.slot if key == "alice" else None
+    world.backend.containers.pop(container_id)
+    assert await recovery.revive_containers() == 0, "once missing may be a destroy under way"
+    assert await recovery.revive_containers() == 1
+    spec = world.backend.containers[container_id]
+    assert spec.workspace == world.slot / f"exp-{created.experiment_id}" / "workspace"
+    assert (spec.limits.cpus, spec.limits.pids) == (0.5, 64)
+    assert spec.sandbox_label == fingerprint("alice")
+    again = await world.manager.get(world.call(), created.experiment_id)
+    assert any("recreated" in warning for warning in again.warnings)
 
 
 async def test_refused_creations_stop_counting_and_stopped_containers_come_back(

@@ -371,8 +371,10 @@ async def test_revive_starts_only_stopped_containers_of_live_experiments(
         {"Id": running, "State": "running"},
         {"Id": foreign, "State": "exited"},  # no live experiment: the sweep's, not ours
     ]
-    revived = await make_backend(slots, api).revive({stopped[:12], running[:12]})
-    assert revived == [stopped]
+    gone = "d" * 12
+    revival = await make_backend(slots, api).revive({stopped[:12], running[:12], gone})
+    assert revival.started == [stopped]
+    assert revival.missing == [gone]
     assert api.started == [stopped]
 
 
