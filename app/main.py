@@ -24,6 +24,7 @@ from app import options
 from app.errors import ConfigurationError
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
+from app.experiments.process_registry import ProcessRegistry
 from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
@@ -31,6 +32,7 @@ from app.mcp.allowed_hosts import transport_security
 from app.mcp.resources import register_resources
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.mcp.server import SandboxMCPServer
+from app.mcp.task_mirror import TaskMirror
 from app.mcp.task_store import TaskStore
 from app.mcp.tasks import TasksExtension
 from app.mcp.tools.evidence import register_evidence_tools
@@ -53,6 +55,8 @@ from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_pg import leadership_for, pool_state_for
+from app.storage.process_store import ProcessRecords
+from app.storage.task_records import TaskRecords
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -146,10 +150,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     store = slot_store(settings)  # opened first thing in the lifespan
     ceilings = options.ceilings(settings)
     jobs = JobRegistry()
-    backend = build_backend(settings, store, ceilings)
+    registry = ProcessRegistry(ProcessRecords(engine), stale_s=settings.process_stale_s)
+    backend = build_backend(settings, store, ceilings, registry.process_id)
     records = ExperimentRecords(engine)
     manager = ExperimentManager(
-        records, backend, jobs, options.experiment_options(settings, ceilings)
+        records, backend, jobs, options.experiment_options(settings, ceilings), registry
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
@@ -160,6 +165,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         before_reset=hooks.before_reset,
         on_reserved=mailer.sandbox_ready,
     )
+    # A container recreated by recovery goes on its sandbox's slot (whichever process leased it).
+    manager.recovery.slot_of = pool.holding
     auth = build_auth(settings, engine, mailer, shared) if settings.auth == "oauth" else None
     retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
     chores = [mailer.housekeeping, shared.housekeeping, manager.shelf.expire, retention.sweep]
@@ -188,12 +195,14 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         max_per_sandbox=settings.max_tasks_per_sandbox,
         max_total=settings.max_tasks,
     )
+    # Tasks mirrored to the database: tasks/get and tasks/cancel through any process.
+    mirror = TaskMirror(TaskRecords(engine), registry, tasks)
     mcp = SandboxMCPServer(
         "sandbox-mcp",
         version=service_version(),
         instructions=INSTRUCTIONS,
         log_level=settings.log_level,
-        extensions=[TasksExtension(identity, tasks)],
+        extensions=[TasksExtension(identity, tasks, mirror)],
     )
     register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.
@@ -238,10 +247,13 @@ class _Hooks:
         self.memory.drop(sandbox_key)
 
 
-def build_backend(settings: Settings, slots: SlotStore, ceilings: Ceilings) -> DockerBackend:
+def build_backend(
+    settings: Settings, slots: SlotStore, ceilings: Ceilings, process_id: str | None = None
+) -> DockerBackend:
     return DockerBackend(
         slots=slots,
         deployment=deployment_id(settings),
+        process_id=process_id,
         allowed_images=settings.image_list,
         host_paths=(
             (settings.state_dir, settings.host_state_dir) if settings.host_state_dir else None

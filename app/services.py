@@ -76,8 +76,10 @@ class Services:
         await open_slots(self.store, self.settings)
         await self.pool.open()
         await self.mailer.open()  # hand-overs from other processes reach it from now on
+        await self.manager.recovery.registry.register()
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
+        self.manager.recovery.start()  # heartbeat, and takeover of dead processes' work
         self.watchdog.start()
         log.info(
             "service.started",
@@ -93,6 +95,7 @@ class Services:
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
+        await self.manager.recovery.stop()  # this process's jobs reported lost, then gone
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()

@@ -210,6 +210,16 @@ class Settings(BaseSettings):
             "need different ones (each counts and sweeps the containers with its own)."
         ),
     )
+    process_stale_s: float = Field(
+        default=30,
+        ge=3,
+        le=3600,
+        description=(
+            "Server processes sharing one database write a heartbeat every sixth of this; "
+            "one silent this long is taken for dead: its running jobs are reported lost "
+            "(their process trees killed) and its containers judged by the records alone."
+        ),
+    )
     max_jobs_per_sandbox: int = Field(
         default=8,
         ge=1,

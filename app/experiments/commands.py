@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
@@ -24,7 +27,10 @@ from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
 from app.runtime.backend import ExecResult, SandboxBackend
+from app.runtime.errors import RuntimeFailure
 from app.storage.experiment_store import ExperimentRecords
+
+log = structlog.get_logger(__name__)
 
 # run_tests: the workspace to read the report from, and the plan detection chose.
 TestContext = tuple[Path, TestPlan | None]
@@ -50,8 +56,10 @@ class CommandRunner:
         max_output_bytes: int,
         limits: JobLimits,
         clock: Callable[[], float] = time.time,
+        process_id: str | None = None,
     ) -> None:
         self._records = records
+        self._process_id = process_id
         self._backend = backend
         self._jobs = jobs
         self._limits = limits
@@ -158,6 +166,7 @@ class CommandRunner:
                 background=background,
                 timeout_s=timeout_s,
                 started_at=now,
+                owner_process=self._process_id,
             )
         )
         if not self._jobs.running_in(experiment.experiment_id):
@@ -200,6 +209,18 @@ class CommandRunner:
         release: Callable[[], None],
     ) -> ExecResult:
         started = self._clock()
+        announced = False
+
+        async def record_pids(pids: tuple[int, int]) -> None:
+            # With them any process can kill this job's tree (a cancel through another
+            # server process); a failed write only costs that.
+            nonlocal announced
+            announced = True
+            try:
+                await self._records.record_job_pids(job_id, pids)
+            except Exception:
+                log.warning("job.pids_not_recorded", job_id=job_id, exc_info=True)
+
         try:
             result = await self._backend.run(
                 container_id,
@@ -208,7 +229,12 @@ class CommandRunner:
                 job_id=job_id,
                 max_output_bytes=self._max_output_bytes,
                 env=env,
+                on_start=record_pids,
             )
+        except RuntimeFailure as exc:
+            release()
+            await self._runtime_failed(experiment_id, job_id, exc, announced, started)
+            raise
         except Exception as exc:
             release()
             result = ExecResult(None, "", "", False, False, self._clock() - started)
@@ -217,9 +243,60 @@ class CommandRunner:
         finally:
             # The run (and its output stream) is over before anyone can see the outcome.
             release()
+        if result.exit_code not in (0, None) and not result.timed_out:
+            control = await self._records.job_control(job_id)
+            if control is not None and control.cancel_requested:
+                # Killed through another server process (cancel_job there).
+                result = dataclasses.replace(result, exit_code=None, cancelled=True)
         summary = await self._summarize(tests, result) if tests is not None else None
         await self._settle(experiment_id, job_id, result, test_summary=summary)
         return result
+
+    async def _runtime_failed(
+        self,
+        experiment_id: str,
+        job_id: str,
+        exc: RuntimeFailure,
+        started_running: bool,
+        started_at: float,
+    ) -> None:
+        """The engine failed under the job (it stopped, restarted, lost the container):
+        a job that ran is lost with the reason, one that never started failed; the
+        experiment itself is not at fault, so it goes back to READY (its container is
+        started again once the engine is back: ``app.experiments.recovery``)."""
+        now = self._clock()
+        if started_running:
+            status = "lost"
+            reason = (
+                f"The Docker engine failed under it ({exc.code}: its container stopped or the "
+                "engine became unreachable, as when the engine restarts); its process tree "
+                "died with it and its result is lost. The experiment's container is started "
+                "again once the engine is back (its workspace is kept): run the command again."
+            )
+        else:
+            status = "failed"
+            reason = f"The Docker engine could not start it ({exc.code}: {exc.message})."
+        await self._records.finish_job(
+            job_id,
+            JobOutcome(
+                status=status,
+                exit_code=None,
+                stdout="",
+                stderr="",
+                stdout_truncated=False,
+                stderr_truncated=False,
+                finished_at=now,
+                duration_s=round(now - started_at, 3),
+                reason=reason,
+                test_summary=None,
+            ),
+        )
+        others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
+        if not others:
+            with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
+                await self._records.transition(
+                    experiment_id, State.READY, f"{job_id} {status}: {exc.code}", now
+                )
 
     @staticmethod
     async def _summarize(tests: TestContext, result: ExecResult) -> dict[str, Any]:

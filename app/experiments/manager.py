@@ -14,6 +14,7 @@ commands, changes, testing, the shelf, compare).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -40,7 +41,10 @@ from app.experiments.errors import (
 from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry
 from app.experiments.options import ExperimentOptions
+from app.experiments.process_registry import ProcessRegistry
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord
+from app.experiments.recovery import Recovery
+from app.experiments.remote_jobs import RemoteJobs
 from app.experiments.shelf import ArtifactShelf
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
@@ -76,6 +80,7 @@ class ExperimentManager:
         backend: SandboxBackend,
         jobs: JobRegistry,
         options: ExperimentOptions,
+        registry: ProcessRegistry,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._records = records
@@ -92,12 +97,16 @@ class ExperimentManager:
         )
         limits = JobLimits(options.max_jobs_per_sandbox, options.max_jobs_per_experiment)
         self._commands = CommandRunner(
-            records, backend, jobs, options.max_output_bytes, limits, clock
+            records, backend, jobs, options.max_output_bytes, limits, clock, registry.process_id
         )
+        # Jobs and containers of the other server processes on this database.
+        self.recovery = Recovery(records, backend, registry, jobs, self._commands.kill, clock)
+        self._remote = RemoteJobs(records, backend, registry, clock)
         self._creator = ExperimentCreator(records, backend, self._commands, options, clock)
 
     def is_busy(self, sandbox_key: str) -> bool:
-        return self._jobs.is_busy(sandbox_key)
+        """A job runs for the sandbox, in this process or (as of the last heartbeat) any."""
+        return self._jobs.is_busy(sandbox_key) or sandbox_key in self.recovery.busy
 
     # -- create ------------------------------------------------------------------
 
@@ -267,8 +276,11 @@ class ExperimentManager:
         stream instead of the excerpts."""
         await self._job(call, job_id)
         running = self._jobs.get(job_id)
+        wait = max(0.0, min(wait_s, MAX_RESULT_WAIT_S))
         if running is not None:
-            await self._jobs.wait(running, max(0.0, min(wait_s, MAX_RESULT_WAIT_S)))
+            await self._jobs.wait(running, wait)
+        else:  # maybe another server process runs it: its record says when it ends
+            await self._remote.wait(call.sandbox_key, job_id, wait)
         row = await self._job(call, job_id)
         view = JobView.of(row) if page is None else JobView.paged(row, *page)
         if view.status == "running":
@@ -284,8 +296,10 @@ class ExperimentManager:
         running = self._jobs.get(job_id)
         if running is not None and row.status == "running":
             await self._commands.kill(running)
+        elif row.status == "running":  # another server process runs it
+            await self._remote.cancel(row)
         view = JobView.of(await self._job(call, job_id))
-        if running is None:
+        if running is None and row.status != "running":
             view.notes.append(f"The job had already ended ({view.status}); nothing to cancel.")
         return view
 
@@ -394,6 +408,9 @@ class ExperimentManager:
         for job in self._jobs.running_in(experiment.experiment_id):
             await self._backend.cancel(job.container_id, job.job_id)
             await self._jobs.wait(job, 10)
+        for row in await self._records.running_jobs(experiment.experiment_id):
+            if self._jobs.get(row.job_id) is None:  # another server process runs it
+                await self._remote.cancel(row)
         jobs = await self._records.jobs_of(experiment.experiment_id)
         # Recorded before teardown, so destroyed experiments stay comparable.
         found = await evidence.gather(self._records, experiment, dirs)
@@ -432,8 +449,10 @@ class ExperimentManager:
         return len(live)
 
     async def recover(self, leased_keys: set[str]) -> dict[str, int]:
-        """At start-up: lost jobs, experiments whose sandbox is gone, orphan containers."""
-        lost = await self._records.mark_lost_jobs(self._clock())
+        """At start-up: jobs of dead processes, experiments whose sandbox is gone, stopped
+        and orphan containers. What live server processes run is left alone."""
+        lost = await self.recovery.take_over_dead()
+        retired = await self.recovery.retire_refused_creations()
         gone = 0
         live_containers: set[str] = set()
         for experiment in await self._records.live():
@@ -443,20 +462,32 @@ class ExperimentManager:
                 )
                 gone += 1
                 continue
-            if experiment.state is State.RUNNING:
-                await self._records.transition(
-                    experiment.experiment_id,
-                    State.FAILED,
-                    "the server restarted mid-command",
-                    self._clock(),
-                )
+            if experiment.state is State.RUNNING and not await self._records.running_jobs(
+                experiment.experiment_id
+            ):
+                with contextlib.suppress(InvalidTransition):  # settled by another process
+                    await self._records.transition(
+                        experiment.experiment_id,
+                        State.FAILED,
+                        "the server restarted mid-command",
+                        self._clock(),
+                    )
             if experiment.container_id:
                 live_containers.add(experiment.container_id)
         try:
-            swept = await self._backend.sweep(live_containers)
+            swept = await self._backend.sweep(
+                live_containers, frozenset(await self.recovery.registry.live())
+            )
         except ServiceError as exc:
             # Without Docker the service still starts (degraded, as /health says); the
             # sweep runs at the next start with the engine up.
             log.warning("experiments.sweep_skipped", code=exc.code, reason=exc.message)
             swept = 0
-        return {"lost_jobs": lost, "experiments_gone": gone, "orphans_swept": swept}
+        revived = await self.recovery.revive_containers()
+        return {
+            "lost_jobs": len(lost),
+            "experiments_gone": gone,
+            "orphans_swept": swept,
+            "refused_creations_retired": retired,
+            "containers_revived": revived,
+        }

@@ -50,6 +50,26 @@ class JobRecord:
     duration_s: float | None = None
     reason: str | None = None
     test_summary: dict[str, Any] | None = None  # for run_tests jobs
+    owner_process: str | None = None  # the server process that runs it
+
+
+@dataclass(frozen=True)
+class JobControl:
+    """What another process needs to wait for or cancel a job."""
+
+    owner_process: str | None
+    pids: tuple[int, int] | None  # its process tree's root and supervisor, once announced
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class LostJob:
+    """A running job whose process died, as recovery marked it lost."""
+
+    job_id: str
+    experiment_id: str
+    container_id: str | None
+    pids: tuple[int, int] | None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ its own oldest finished task, never a running one), and the server at most
 way: no tenant's results are ever evicted to make room for another's). A finished
 task is kept ``keep_s`` seconds, then forgotten.
 
-One process only: tasks live in this server's memory, so a restart forgets them
-(their commands' records stay in the database, as jobs).
+Tasks live in the memory of the process serving them; ``on_finish`` lets
+``app.mcp.task_mirror`` mirror them to the database, where the other server
+processes read them. A restart forgets the tasks it served (their commands'
+records stay in the database, as jobs).
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class TaskStore:
         self._by_key: dict[str, dict[str, None]] = {}
         # Finished task ids in the order they finished: expiry looks only at the front.
         self._finished: dict[str, None] = {}
+        # Told of every task as it ends, and as it is forgotten (app.mcp.task_mirror);
+        # must not block.
+        self.on_finish: Callable[[TaskRecord], None] | None = None
+        self.on_forget: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -118,6 +124,8 @@ class TaskStore:
         record.finished_at = record.updated_at = now
         record.work = None
         self._finished[record.task_id] = None
+        if self.on_finish is not None:
+            self.on_finish(record)
 
     def ttl_s(self, record: TaskRecord) -> float | None:
         """Seconds from creation after which the task may be gone; ``None`` while it runs
@@ -142,6 +150,8 @@ class TaskStore:
         return forgotten
 
     def _forget(self, task_id: str) -> None:
+        if self.on_forget is not None:
+            self.on_forget(task_id)
         record = self._tasks.pop(task_id)
         self._finished.pop(task_id, None)
         own = self._by_key[record.sandbox_key]

@@ -40,6 +40,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 from app.mcp.runner import Identity
+from app.mcp.task_mirror import TaskMirror
 from app.mcp.task_store import TaskRecord, TaskStore
 
 log = structlog.get_logger(__name__)
@@ -81,9 +82,12 @@ class UpdateTaskParams(RequestParams):
 class TasksExtension(Extension):
     identifier = TASKS_EXTENSION
 
-    def __init__(self, identity: Identity, store: TaskStore) -> None:
+    def __init__(
+        self, identity: Identity, store: TaskStore, mirror: TaskMirror | None = None
+    ) -> None:
         self._identity = identity
         self._store = store
+        self._mirror = mirror  # tasks of the other server processes on this database
 
     def methods(self) -> list[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -118,6 +122,8 @@ class TasksExtension(Extension):
         record.work = work
         # A task cancelled before it ever ran never reaches _drive's handlers.
         work.add_done_callback(lambda _: self._store.finish(record, "cancelled"))
+        if self._mirror is not None:
+            await self._mirror.opened(record)
         log.info("task.created", task=record.task_id[:8], tool=params.name)
         return {"resultType": "task", **self._wire(record)}
 
@@ -149,7 +155,7 @@ class TasksExtension(Extension):
         log.info("task.completed", task=record.task_id[:8], tool=record.tool)
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        record = self._lookup(ctx, params.task_id)
+        record = await self._lookup(ctx, params.task_id)
         answer: dict[str, Any] = {"resultType": "complete", **self._wire(record)}
         if record.status == "completed":
             answer["result"] = record.result
@@ -162,15 +168,19 @@ class TasksExtension(Extension):
     ) -> dict[str, Any]:
         # Our tasks never ask for input, so no key is ever outstanding: the spec says
         # to ignore responses to keys that are not, and to acknowledge.
-        self._lookup(ctx, params.task_id)
+        await self._lookup(ctx, params.task_id)
         return {"resultType": "complete"}
 
     async def _cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskParams
     ) -> dict[str, Any]:
-        record = self._lookup(ctx, params.task_id)
+        record = await self._lookup(ctx, params.task_id)
         work = record.work
-        if work is not None and not record.finished:
+        if work is None and not record.finished and self._mirror is not None:
+            # Served by another process: it cancels when it sees the request.
+            await self._mirror.cancel_elsewhere(record.sandbox_key, record.task_id, CANCEL_WAIT_S)
+            log.info("task.cancel_requested", task=record.task_id[:8], tool=record.tool)
+        elif work is not None and not record.finished:
             work.cancel()
             # Answer once the command is dead where possible (asyncio.wait never
             # cancels what it waits on); cancellation stays eventually consistent.
@@ -178,10 +188,12 @@ class TasksExtension(Extension):
             log.info("task.cancelled", task=record.task_id[:8], tool=record.tool)
         return {"resultType": "complete"}
 
-    def _lookup(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskRecord:
+    async def _lookup(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskRecord:
         require_client_extension(ctx, TASKS_EXTENSION)
         key = self._identity.sandbox_key()
         record = self._store.get(key, task_id) if key is not None else None
+        if record is None and key is not None and self._mirror is not None:
+            record = await self._mirror.lookup(key, task_id)
         if record is None:
             keep = int(self._store.keep_s)
             raise MCPError(

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import docker.errors
 from requests.exceptions import RequestException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from app.runtime.errors import ContainerGone, RuntimeFailure, RuntimeUnavailable
 
@@ -40,5 +41,6 @@ def translated(container_id: str | None = None) -> Iterator[None]:
     """Docker SDK and transport errors -> RuntimeFailure (the cause is kept)."""
     try:
         yield
-    except (docker.errors.DockerException, RequestException, OSError) as exc:
+    # urllib3's own errors (a stream cut mid-read) are not wrapped by requests.
+    except (docker.errors.DockerException, RequestException, Urllib3Error, OSError) as exc:
         raise translate(exc, container_id) from exc

@@ -38,6 +38,9 @@ log = structlog.get_logger(__name__)
 
 _KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
 _KILL_ATTEMPTS = 4
+_STILL_RUNNING_LOOKS = 10
+# Told the pids (T, W) of a job's process tree once it announced them.
+OnStart: TypeAlias = Callable[[tuple[int, int]], Awaitable[None]]
 # Generic only in the type stubs.
 _Stream: TypeAlias = "CancellableStream[tuple[bytes | None, bytes | None]]"
 
@@ -68,8 +71,11 @@ class Executor:
         job_id: str,
         max_output_bytes: int,
         env: dict[str, str] | None,
+        on_start: OnStart | None = None,
     ) -> ExecResult:
-        """Run ``command`` to its end, its timeout or its cancel; its result."""
+        """Run ``command`` to its end, its timeout or its cancel; its result.
+        ``on_start`` is told the pids of the job's process tree once it announced them
+        (so another process can kill it: ``kill_tree``)."""
         timeout = timeout_s
         job = self._jobs.add(container_id, job_id)
         if job is None:
@@ -97,7 +103,7 @@ class Executor:
                 tg.start_soon(self._guard, api, job, stream, timeout)
                 try:
                     with translated(container_id):
-                        await self._drain(stream, job, stdout, stderr)
+                        await self._drain(stream, job, stdout, stderr, on_start)
                 finally:
                     job.finished.set()
                     job.announced.set()
@@ -105,6 +111,11 @@ class Executor:
             _close(stream)
             with translated(container_id):
                 exit_code = await self._offload.call(_exit_code, api, exec_id)
+                if job.reason is None and (exit_code is None or exit_code >= 128):
+                    # Killed by a signal: by the command's own doing, or because its
+                    # container stopped under it (the engine stopping or restarting),
+                    # which is no outcome of the command's.
+                    await self._offload.call(_require_running, api, container_id)
         except BaseException:
             if stream is not None:
                 _close(stream)
@@ -155,8 +166,20 @@ class Executor:
             await job.settled.wait()
         return True
 
+    async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
+        """Kill the process tree of a job this process does not run (another server
+        process does, or did), given the pids it announced; True if it was running."""
+        job = Job(container_id, "elsewhere", pids=pids)
+        job.announced.set()
+        return await self._kill_quietly(job)
+
     async def _drain(
-        self, stream: _Stream, job: Job, stdout: CappedBuffer, stderr: CappedBuffer
+        self,
+        stream: _Stream,
+        job: Job,
+        stdout: CappedBuffer,
+        stderr: CappedBuffer,
+        on_start: OnStart | None,
     ) -> None:
         announcement = Announcement()
         async for out, err in self._offload.iterate(stream):
@@ -165,6 +188,8 @@ class Executor:
                 if announcement.done and not job.announced.is_set():
                     job.pids = announcement.pids
                     job.announced.set()
+                    if on_start is not None and job.pids is not None:
+                        await on_start(job.pids)
             if err:
                 stderr.add(err)
         stdout.add(announcement.flush())
@@ -264,6 +289,16 @@ def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
             return None if code is None else int(code)
         time.sleep(0.05)
     return None
+
+
+def _require_running(api: docker.APIClient, container_id: str) -> None:
+    """Raise ContainerGone if the container stopped. The engine may record a command's
+    end before its container's (both die when the container's init does), so a
+    container is watched for a second before it is believed running."""
+    for _ in range(_STILL_RUNNING_LOOKS):
+        if not api.inspect_container(container_id).get("State", {}).get("Running"):
+            raise ContainerGone(container_id)
+        time.sleep(0.1)
 
 
 def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:

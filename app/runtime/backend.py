@@ -8,6 +8,7 @@ a mount or a privilege.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, Protocol
@@ -100,6 +101,12 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class Revival:
+    started: list[str]  # stopped containers started again
+    missing: list[str]  # containers the engine no longer has
+
+
+@dataclass(frozen=True)
 class RuntimeInfo:
     reachable: bool
     version: str | None
@@ -133,8 +140,12 @@ class SandboxBackend(Protocol):
         job_id: str,
         max_output_bytes: int = 1_048_576,
         env: dict[str, str] | None = None,
+        on_start: Callable[[tuple[int, int]], Awaitable[None]] | None = None,
     ) -> ExecResult:
         """Run ``/bin/sh -c command`` in ``/workspace`` and wait for it (bounded).
+
+        ``on_start`` is told the pids of the command's process tree once it started:
+        with them any process can kill the tree (``kill_tree``).
 
         On timeout, or when ``cancel(job_id)`` is called meanwhile, the command's
         whole process tree is killed (not only its first process). Output is
@@ -149,14 +160,33 @@ class SandboxBackend(Protocol):
         """Kill the process tree of a running ``run`` call; False if it was not running."""
         ...
 
+    async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
+        """Kill the process tree of a command another process started (its ``on_start``
+        pids); False if it was not running any more."""
+        ...
+
+    async def revive(self, container_ids: set[str]) -> Revival:
+        """Start again those of ``container_ids`` that the engine holds stopped (an engine
+        restart stops every container); which were started, and which the engine no
+        longer has at all.
+
+        Raises:
+            RuntimeFailure: RUNTIME_UNAVAILABLE (the engine is still away).
+        """
+        ...
+
     async def remove(self, container_id: str) -> None:
         """Kill and remove a container; removing a missing one is not an error."""
         ...
 
-    async def sweep(self, live_container_ids: set[str]) -> int:
+    async def sweep(
+        self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()
+    ) -> int:
         """Remove every container with our label that is not in ``live_container_ids``.
 
-        Helpers of clones still running in this process are spared.
+        Helpers of clones still running in this process are spared, and so is what a
+        process in ``live_processes`` created (an experiment it is still creating, a
+        clone it runs).
         """
         ...
 

@@ -53,7 +53,7 @@ from app.runtime._capacity import (
     output_streams,
 )
 from app.runtime._engine_errors import translate, translated
-from app.runtime._exec import Executor
+from app.runtime._exec import Executor, OnStart
 from app.runtime._git import SOURCE, clone_env, clone_script, plan_clone, require_empty
 from app.runtime._jobs import (
     JOB_ID,
@@ -69,6 +69,7 @@ from app.runtime.backend import (
     Isolation,
     Limits,
     NetworkMode,
+    Revival,
     RuntimeInfo,
 )
 from app.runtime.errors import (
@@ -145,6 +146,8 @@ class DockerBackend:
         label_prefix: Prefix of our labels (``<prefix>.managed=<deployment>`` etc.).
         deployment: Which deployment's containers are ours (the value of the managed
             label): the sweep and the container count never touch another's.
+        process_id: This server process (``<prefix>.process`` on what it creates): the
+            sweep spares what a live process is still creating or cloning.
         client_factory: Builds the Docker client (called once, in a thread).
         max_calls: Concurrent blocking SDK calls.
         max_streams: Concurrent command output streams.
@@ -174,6 +177,7 @@ class DockerBackend:
         git_image: str | None = None,
         label_prefix: str = "io.sandbox-mcp",
         deployment: str = "1",
+        process_id: str | None = None,
         client_factory: Callable[[], docker.DockerClient] | None = None,
         max_calls: int = 16,
         max_streams: int = 512,
@@ -218,6 +222,8 @@ class DockerBackend:
         self._prefix = label_prefix
         self._managed = f"{label_prefix}.managed"
         self._deployment = deployment
+        self._process = f"{label_prefix}.process"
+        self._owner = {self._process: process_id} if process_id else {}
         self._client_factory = client_factory or _default_client
         self._offload = Offload(calls=max_calls, streams=max_streams)
         self._exec = Executor(
@@ -280,6 +286,7 @@ class DockerBackend:
             self._managed: self._deployment,
             f"{self._prefix}.experiment": spec.experiment_id,
             f"{self._prefix}.sandbox": spec.sandbox_label,
+            **self._owner,
         }
         name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
         container_id = await self._create_container(
@@ -325,6 +332,7 @@ class DockerBackend:
         job_id: str,
         max_output_bytes: int = 1_048_576,
         env: dict[str, str] | None = None,
+        on_start: OnStart | None = None,
     ) -> ExecResult:
         if not JOB_ID.fullmatch(job_id):
             raise InvalidArgument(
@@ -343,10 +351,33 @@ class DockerBackend:
             job_id=job_id,
             max_output_bytes=max_output_bytes,
             env=env,
+            on_start=on_start,
         )
 
     async def cancel(self, container_id: str, job_id: str) -> bool:
         return await self._exec.cancel(container_id, job_id)
+
+    async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
+        return await self._exec.kill_tree(container_id, pids)
+
+    async def revive(self, container_ids: set[str]) -> Revival:
+        api = await self._api()
+        with translated():
+            found = await self._offload.call(
+                api.containers,
+                all=True,
+                filters={"label": f"{self._managed}={self._deployment}"},
+            )
+        present = [c["Id"] for c in found]
+        stopped = [c["Id"] for c in found if c.get("State") != "running"]
+        revived = [c for c in stopped if any(c.startswith(i) for i in container_ids if i)]
+        for container_id in revived:
+            with translated(container_id):
+                # The same container, so exactly the hardening it was created with.
+                await self._offload.call(api.start, container_id)
+            log.info("runtime.revive", container_id=container_id[:12])
+        missing = [i for i in container_ids if i and not any(c.startswith(i) for c in present)]
+        return Revival(revived, missing)
 
     async def remove(self, container_id: str) -> None:
         api = await self._api()
@@ -361,18 +392,24 @@ class DockerBackend:
             raise translate(exc, container_id) from exc
         log.info("runtime.remove", container_id=container_id[:12])
 
-    async def sweep(self, live_container_ids: set[str]) -> int:
+    async def sweep(
+        self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()
+    ) -> int:
         api = await self._api()
         await self._cpus(api)  # at start-up: says at once if seccomp is off
         with translated():
             found = await self._offload.call(
                 api.containers,
                 all=True,
-                quiet=True,
                 filters={"label": f"{self._managed}={self._deployment}"},
             )
         live = {c for c in live_container_ids if len(c) >= 12} | self._helpers
-        orphans = [c["Id"] for c in found if not any(c["Id"].startswith(i) for i in live)]
+        orphans = [
+            c["Id"]
+            for c in found
+            if not any(c["Id"].startswith(i) for i in live)
+            and (c.get("Labels") or {}).get(self._process) not in live_processes
+        ]
         for container_id in orphans:
             await self.remove(container_id)
         log.info("runtime.sweep", found=len(found), removed=len(orphans))
@@ -408,7 +445,11 @@ class DockerBackend:
             # below the repository would stay writable, so none is carried over.
             source_mount["BindOptions"] = {"NonRecursive": True}
             mounts.append(source_mount)
-        labels = {self._managed: self._deployment, f"{self._prefix}.role": GIT_ROLE}
+        labels = {
+            self._managed: self._deployment,
+            f"{self._prefix}.role": GIT_ROLE,
+            **self._owner,
+        }
         if sandbox_label:
             labels[f"{self._prefix}.sandbox"] = sandbox_label  # its sandbox's share pays
         name = f"smcp-git-clone-{secrets.token_hex(6)}"

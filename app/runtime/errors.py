@@ -145,7 +145,9 @@ class ContainerGone(RuntimeFailure):
 
     def __init__(self, container_id: str) -> None:
         super().__init__(
-            "The experiment's container no longer exists or has stopped; destroy the "
+            "The experiment's container has stopped or no longer exists (the Docker engine "
+            "may have restarted); a stopped container is started again within seconds once "
+            "the engine is back, so retry shortly; if it keeps failing, destroy the "
             "experiment and create it again.",
             container_id=container_id[:12],
         )

@@ -16,7 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.experiments.errors import ExperimentNotFound
-from app.experiments.records import ArtifactRecord, Experiment, JobOutcome, JobRecord
+from app.experiments.records import (
+    ArtifactRecord,
+    Experiment,
+    JobControl,
+    JobOutcome,
+    JobRecord,
+    LostJob,
+)
 from app.experiments.states import State, check_transition
 from app.storage.db import Base, transaction
 
@@ -75,6 +82,13 @@ class JobRow(Base):
     duration_s: Mapped[float | None] = mapped_column(sa.Float)
     reason: Mapped[str | None] = mapped_column(sa.Text)
     test_summary: Mapped[str | None] = mapped_column(sa.Text)  # JSON, for run_tests jobs
+    # Which server process runs it (app.experiments.process_registry), the pids of its
+    # process tree's root and supervisor in the container (the killer's arguments), and
+    # whether another process asked for it to be cancelled.
+    owner_process: Mapped[str | None] = mapped_column(sa.String(40))
+    root_pid: Mapped[int | None] = mapped_column(sa.Integer)
+    supervisor_pid: Mapped[int | None] = mapped_column(sa.Integer)
+    cancel_requested: Mapped[bool] = mapped_column(sa.Boolean, default=False)
 
 
 class ArtifactRow(Base):
@@ -132,6 +146,7 @@ def _job(row: JobRow) -> JobRecord:
         duration_s=row.duration_s,
         reason=row.reason,
         test_summary=json.loads(row.test_summary) if row.test_summary else None,
+        owner_process=row.owner_process,
     )
 
 
@@ -252,6 +267,22 @@ class ExperimentRecords:
             )
             return current
 
+    async def replace_container(
+        self, experiment_id: str, old: str, new: str, warnings: list[str]
+    ) -> bool:
+        """Point a live experiment at a new container, if it still has ``old``."""
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.update(ExperimentRow)
+                .where(
+                    ExperimentRow.experiment_id == experiment_id,
+                    ExperimentRow.container_id == old,
+                    ExperimentRow.state != State.DESTROYED.value,
+                )
+                .values(container_id=new, warnings=json.dumps(warnings))
+            )
+            return bool(getattr(result, "rowcount", 0))
+
     async def transitions(self, experiment_id: str) -> list[tuple[str | None, str, str]]:
         async with self._transaction() as session:
             rows = await session.scalars(
@@ -289,19 +320,100 @@ class ExperimentRecords:
             )
             return [_job(row) for row in rows]
 
-    async def mark_lost_jobs(self, at: float) -> int:
-        """Jobs that were running when the server died can never report: say so."""
+    async def mark_lost_jobs(
+        self, at: float, live_processes: set[str], reason: str
+    ) -> list[LostJob]:
+        """Running jobs whose process is not in ``live_processes`` (or that have no owner)
+        can never report: record them lost with ``reason``; the jobs so marked."""
         async with self._transaction() as session:
-            result = await session.execute(
+            dead = sa.and_(
+                JobRow.status == "running",
+                sa.or_(JobRow.owner_process.is_(None), JobRow.owner_process.not_in(live_processes)),
+            )
+            rows = (
+                await session.execute(
+                    sa.select(JobRow, ExperimentRow.container_id)
+                    .join(ExperimentRow, ExperimentRow.experiment_id == JobRow.experiment_id)
+                    .where(dead)
+                    .with_for_update(of=JobRow)
+                )
+            ).all()
+            if not rows:
+                return []
+            ids = [row.job_id for row, _ in rows]
+            await session.execute(
                 sa.update(JobRow)
-                .where(JobRow.status == "running")
-                .values(
-                    status="lost",
-                    finished_at=at,
-                    reason="The server restarted while this job ran; its result is lost.",
+                .where(JobRow.job_id.in_(ids), JobRow.status == "running")
+                .values(status="lost", finished_at=at, reason=reason)
+            )
+            return [
+                LostJob(row.job_id, row.experiment_id, container_id, _pids(row))
+                for row, container_id in rows
+            ]
+
+    async def record_job_pids(self, job_id: str, pids: tuple[int, int]) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(JobRow)
+                .where(JobRow.job_id == job_id)
+                .values(root_pid=pids[0], supervisor_pid=pids[1])
+            )
+
+    async def job_control(self, job_id: str) -> JobControl | None:
+        """Who runs the job, its process tree's pids and whether a cancel was asked for."""
+        async with self._transaction() as session:
+            row = await session.get(JobRow, job_id)
+            if row is None:
+                return None
+            return JobControl(row.owner_process, _pids(row), bool(row.cancel_requested))
+
+    async def request_cancel(self, job_id: str) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(JobRow).where(JobRow.job_id == job_id).values(cancel_requested=True)
+            )
+
+    async def cancel_requests(self, owner_process: str) -> list[str]:
+        """Running jobs of ``owner_process`` that another process asked to cancel."""
+        async with self._transaction() as session:
+            ids = await session.scalars(
+                sa.select(JobRow.job_id).where(
+                    JobRow.owner_process == owner_process,
+                    JobRow.status == "running",
+                    JobRow.cancel_requested.is_(True),
                 )
             )
-            return int(getattr(result, "rowcount", 0) or 0)
+            return list(ids)
+
+    async def running_jobs(self, experiment_id: str) -> list[JobRecord]:
+        """The experiment's jobs recorded as running, whichever process runs them."""
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(JobRow).where(
+                    JobRow.experiment_id == experiment_id, JobRow.status == "running"
+                )
+            )
+            return [_job(row) for row in rows]
+
+    async def busy_sandboxes(self) -> set[str]:
+        """Sandbox keys with a job recorded as running (in any process)."""
+        async with self._transaction() as session:
+            keys = await session.scalars(
+                sa.select(JobRow.sandbox_key).where(JobRow.status == "running").distinct()
+            )
+            return set(keys)
+
+    async def refused_creations(self) -> list[Experiment]:
+        """Experiments whose creation failed before they got a container (for example
+        while the Docker engine was down): nothing of them is left but the record."""
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(ExperimentRow).where(
+                    ExperimentRow.state == State.FAILED.value,
+                    ExperimentRow.container_id.is_(None),
+                )
+            )
+            return [_experiment(row) for row in rows]
 
     async def forget_destroyed_before(self, cutoff: float) -> int:
         """Delete experiments destroyed before ``cutoff`` (their transitions and jobs go
@@ -363,6 +475,12 @@ class ExperimentRecords:
             await session.execute(
                 sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
             )
+
+
+def _pids(row: JobRow) -> tuple[int, int] | None:
+    if row.root_pid is None or row.supervisor_pid is None:
+        return None
+    return (row.root_pid, row.supervisor_pid)
 
 
 def _json_or_none(value: dict[str, Any] | None) -> str | None:

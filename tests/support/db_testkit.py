@@ -35,20 +35,36 @@ def postgres_url() -> str:
     return url
 
 
+async def _admin(statement: str) -> None:
+    admin = create_async_engine(postgres_url(), isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(statement))
+    finally:
+        await admin.dispose()
+
+
+async def create_postgres_database() -> tuple[str, str]:
+    """A new, empty database on the real PostgreSQL (.ci/run starts it): its name and
+    URL. Drop it with ``drop_postgres_database``."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    await _admin(f'CREATE DATABASE "{name}"')
+    return name, make_url(postgres_url()).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(name: str) -> None:
+    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @asynccontextmanager
 async def fresh_postgres() -> AsyncIterator[str]:
-    """The URL of a new, empty PostgreSQL database, dropped afterwards (with its sessions)."""
-    server_url = postgres_url()
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(server_url, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    """The URL of a new, empty database, dropped afterwards, so concurrent tests never
+    share rows."""
+    name, url = await create_postgres_database()
     try:
-        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
-        async with admin.connect() as conn:
-            await conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        await admin.dispose()
+        await drop_postgres_database(name)
 
 
 def an_experiment(experiment_id: str, sandbox_key: str = "k") -> Experiment:

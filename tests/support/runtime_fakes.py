@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from app.runtime.backend import (
     ExecResult,
     GitSource,
     Isolation,
+    Revival,
     RuntimeInfo,
 )
 
@@ -27,6 +29,8 @@ class FakeBackend:
     cancelled: set[str] = field(default_factory=set)
     ran: list[str] = field(default_factory=list)
     cloned_for: list[str] = field(default_factory=list)  # the sandbox label of each clone
+    killed_trees: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+    stopped: set[str] = field(default_factory=set)  # containers the "engine" holds stopped
     _events: dict[str, asyncio.Event] = field(default_factory=dict)
 
     async def info(self) -> RuntimeInfo:
@@ -59,11 +63,15 @@ class FakeBackend:
         job_id: str,
         max_output_bytes: int = 1_048_576,
         env: dict[str, str] | None = None,
+        on_start: Callable[[tuple[int, int]], Awaitable[None]] | None = None,
     ) -> ExecResult:
         self.ran.append(command)
         started = time.monotonic()
+        # A cancel finds the job from the start (as the real backend's job table).
+        event = self._events.setdefault(job_id, asyncio.Event())
+        if on_start is not None:
+            await on_start((1, 2))
         if match := re.fullmatch(r"sleep ([\d.]+)", command):
-            event = self._events.setdefault(job_id, asyncio.Event())
             try:
                 await asyncio.wait_for(event.wait(), min(float(match.group(1)), timeout_s))
                 return ExecResult(
@@ -111,7 +119,19 @@ class FakeBackend:
         self.removed.append(container_id)
         self.containers.pop(container_id, None)
 
-    async def sweep(self, live_container_ids: set[str]) -> int:
+    async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
+        self.killed_trees.append((container_id, pids))
+        return True
+
+    async def revive(self, container_ids: set[str]) -> Revival:
+        revived = sorted(c for c in self.stopped if c in container_ids)
+        self.stopped -= set(revived)
+        missing = sorted(c for c in container_ids if c not in self.containers)
+        return Revival(revived, missing)
+
+    async def sweep(
+        self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()
+    ) -> int:
         orphans = [c for c in self.containers if c not in live_container_ids]
         for container_id in orphans:
             await self.remove(container_id)

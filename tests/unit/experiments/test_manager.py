@@ -19,9 +19,12 @@ from app.experiments.creation import CreateRequest
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
+from app.experiments.process_registry import ProcessRegistry
 from app.experiments.shelf import fingerprint
 from app.experiments.states import State, check_transition
+from app.runtime.backend import Limits
 from app.storage.experiment_store import ExperimentRecords
+from app.storage.process_store import ProcessRecords
 from jail import CallContext, JailError, SandboxMemory, new_call_context
 
 
@@ -52,8 +55,18 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
         sync_wait_s=sync_wait_s,
         artifact_dir=tmp_path / "artifacts",
     )
-    manager = ExperimentManager(records, backend, JobRegistry(), options)
+    registry = ProcessRegistry(ProcessRecords(engine), stale_s=30)
+    await registry.register()
+    manager = ExperimentManager(records, backend, JobRegistry(), options, registry)
     return World(manager, backend, records, slot, SandboxMemory(), engine)
+
+
+async def another_process(world: World) -> ExperimentManager:
+    """A second server process on the same database and engine."""
+    registry = ProcessRegistry(ProcessRecords(world.engine), stale_s=30)
+    await registry.register()
+    options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=world.slot)
+    return ExperimentManager(world.records, world.backend, JobRegistry(), options, registry)
 
 
 @pytest.fixture
@@ -333,18 +346,66 @@ async def test_hosted_mode_refuses_a_local_repository_and_two_sources(world: Wor
     assert both.value.code == "INVALID_PROJECT"
 
 
-async def test_jobs_running_when_the_server_died_are_marked_lost(world: World) -> None:
+async def test_only_a_dead_process_s_jobs_are_marked_lost(world: World) -> None:
     exp = await world.manager.create(world.call(), CreateRequest())
     job = await world.manager.execute(world.call(), exp.experiment_id, "sleep 30", background=True)
-    # A new process would find the row still "running": recovery says what happened.
-    report = await world.manager.recover(leased_keys={"alice"})
+    other = await another_process(world)
+    # Another process starting up leaves the running job of a live process alone.
+    report = await other.recover(leased_keys={"alice"})
+    assert report["lost_jobs"] == 0
+    assert (await other.job_status(world.call(), job.job_id)).status == "running"
+    assert other.is_busy("alice") is False  # not yet refreshed
+    await other.recovery.round()
+    assert other.is_busy("alice"), "the idle check sees a job running in another process"
+    # The process that runs it dies (its heartbeat row is gone): now it is lost.
+    await world.manager.recovery.registry.deregister()
+    report = await other.recover(leased_keys={"alice"})
     assert report["lost_jobs"] == 1
-    lost = await world.manager.job_status(world.call(), job.job_id)
+    lost = await other.job_status(world.call(), job.job_id)
     assert lost.status == "lost"
     assert lost.reason is not None
-    assert "restarted" in lost.reason
-    assert (await world.manager.get(world.call(), exp.experiment_id)).state == "FAILED"
+    assert "stopped" in lost.reason
+    # Its process tree, which outlives the process that exec'd it, was killed.
+    assert world.backend.killed_trees == [(f"c-{exp.experiment_id}", (1, 2))]
+    assert (await other.get(world.call(), exp.experiment_id)).state == "FAILED"
     await world.manager.cancel_job(world.call(), job.job_id)
+
+
+async def test_a_container_missing_two_rounds_in_a_row_is_recreated_on_its_workspace(
+    world: World,
+) -> None:
+    created = await world.manager.create(
+        world.call(), CreateRequest(files={"kept.txt": "k"}, limits=Limits(cpus=0.5, pids=64))
+    )
+    container_id = f"c-{created.experiment_id}"
+    recovery = world.manager.recovery
+    recovery.slot_of = lambda key: world.slot if key == "alice" else None
+    world.backend.containers.pop(container_id)
+    assert await recovery.revive_containers() == 0, "once missing may be a destroy under way"
+    assert await recovery.revive_containers() == 1
+    spec = world.backend.containers[container_id]
+    assert spec.workspace == world.slot / f"exp-{created.experiment_id}" / "workspace"
+    assert (spec.limits.cpus, spec.limits.pids) == (0.5, 64)
+    assert spec.sandbox_label == fingerprint("alice")
+    again = await world.manager.get(world.call(), created.experiment_id)
+    assert any("recreated" in warning for warning in again.warnings)
+
+
+async def test_refused_creations_stop_counting_and_stopped_containers_come_back(
+    world: World,
+) -> None:
+    kept = await world.manager.create(world.call(), CreateRequest())
+    with pytest.raises(ServiceError):
+        await world.manager.create(
+            world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="bad")
+        )
+    world.backend.stopped.add(f"c-{kept.experiment_id}")
+    report = await world.manager.recover(leased_keys={"alice"})
+    assert report["refused_creations_retired"] == 1
+    assert report["containers_revived"] == 1
+    states = sorted(e.state for e in await world.manager.list_all(world.call()))
+    assert states == ["DESTROYED", "READY"]
+    assert world.backend.stopped == set()
 
 
 # -- concurrent jobs per experiment and per sandbox ---------------------------------------
@@ -360,7 +421,9 @@ async def make_capped_world(tmp_path: Path, per_sandbox: int, per_experiment: in
         max_jobs_per_sandbox=per_sandbox,
         max_jobs_per_experiment=per_experiment,
     )
-    world.manager = ExperimentManager(world.records, world.backend, JobRegistry(), options)
+    world.manager = ExperimentManager(
+        world.records, world.backend, JobRegistry(), options, world.manager.recovery.registry
+    )
     return world
 
 

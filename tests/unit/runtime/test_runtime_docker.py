@@ -45,6 +45,7 @@ class FakeApi:
         self.created: dict[str, Any] = {}
         self.live: list[dict[str, Any]] = []
         self.removed: list[str] = []
+        self.started: list[str] = []
         self.fail: dict[str, BaseException] = {}
 
     def _call(self, name: str) -> None:
@@ -81,6 +82,7 @@ class FakeApi:
 
     def start(self, container_id: str) -> None:
         self._call("start")
+        self.started.append(container_id)
 
     def remove_container(self, container_id: str, **kwargs: Any) -> None:
         self._call("remove_container")
@@ -341,6 +343,39 @@ async def test_sweep_removes_labelled_containers_that_are_not_live(
     removed = await make_backend(slots, api).sweep({live[:12]})
     assert removed == 1
     assert api.removed == [orphan]
+
+
+async def test_sweep_spares_what_a_live_process_creates_and_labels_its_own(
+    slots: Path, api: FakeApi
+) -> None:
+    label = "io.sandbox-mcp-unit.process"
+    mine, theirs, dead = "a" * 64, "b" * 64, "c" * 64
+    api.live = [
+        {"Id": mine, "Labels": {label: "proc_me"}},
+        {"Id": theirs, "Labels": {label: "proc_alive"}},  # being created over there
+        {"Id": dead, "Labels": {label: "proc_dead"}},
+    ]
+    backend = make_backend(slots, api, process_id="proc_me")
+    assert await backend.sweep(set(), frozenset({"proc_me", "proc_alive"})) == 1
+    assert api.removed == [dead]
+    await backend.create(spec(slots))
+    assert api.created["labels"][label] == "proc_me"
+
+
+async def test_revive_starts_only_stopped_containers_of_live_experiments(
+    slots: Path, api: FakeApi
+) -> None:
+    stopped, running, foreign = "a" * 64, "b" * 64, "c" * 64
+    api.live = [
+        {"Id": stopped, "State": "exited"},
+        {"Id": running, "State": "running"},
+        {"Id": foreign, "State": "exited"},  # no live experiment: the sweep's, not ours
+    ]
+    gone = "d" * 12
+    revival = await make_backend(slots, api).revive({stopped[:12], running[:12], gone})
+    assert revival.started == [stopped]
+    assert revival.missing == [gone]
+    assert api.started == [stopped]
 
 
 async def test_run_refuses_an_odd_job_id_before_the_engine(slots: Path, api: FakeApi) -> None:

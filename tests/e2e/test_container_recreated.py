@@ -1,0 +1,87 @@
+"""A live experiment whose container disappears from the engine (removed behind the
+server's back) gets a new one on its intact workspace, hardened as the first was."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx2
+import pytest
+from docker_testkit import docker_client
+from e2e_server import RunningServer, start_server, stop_server
+from mcp_http import run_command, tool
+
+pytestmark = pytest.mark.e2e
+
+# Everything of the host configuration that the hardening sets, but the bind's source
+# (the same workspace folder, checked below) and what the engine fills in itself.
+HARDENING = (
+    "ReadonlyRootfs",
+    "CapDrop",
+    "CapAdd",
+    "SecurityOpt",
+    "PidsLimit",
+    "Memory",
+    "NanoCpus",
+    "NetworkMode",
+    "Tmpfs",
+    "Init",
+    "Privileged",
+    "Ulimits",
+)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RunningServer]:
+    running = start_server(tmp_path / "state", SANDBOX_MCP_PROCESS_STALE_S="3")
+    yield running
+    stop_server(running)
+
+
+def containers_of(engine: docker.DockerClient, experiment_id: str) -> list[dict[str, Any]]:
+    found = engine.api.containers(
+        all=True, filters={"label": f"io.sandbox-mcp.experiment={experiment_id}"}
+    )
+    return [dict(engine.api.inspect_container(c["Id"])) for c in found]
+
+
+async def test_a_removed_container_is_recreated_on_the_same_workspace(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    created = await tool(
+        http,
+        server,
+        "",
+        "create_experiment",
+        {"name": "phoenix", "files": {"kept.txt": "intact\n"}, "pids": 100},
+    )
+    assert not created["is_error"], created
+    exp = created["experiment_id"]
+    engine = docker_client()
+    try:
+        [before] = await asyncio.to_thread(containers_of, engine, exp)
+        await asyncio.to_thread(engine.api.remove_container, before["Id"], force=True)
+        after = None
+        for _ in range(120):  # recovery rounds every half second; two see it missing
+            found = await asyncio.to_thread(containers_of, engine, exp)
+            if found and found[0]["State"]["Running"]:
+                after = found[0]
+                break
+            await asyncio.sleep(0.25)
+        assert after is not None, "no new container"
+    finally:
+        engine.close()
+    assert after["Id"] != before["Id"]
+    for key in HARDENING:
+        assert after["HostConfig"].get(key) == before["HostConfig"].get(key), key
+    assert [m["Source"] for m in after["Mounts"]] == [m["Source"] for m in before["Mounts"]]
+    assert after["Config"]["User"] == before["Config"]["User"]
+    ran = await run_command(http, server, "", exp, "cat kept.txt")
+    assert (ran["status"], ran["stdout"]) == ("completed", "intact\n"), ran
+    view = await tool(http, server, "", "get_experiment", {"experiment_id": exp})
+    assert any("recreated" in warning for warning in view["warnings"]), view
+    await tool(http, server, "", "destroy_experiment", {"experiment_id": exp})
