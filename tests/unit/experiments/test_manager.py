@@ -26,6 +26,7 @@ from app.runtime.backend import Limits
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.process_store import ProcessRecords
 from jail import CallContext, JailError, SandboxMemory, new_call_context
+from pool.slots import Slot
 
 
 @dataclass
@@ -379,7 +380,11 @@ async def test_a_container_missing_two_rounds_in_a_row_is_recreated_on_its_works
     )
     container_id = f"c-{created.experiment_id}"
     recovery = world.manager.recovery
-    recovery.slot_of = lambda key: world.slot if key == "alice" else None
+
+    async def slot_of(key: str) -> Slot | None:
+        return Slot(0, "slot-0", world.slot) if key == "alice" else None
+
+    recovery.slot_of = slot_of
     world.backend.containers.pop(container_id)
     assert await recovery.revive_containers() == 0, "once missing may be a destroy under way"
     assert await recovery.revive_containers() == 1
