@@ -18,6 +18,7 @@ from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
 from app.runtime.backend import SandboxBackend
+from app.runtime.egress_proxy import EgressProxy
 from app.runtime.probe import DockerProbe
 from app.settings import Settings
 from app.slot_storage import open_slots
@@ -60,6 +61,7 @@ class Services:
     metrics: Metrics
     store: SlotStore
     docker_probe: DockerProbe
+    egress: EgressProxy | None = None  # network "restricted"'s proxy, when offered
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -74,6 +76,8 @@ class Services:
         await upgrade_schema(self.engine)
         await open_slots(self.store, self.settings)
         await self.pool.open()
+        if self.egress is not None:
+            await self.egress.start()  # before recovery: live containers get their lists
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
         self.watchdog.start()
@@ -90,6 +94,8 @@ class Services:
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
+        if self.egress is not None:
+            await self.egress.stop()
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()

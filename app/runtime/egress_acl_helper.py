@@ -22,7 +22,8 @@ def allowed(state: dict[str, dict[str, object]], client: str, host: str) -> bool
     if not entry or entry.get("blocked"):
         return False
     name = host.lower().rstrip(".")
-    for item in entry.get("allow") or ():
+    names = entry.get("allow")
+    for item in names if isinstance(names, list) else ():
         item = str(item)
         if item.startswith("."):
             if name == item[1:] or name.endswith(item):

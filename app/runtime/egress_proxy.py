@@ -56,13 +56,14 @@ import docker
 import docker.errors
 import structlog
 
-from app.errors import ConfigurationError
+from app.errors import ConfigurationError, InvalidArgument
 from app.runtime import egress_acl_helper
 from app.runtime.egress_rules import (
     ACCESS_LOG,
     HTTP_PORT,
     HTTPS_PORT,
     SquidPlan,
+    clamp_allowlist,
     matches,
     not_public_ranges,
     squid_conf,
@@ -111,6 +112,15 @@ class EgressConfig:
     @property
     def _tag(self) -> str:
         return hashlib.sha256(self.deployment.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class RestrictedPlan:
+    network: str
+    env: dict[str, str]
+    labels: dict[str, str]
+    allowlist: tuple[str, ...]
+    warnings: tuple[str, ...]
 
 
 @dataclass
@@ -215,6 +225,24 @@ class EgressProxy:
 
     def allow_label(self) -> str:
         return f"{self.config.label_prefix}.{ALLOW_LABEL}"
+
+    def plan(self, asked: tuple[str, ...] | None) -> RestrictedPlan:
+        """How to create a restricted container asking for ``asked`` (None: the ceiling).
+
+        Raises:
+            InvalidArgument: a name that is not a host name.
+        """
+        try:
+            clamped = clamp_allowlist(asked, self.config.ceiling)
+        except ValueError as exc:
+            raise InvalidArgument(f"egress_allowlist: {exc}.", field="egress_allowlist") from None
+        return RestrictedPlan(
+            network=self.network,
+            env=self.env(),
+            labels={self.allow_label(): ",".join(clamped.names)},
+            allowlist=clamped.names,
+            warnings=(clamped.warning,) if clamped.warning else (),
+        )
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -1,0 +1,294 @@
+"""Network "restricted": package registries through the server's Squid, and nothing else.
+
+The real server over HTTP, real Docker, real Squid; the outside world is a registry
+in a network namespace of the test's own (``egress_testkit``), which the proxy is
+told the registry names resolve to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from egress_testkit import GIT_REPO, NODE_IMAGE, PYTHON_IMAGE, OutsideWorld, outside_world
+from mcp_http import run_command, tool
+
+pytestmark = pytest.mark.e2e
+
+BAD_NAMES = ("metadata.test", "private.test", "host.test", "loopback.test")
+CEILING = "pypi.org,files.pythonhosted.org,registry.npmjs.org,github.com," + ",".join(BAD_NAMES)
+FETCH = (
+    "python3 - <<'EOF'\n"
+    "import sys, urllib.request\n"
+    "for url in sys.argv[1:] or {urls!r}:\n"
+    "    try:\n"
+    "        urllib.request.urlopen(url, timeout=10)\n"
+    "        print('reached', url)\n"
+    "    except Exception as exc:\n"
+    "        print('failed', url, exc)\n"
+    "EOF"
+)
+CONNECT = (
+    "python3 - <<'EOF'\n"
+    "import socket\n"
+    "s = socket.socket(); s.settimeout(3)\n"
+    "try:\n"
+    "    s.connect(({host!r}, {port})); print('connected')\n"
+    "except OSError as exc:\n"
+    "    print('blocked', exc)\n"
+    "EOF"
+)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
+    if os.geteuid() != 0:
+        pytest.fail("network 'restricted' and these tests need root (iptables, ip netns)")
+    with outside_world(tmp_path_factory.mktemp("outside")) as made:
+        yield made
+
+
+def restricted_server(state: Path, world: OutsideWorld, **env: str) -> RunningServer:
+    hosts = world.test_hosts(
+        **{
+            "metadata.test": "169.254.169.254",
+            "private.test": "10.0.0.1",
+            "host.test": world.host,
+            "loopback.test": "127.0.0.1",
+        }
+    )
+    return start_server(
+        state,
+        SANDBOX_MCP_EGRESS_PROXY="true",
+        SANDBOX_MCP_EGRESS_ALLOWLIST=CEILING,
+        SANDBOX_MCP_EGRESS_TEST_HOSTS=hosts,
+        SANDBOX_MCP_IMAGES=f"{PYTHON_IMAGE},{NODE_IMAGE}",
+        SANDBOX_MCP_DEFAULT_IMAGE=PYTHON_IMAGE,
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_MAX_EXPERIMENTS="10",
+        **env,
+    )
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, world: OutsideWorld
+) -> Iterator[RunningServer]:
+    running = restricted_server(tmp_path_factory.mktemp("restricted") / "state", world)
+    yield running
+    stop_server(running)
+
+
+async def create(http: httpx2.AsyncClient, server: RunningServer, **arguments: Any) -> str:
+    created = await tool(
+        http, server, "", "create_experiment", {"network": "restricted", **arguments}
+    )
+    assert not created["is_error"], created
+    assert created["network_mode"] == "restricted"
+    return str(created["experiment_id"])
+
+
+async def test_pip_and_npm_install_from_the_registry_unconfigured(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    python = await create(http, server)
+    pip = await run_command(
+        http,
+        server,
+        "",
+        python,
+        "python3 /opt/pip.whl/pip install --user tinypkg && "
+        "python3 -c 'import tinypkg; print(\"value\", tinypkg.VALUE)'",
+    )
+    assert pip["exit_code"] == 0, (pip["stdout"], pip["stderr"])
+    assert "value 42" in pip["stdout"]
+    assert "[sandbox-mcp]" not in pip["stderr"]
+    node = await create(http, server, image=NODE_IMAGE)
+    npm = await run_command(
+        http,
+        server,
+        "",
+        node,
+        "npm install --no-audit --no-fund tiny-npm-pkg && node -e \"console.log(require('tiny-npm-pkg'))\"",
+    )
+    assert npm["exit_code"] == 0, (npm["stdout"], npm["stderr"])
+    assert "from the registry" in npm["stdout"]
+
+
+async def test_a_name_off_the_list_is_refused_and_the_result_says_so(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    experiment = await create(http, server)
+    urls = ["https://example.com/", "http://example.com/"]
+    result = await run_command(http, server, "", experiment, FETCH.format(urls=urls))
+    assert "reached" not in result["stdout"], result
+    assert result["stdout"].count("failed") == 2
+    notice = result["stderr"]
+    assert "The egress proxy refused 2 connection(s)" in notice
+    assert "example.com:443: not on this experiment's allow-list" in notice
+    assert "example.com:80: not on this experiment's allow-list" in notice
+    assert "SANDBOX_MCP_EGRESS_ALLOWLIST" in notice  # what to do
+    again = await run_command(http, server, "", experiment, "true")
+    assert "egress proxy refused" not in again["stderr"], "each refusal is told once"
+
+
+async def test_listed_names_that_resolve_to_the_host_or_private_addresses_are_refused(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    experiment = await create(http, server)
+    urls = [f"https://{name}/" for name in BAD_NAMES] + ["http://metadata.test/latest/meta-data/"]
+    result = await run_command(http, server, "", experiment, FETCH.format(urls=urls))
+    assert "reached" not in result["stdout"], result
+    for name in BAD_NAMES:
+        assert f"{name}:443: it resolves to an address that is not public" in result["stderr"]
+    assert "metadata.test:80: it resolves to an address that is not public" in result["stderr"]
+
+
+async def test_no_connection_bypasses_the_proxy(
+    http: httpx2.AsyncClient, server: RunningServer, world: OutsideWorld
+) -> None:
+    listener = socket.create_server(("0.0.0.0", 0))  # noqa: S104 - the host, every address
+    port = listener.getsockname()[1]
+    threading.Thread(target=lambda: listener.accept(), daemon=True).start()
+    try:
+        experiment = await create(http, server)
+        gateway = await proxy_address(http, server, experiment)
+        direct = await run_command(
+            http, server, "", experiment, CONNECT.format(host=world.registry, port=443)
+        )
+        assert "blocked" in direct["stdout"], direct
+        host = await run_command(
+            http, server, "", experiment, CONNECT.format(host=gateway, port=port)
+        )
+        assert "blocked" in host["stdout"], host
+        proxy = await run_command(
+            http, server, "", experiment, CONNECT.format(host=gateway, port=3128)
+        )
+        assert "connected" in proxy["stdout"], proxy  # the one way out is open
+    finally:
+        listener.close()
+
+
+async def proxy_address(http: httpx2.AsyncClient, server: RunningServer, experiment: str) -> str:
+    shown = await run_command(http, server, "", experiment, "echo $HTTPS_PROXY $https_proxy")
+    found = re.fullmatch(r"http://([0-9.]+):3128 http://\1:3128", shown["stdout"].strip())
+    assert found, shown
+    return found[1]
+
+
+async def test_two_restricted_experiments_cannot_reach_each_other(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    first, second = await create(http, server), await create(http, server)
+    serving = await run_command(
+        http, server, "", second, "python3 -m http.server 8000 --bind 0.0.0.0", background=True
+    )
+    assert not serving["is_error"], serving
+    address = await run_command(
+        http,
+        server,
+        "",
+        second,
+        "sleep 1; python3 -c 'import socket; print(socket.gethostbyname(socket.gethostname()))'",
+    )
+    ip = address["stdout"].strip()
+    own = await run_command(http, server, "", second, CONNECT.format(host=ip, port=8000))
+    assert "connected" in own["stdout"], own  # it does listen
+    other = await run_command(http, server, "", first, CONNECT.format(host=ip, port=8000))
+    assert "blocked" in other["stdout"], other
+
+
+async def test_an_experiment_asks_for_fewer_names_and_more_is_clamped(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    runtime = await tool(http, server, "", "check_sandbox_runtime")
+    assert "restricted" in runtime["network_modes"]
+    assert runtime["egress_allowlist"] == CEILING.split(",")
+    created = await tool(
+        http,
+        server,
+        "",
+        "create_experiment",
+        {"network_mode": "restricted", "egress_allowlist": ["pypi.org", "evil.example"]},
+    )
+    assert not created["is_error"], created
+    assert any("evil.example" in warning for warning in created["warnings"]), created
+    assert created["isolation"]["egress_allowlist"] == ["pypi.org"]
+    urls = ["https://pypi.org/simple/tinypkg/", "https://registry.npmjs.org/tiny-npm-pkg"]
+    result = await run_command(http, server, "", created["experiment_id"], FETCH.format(urls=urls))
+    assert "reached https://pypi.org/simple/tinypkg/" in result["stdout"], result
+    assert "registry.npmjs.org:443: not on this experiment's allow-list" in result["stderr"]
+
+
+async def test_a_git_clone_goes_through_the_proxy(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    created = await tool(http, server, "", "create_experiment", {"git": {"url": GIT_REPO}})
+    assert not created["is_error"], created
+    readme = await run_command(http, server, "", created["experiment_id"], "cat README.md")
+    assert "cloned through the egress proxy" in readme["stdout"]
+    refused = await tool(
+        http, server, "", "create_experiment", {"git": {"url": "https://example.com/o/r.git"}}
+    )
+    assert refused["is_error"], refused
+    assert "not on this experiment's allow-list" in refused["error"]["message"], refused
+
+
+async def test_refusals_and_bytes_are_counted_in_metrics(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    experiment = await create(http, server)
+    urls = ["https://example.com/", "https://pypi.org/simple/tinypkg/"]
+    await run_command(http, server, "", experiment, FETCH.format(urls=urls))
+    deadline = time.monotonic() + 10
+    while True:
+        text = (await http.get(f"{server.base_url}/metrics")).text
+        refused = _sample(text, 'sandbox_mcp_egress_refused_total{reason="not_allowed"}')
+        moved = _sample(text, "sandbox_mcp_egress_bytes_total")
+        if (refused and moved) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert refused >= 1
+    assert moved > 0
+
+
+def _sample(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def test_the_proxy_starts_and_stops_with_the_server_and_health_reports_its_death(
+    http: httpx2.AsyncClient, tmp_path: Path, world: OutsideWorld
+) -> None:
+    running = restricted_server(tmp_path / "state", world)
+    try:
+        health = (await http.get(f"{running.base_url}/health")).json()
+        assert health["status"] == "ok", health
+        assert health["egress_proxy"]["ok"] is True
+        pid = int(re.search(r"egress.started.*?pid=(\d+)", running.log())[1])  # type: ignore[index]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (health := (await http.get(f"{running.base_url}/health")).json())["status"] == "ok":
+            assert time.monotonic() < deadline, health
+            await asyncio.sleep(0.1)
+        assert health["status"] == "degraded"
+        assert "egress proxy (squid) exited" in health["egress_proxy"]["reason"]
+    finally:
+        stop_server(running)
+    second = restricted_server(tmp_path / "state", world)
+    pid = int(re.search(r"egress.started.*?pid=(\d+)", second.log())[1])  # type: ignore[index]
+    stop_server(second)
+    assert not Path(f"/proc/{pid}").exists(), "squid is stopped with the server"
