@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,27 @@ def server(
     stop_server(running)
 
 
+@pytest.fixture(autouse=True)
+async def destroy_afterwards(
+    http: httpx2.AsyncClient, request: pytest.FixtureRequest
+) -> AsyncIterator[None]:
+    """A sandbox holds a few containers: each test's experiments go when it ends."""
+    yield
+    if "server" not in request.fixturenames:
+        return
+    server: RunningServer = request.getfixturevalue("server")
+    listed = await tool(http, server, "", "list_experiments")
+    for experiment in listed.get("experiments", []):
+        if experiment["state"] != "DESTROYED":
+            await tool(
+                http,
+                server,
+                "",
+                "destroy_experiment",
+                {"experiment_id": experiment["experiment_id"]},
+            )
+
+
 async def create(http: httpx2.AsyncClient, server: RunningServer, **arguments: Any) -> str:
     created = await tool(
         http, server, "", "create_experiment", {"network": "restricted", **arguments}
@@ -133,7 +154,10 @@ async def test_a_name_off_the_list_is_refused_and_the_result_says_so(
     urls = ["https://example.com/", "http://example.com/"]
     result = await run_command(http, server, "", experiment, FETCH.format(urls=urls))
     assert "reached" not in result["stdout"], result
-    assert result["stdout"].count("failed") == 2
+    assert [line.split()[:2] for line in result["stdout"].splitlines()] == [
+        ["failed", "https://example.com/"],
+        ["failed", "http://example.com/"],
+    ]
     notice = result["stderr"]
     assert "The egress proxy refused 2 connection(s)" in notice
     assert "example.com:443: not on this experiment's allow-list" in notice
@@ -278,7 +302,7 @@ async def test_the_proxy_starts_and_stops_with_the_server_and_health_reports_its
         health = (await http.get(f"{running.base_url}/health")).json()
         assert health["status"] == "ok", health
         assert health["egress_proxy"]["ok"] is True
-        pid = int(re.search(r"egress.started.*?pid=(\d+)", running.log())[1])  # type: ignore[index]
+        pid = int(re.search(r'"pid": (\d+).*"egress.started"', running.log())[1])  # type: ignore[index]
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while (health := (await http.get(f"{running.base_url}/health")).json())["status"] == "ok":
@@ -289,6 +313,6 @@ async def test_the_proxy_starts_and_stops_with_the_server_and_health_reports_its
     finally:
         stop_server(running)
     second = restricted_server(tmp_path / "state", world)
-    pid = int(re.search(r"egress.started.*?pid=(\d+)", second.log())[1])  # type: ignore[index]
+    pid = int(re.search(r'"pid": (\d+).*"egress.started"', second.log())[1])  # type: ignore[index]
     stop_server(second)
     assert not Path(f"/proc/{pid}").exists(), "squid is stopped with the server"
