@@ -75,6 +75,8 @@ ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's li
 MAX_PENDING: Final = 20  # refusals kept per experiment until its next result
 READY_TIMEOUT_S: Final = 20.0
 POLL_S: Final = 1.0
+SETTLE_S: Final = 0.5
+_OPEN_STATES: Final = frozenset({"01", "08"})  # ESTABLISHED, CLOSE_WAIT (Squid's side)
 SQUID_USER: Final = "proxy"  # Debian's squid user
 
 # Why a request was refused (the metrics label) and what the agent is told.
@@ -338,6 +340,7 @@ class EgressProxy:
         client = self._clients.get(container_id)
         if client is None:
             return None
+        await self._settle(client.address)
         await self._read_log()
         if not client.pending:
             return None
@@ -353,6 +356,20 @@ class EgressProxy:
             "(SANDBOX_MCP_EGRESS_ALLOWLIST). Addresses that are not public are never "
             "reached.\n"
         )
+
+    async def _settle(self, address: str) -> None:
+        """Wait (briefly) until Squid has closed this client's connections.
+
+        Squid logs a connection when it ends, a moment after the command that made it
+        exited; until then its last lines (the cap reached, a refusal) would miss this
+        result. Bounded: a command left running in the background keeps its own.
+        """
+        assert self._gateway is not None
+        deadline = time.monotonic() + SETTLE_S
+        while await asyncio.to_thread(_open_connections, self._gateway, self.config.port, address):
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.01)
 
     def usage(self, container_id: str) -> tuple[int, int] | None:
         """(bytes, refusals) of a container so far."""
@@ -609,6 +626,30 @@ def _read_new_lines(path: Path, offset: int) -> tuple[list[str], int]:
         return [], offset
     end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
     return data[:end].decode(errors="replace").splitlines(), offset + end
+
+
+def _open_connections(gateway: str, port: int, client: str) -> bool:
+    """Whether Squid still holds a connection from ``client`` (``/proc/net/tcp``)."""
+    local = f"{_hex_address(gateway)}:{port:04X}"
+    remote = _hex_address(client) + ":"
+    try:
+        with open("/proc/net/tcp", encoding="ascii") as table:
+            next(table, None)
+            for row in table:
+                fields = row.split()
+                if (
+                    fields[1] == local
+                    and fields[2].startswith(remote)
+                    and fields[3] in _OPEN_STATES
+                ):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def _hex_address(address: str) -> str:
+    return ipaddress.IPv4Address(address).packed[::-1].hex().upper()
 
 
 def _iptables(tool: str, *args: str, check: bool = True) -> int:

@@ -21,7 +21,14 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from egress_testkit import GIT_REPO, NODE_IMAGE, PYTHON_IMAGE, OutsideWorld, outside_world
+from egress_testkit import (
+    BIG_FILE,
+    GIT_REPO,
+    NODE_IMAGE,
+    PYTHON_IMAGE,
+    OutsideWorld,
+    outside_world,
+)
 from mcp_http import run_command, tool
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +40,7 @@ FETCH = (
     "import sys, urllib.request\n"
     "for url in sys.argv[1:] or {urls!r}:\n"
     "    try:\n"
-    "        urllib.request.urlopen(url, timeout=10)\n"
+    "        urllib.request.urlopen(url, timeout=10).read()\n"
     "        print('reached', url)\n"
     "    except Exception as exc:\n"
     "        print('failed', url, exc)\n"
@@ -141,7 +148,8 @@ async def test_pip_and_npm_install_from_the_registry_unconfigured(
         server,
         "",
         node,
-        "npm install --no-audit --no-fund tiny-npm-pkg && node -e \"console.log(require('tiny-npm-pkg'))\"",
+        "npm install --no-audit --no-fund tiny-npm-pkg && "
+        "node -e \"console.log(require('tiny-npm-pkg'))\"",
     )
     assert npm["exit_code"] == 0, (npm["stdout"], npm["stderr"])
     assert "from the registry" in npm["stdout"]
@@ -182,7 +190,7 @@ async def test_listed_names_that_resolve_to_the_host_or_private_addresses_are_re
 async def test_no_connection_bypasses_the_proxy(
     http: httpx2.AsyncClient, server: RunningServer, world: OutsideWorld
 ) -> None:
-    listener = socket.create_server(("0.0.0.0", 0))  # noqa: S104 - the host, every address
+    listener = socket.create_server(("0.0.0.0", 0))
     port = listener.getsockname()[1]
     threading.Thread(target=lambda: listener.accept(), daemon=True).start()
     try:
@@ -294,11 +302,22 @@ def _sample(text: str, name: str) -> float:
     return 0.0
 
 
-async def test_the_proxy_starts_and_stops_with_the_server_and_health_reports_its_death(
+async def test_the_byte_cap_then_the_proxy_starts_and_stops_with_the_server_and_health_reports_its_death(
     http: httpx2.AsyncClient, tmp_path: Path, world: OutsideWorld
 ) -> None:
-    running = restricted_server(tmp_path / "state", world)
+    running = restricted_server(tmp_path / "state", world, SANDBOX_MCP_EGRESS_MAX_BYTES="1048576")
     try:
+        experiment = await create(http, running)
+        big = [f"https://files.pythonhosted.org/packages/{BIG_FILE}"]
+        first = await run_command(http, running, "", experiment, FETCH.format(urls=big))
+        assert f"reached {big[0]}" in first["stdout"], first  # one connection may pass the cap
+        assert "egress byte cap (1,048,576 bytes) is used up" in first["stderr"], first
+        second = await run_command(http, running, "", experiment, FETCH.format(urls=big))
+        assert f"failed {big[0]}" in second["stdout"], second
+        assert (
+            "files.pythonhosted.org:443: this experiment has used its egress byte cap"
+            in (second["stderr"])
+        )
         health = (await http.get(f"{running.base_url}/health")).json()
         assert health["status"] == "ok", health
         assert health["egress_proxy"]["ok"] is True
@@ -315,4 +334,4 @@ async def test_the_proxy_starts_and_stops_with_the_server_and_health_reports_its
     second = restricted_server(tmp_path / "state", world)
     pid = int(re.search(r'"pid": (\d+).*"egress.started"', second.log())[1])  # type: ignore[index]
     stop_server(second)
-    assert not Path(f"/proc/{pid}").exists(), "squid is stopped with the server"
+    assert not os.path.exists(f"/proc/{pid}"), "squid is stopped with the server"  # noqa: ASYNC240

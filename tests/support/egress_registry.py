@@ -25,13 +25,13 @@ ROOT = Path(sys.argv[1])
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         sys.stderr.write(f"{self.headers.get('Host')} {format % args}\n")
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self._serve()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._serve()
 
     def _serve(self) -> None:
@@ -75,7 +75,7 @@ class Handler(BaseHTTPRequestHandler):
             "CONTENT_LENGTH": str(len(body)),
             "REMOTE_ADDR": self.client_address[0],
         }
-        done = subprocess.run(  # noqa: S603
+        done = subprocess.run(
             ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
         )
         head, _, payload = done.stdout.partition(b"\r\n\r\n")
@@ -98,9 +98,9 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(sys.argv[2], sys.argv[3])
-    secure = ThreadingHTTPServer(("0.0.0.0", 443), Handler)  # noqa: S104 (its own namespace)
+    secure = ThreadingHTTPServer(("0.0.0.0", 443), Handler)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
-    plain = ThreadingHTTPServer(("0.0.0.0", 80), Handler)  # noqa: S104
+    plain = ThreadingHTTPServer(("0.0.0.0", 80), Handler)
     threading.Thread(target=plain.serve_forever, daemon=True).start()
     print("ready", flush=True)
     secure.serve_forever()

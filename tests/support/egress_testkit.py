@@ -35,6 +35,8 @@ REGISTRY_NAMES = ("pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "g
 WHEEL = "tinypkg-1.0-py3-none-any.whl"
 NPM_PACKAGE = "tiny-npm-pkg"
 GIT_REPO = "https://github.com/owner/tiny.git"
+BIG_FILE = "big.bin"  # more than the smallest egress cap
+BIG_BYTES = 1536 * 1024
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,11 @@ def outside_world(work: Path) -> Iterator[OutsideWorld]:
         sh(*inside, "route", "add", f"{world.host}/32", "dev", inner)
         sh(*inside, "route", "add", "default", "via", world.host, "dev", inner)
         log = (work / "registry.log").open("wb")
-        process = subprocess.Popen(  # noqa: S603
-            ["ip", "netns", "exec", namespace, sys.executable, str(REGISTRY_SCRIPT), str(root)]
-            + [str(ca.cert_pem), str(ca.key_pem)],
+        process = subprocess.Popen(
+            [
+                *("ip", "netns", "exec", namespace, sys.executable, str(REGISTRY_SCRIPT)),
+                *(str(root), str(ca.cert_pem), str(ca.key_pem)),
+            ],
             stdout=subprocess.PIPE,
             stderr=log,
         )
@@ -109,6 +113,7 @@ def _publish(root: Path) -> None:
     files = root / "files.pythonhosted.org" / "packages"
     files.mkdir(parents=True)
     (files / WHEEL).write_bytes(wheel)
+    (files / BIG_FILE).write_bytes(os.urandom(BIG_BYTES))
     simple = root / "pypi.org" / "simple" / "tinypkg"
     simple.mkdir(parents=True)
     (simple / "index.html").write_text(
@@ -126,7 +131,7 @@ def _publish(root: Path) -> None:
         "version": "1.0.0",
         "dist": {
             "tarball": url,
-            "shasum": hashlib.sha1(tarball).hexdigest(),  # noqa: S324 (npm's format)
+            "shasum": hashlib.sha1(tarball).hexdigest(),
             "integrity": integrity,
         },
     }
