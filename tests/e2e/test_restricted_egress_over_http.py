@@ -302,7 +302,7 @@ def _sample(text: str, name: str) -> float:
     return 0.0
 
 
-async def test_the_byte_cap_then_the_proxy_starts_and_stops_with_the_server_and_health_reports_its_death(
+async def test_byte_cap_and_the_proxy_lives_and_dies_with_the_server(
     http: httpx2.AsyncClient, tmp_path: Path, world: OutsideWorld
 ) -> None:
     running = restricted_server(tmp_path / "state", world, SANDBOX_MCP_EGRESS_MAX_BYTES="1048576")
