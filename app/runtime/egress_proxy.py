@@ -276,7 +276,13 @@ class EgressProxy:
             stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
         )
-        await self._wait_ready()
+        try:
+            await self._wait_ready()
+        except BaseException:
+            self._process.kill()
+            await self._process.wait()
+            await asyncio.to_thread(self._cleanup)
+            raise
         self._watcher = asyncio.create_task(self._watch(), name="egress-proxy-watch")
         log.info(
             "egress.started",

@@ -8,6 +8,7 @@ told the registry names resolve to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -28,6 +29,7 @@ from egress_testkit import (
     PYTHON_IMAGE,
     OutsideWorld,
     outside_world,
+    remove_restricted_network,
 )
 from mcp_http import run_command, tool
 
@@ -94,7 +96,15 @@ def server(
 ) -> Iterator[RunningServer]:
     running = restricted_server(tmp_path_factory.mktemp("restricted") / "state", world)
     yield running
-    stop_server(running)
+    stop(running)
+
+
+def stop(server: RunningServer) -> None:
+    """Stop the server, then remove what it leaves for a restart (egress_testkit)."""
+    network = re.search(r'"network": "([^"]+)".*"egress.started"', server.log())
+    stop_server(server)
+    if network is not None:
+        remove_restricted_network(network[1])
 
 
 @pytest.fixture(autouse=True)
@@ -192,7 +202,7 @@ async def test_no_connection_bypasses_the_proxy(
 ) -> None:
     listener = socket.create_server(("0.0.0.0", 0))
     port = listener.getsockname()[1]
-    threading.Thread(target=lambda: listener.accept(), daemon=True).start()
+    threading.Thread(target=accept_quietly, args=(listener,), daemon=True).start()
     try:
         experiment = await create(http, server)
         gateway = await proxy_address(http, server, experiment)
@@ -210,6 +220,11 @@ async def test_no_connection_bypasses_the_proxy(
         assert "connected" in proxy["stdout"], proxy  # the one way out is open
     finally:
         listener.close()
+
+
+def accept_quietly(listener: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # closed when the test ends
+        listener.accept()
 
 
 async def proxy_address(http: httpx2.AsyncClient, server: RunningServer, experiment: str) -> str:
@@ -307,7 +322,7 @@ async def test_byte_cap_and_the_proxy_lives_and_dies_with_the_server(
 ) -> None:
     running = restricted_server(tmp_path / "state", world, SANDBOX_MCP_EGRESS_MAX_BYTES="1048576")
     try:
-        experiment = await create(http, running)
+        experiment, survivor = await create(http, running), await create(http, running)
         big = [f"https://files.pythonhosted.org/packages/{BIG_FILE}"]
         first = await run_command(http, running, "", experiment, FETCH.format(urls=big))
         assert f"reached {big[0]}" in first["stdout"], first  # one connection may pass the cap
@@ -332,6 +347,12 @@ async def test_byte_cap_and_the_proxy_lives_and_dies_with_the_server(
     finally:
         stop_server(running)
     second = restricted_server(tmp_path / "state", world)
-    pid = int(re.search(r'"pid": (\d+).*"egress.started"', second.log())[1])  # type: ignore[index]
-    stop_server(second)
+    try:
+        # A container that outlived the restart keeps its list (its label) and its way out.
+        page = ["https://pypi.org/simple/tinypkg/"]
+        again = await run_command(http, second, "", survivor, FETCH.format(urls=page))
+        assert f"reached {page[0]}" in again["stdout"], again
+        pid = int(re.search(r'"pid": (\d+).*"egress.started"', second.log())[1])  # type: ignore[index]
+    finally:
+        stop(second)
     assert not os.path.exists(f"/proc/{pid}"), "squid is stopped with the server"  # noqa: ASYNC240

@@ -106,6 +106,24 @@ def outside_world(work: Path) -> Iterator[OutsideWorld]:
         sh("ip", "link", "del", outer, check=False)
 
 
+def remove_restricted_network(network: str) -> None:
+    """After a test server stopped: its restricted network, containers and firewall.
+
+    A server leaves them (its containers outlive a restart); a test's state dir goes,
+    so nothing would ever reuse them, and Docker's address pools are small.
+    """
+    found = sh("docker", "ps", "-aq", "--filter", f"network={network}").stdout.split()
+    if found:
+        sh("docker", "rm", "-f", *found)
+    sh("docker", "network", "rm", network, check=False)
+    chain = "SMCP-EGRESS-" + network.rsplit("-", 1)[-1]
+    bridge = "smcpr-" + network.rsplit("-", 1)[-1]
+    for tool in ("iptables", "ip6tables"):
+        sh(tool, "-w", "-D", "INPUT", "-i", bridge, "-j", chain, check=False)
+        sh(tool, "-w", "-F", chain, check=False)
+        sh(tool, "-w", "-X", chain, check=False)
+
+
 def _publish(root: Path) -> None:
     """A wheel on PyPI, a package on npm, a repository on the git host."""
     wheel = _wheel()

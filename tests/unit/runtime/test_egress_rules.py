@@ -64,8 +64,10 @@ def test_the_default_ceiling_is_the_public_registries() -> None:
 
 @pytest.mark.parametrize(
     "address",
-    ["127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254", "100.64.0.1"]
-    + ["0.0.0.0", "::1", "fe80::1", "fd00::1", "2001:db8::1", "224.0.0.1"],
+    [
+        *("127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254"),
+        *("100.64.0.1", "0.0.0.0", "::1", "fe80::1", "fd00::1", "2001:db8::1", "224.0.0.1"),
+    ],
 )
 def test_every_internal_address_is_in_a_refused_range(address: str) -> None:
     ip = ipaddress.ip_address(address)
@@ -133,10 +135,10 @@ def test_log_lines_are_read_for_who_what_and_how_much() -> None:
 
 async def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None:
     proxy = EgressProxy(EgressConfig(ceiling=("pypi.org",), max_bytes=10_000, deployment="t"))
-    proxy._workdir = tmp_path  # noqa: SLF001 - the state file, without Squid
-    proxy._gateway = "172.30.0.1"  # noqa: SLF001
+    proxy._workdir = tmp_path
+    proxy._gateway = "172.30.0.1"
     client = _Client("c1", "172.30.0.2", ("pypi.org",))
-    proxy._clients["c1"], proxy._by_address["172.30.0.2"] = client, "c1"  # noqa: SLF001
+    proxy._clients["c1"], proxy._by_address["172.30.0.2"] = client, "c1"
     (tmp_path / "log").mkdir()
     (tmp_path / "log" / "access.log").write_text(
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT evil.com:443\n"
