@@ -132,6 +132,7 @@ class _Client:
     container_id: str
     address: str
     allow: tuple[str, ...]
+    experiment_id: str = ""
     bytes: int = 0
     blocked: bool = False
     refusals: int = 0
@@ -339,6 +340,15 @@ class EgressProxy:
         client = self._clients.pop(container_id)
         if self._by_address.get(client.address) == container_id:
             del self._by_address[client.address]
+        # Each experiment's egress, recorded once when its container goes.
+        log.info(
+            "egress.usage",
+            experiment_id=client.experiment_id,
+            container_id=container_id[:12],
+            bytes=client.bytes,
+            refused=client.refusals,
+            capped=client.blocked,
+        )
         await asyncio.to_thread(self._write_state)
 
     async def take_notice(self, container_id: str) -> str | None:
@@ -502,14 +512,16 @@ class EgressProxy:
         address = (networks.get(self.network) or {}).get("IPAddress")
         if not address:
             return
-        label = ((info.get("Config") or {}).get("Labels") or {}).get(self.allow_label(), "")
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        label = labels.get(self.allow_label(), "")
+        experiment_id = labels.get(f"{self.config.label_prefix}.experiment", "")
         allow = tuple(
             n for n in label.split(",") if n and matches(n.lstrip("."), self.config.ceiling)
         )
         previous = self._by_address.get(address)
         if previous is not None and previous != container_id:
             self._clients.pop(previous, None)
-        self._clients[container_id] = _Client(container_id, address, allow)
+        self._clients[container_id] = _Client(container_id, address, allow, experiment_id)
         self._by_address[address] = container_id
 
     def _write_state(self) -> None:
@@ -593,6 +605,7 @@ class EgressProxy:
             self._on_refused(reason)
             log.info(
                 "egress.refused",
+                experiment_id=client.experiment_id,
                 container_id=client.container_id[:12],
                 host=line.host,
                 port=line.port,
@@ -603,7 +616,10 @@ class EgressProxy:
         if not client.blocked and client.bytes >= self.config.max_bytes:
             client.blocked = True
             log.warning(
-                "egress.cap_reached", container_id=client.container_id[:12], bytes=client.bytes
+                "egress.cap_reached",
+                experiment_id=client.experiment_id,
+                container_id=client.container_id[:12],
+                bytes=client.bytes,
             )
             client.pending.append(
                 f"the egress byte cap ({self.config.max_bytes:,} bytes) is used up: "

@@ -218,6 +218,14 @@ async def test_no_connection_bypasses_the_proxy(
             http, server, "", experiment, CONNECT.format(host=gateway, port=3128)
         )
         assert "connected" in proxy["stdout"], proxy  # the one way out is open
+        lookup = await run_command(
+            http,
+            server,
+            "",
+            experiment,
+            "python3 -c 'import socket; print(socket.gethostbyname(\"pypi.org\"))'",
+        )
+        assert lookup["exit_code"] != 0, lookup  # no DNS either: names are the proxy's
     finally:
         listener.close()
 
@@ -308,6 +316,12 @@ async def test_refusals_and_bytes_are_counted_in_metrics(
         await asyncio.sleep(0.2)
     assert refused >= 1
     assert moved > 0
+    await tool(http, server, "", "destroy_experiment", {"experiment_id": experiment})
+    usage = [line for line in server.log().splitlines() if '"egress.usage"' in line]
+    recorded = [line for line in usage if experiment in line]
+    assert recorded, usage  # the experiment's egress, recorded when it goes
+    assert re.search(r'"bytes": [1-9]', recorded[0])
+    assert '"refused": 1' in recorded[0]
 
 
 def _sample(text: str, name: str) -> float:
