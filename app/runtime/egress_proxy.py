@@ -474,9 +474,9 @@ class EgressProxy:
             _iptables(tool, "-F", chain)
             for rule in body:
                 _iptables(tool, "-A", chain, *rule)
-            hook = ["INPUT", "-i", bridge, "-j", chain]
-            if _iptables(tool, "-C", *hook, check=False) != 0:
-                _iptables(tool, "-I", *hook)
+            for hook in _hooks(tool, bridge, chain):
+                if _iptables(tool, "-C", *hook, check=False) != 0:
+                    _iptables(tool, "-I", *hook)
 
     def _cleanup(self) -> None:
         if self._workdir is not None:
@@ -492,9 +492,8 @@ class EgressProxy:
         finally:
             client.close()
         for tool in ("iptables", "ip6tables"):
-            _iptables(
-                tool, "-D", "INPUT", "-i", self.config.bridge, "-j", self.config.chain, check=False
-            )
+            for hook in _hooks(tool, self.config.bridge, self.config.chain):
+                _iptables(tool, "-D", *hook, check=False)
             _iptables(tool, "-F", self.config.chain, check=False)
             _iptables(tool, "-X", self.config.chain, check=False)
 
@@ -648,6 +647,13 @@ def _read_new_lines(path: Path, offset: int) -> tuple[list[str], int]:
         return [], offset
     end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
     return data[:end].decode(errors="replace").splitlines(), offset + end
+
+
+def _hooks(tool: str, bridge: str, chain: str) -> list[list[str]]:
+    """Where our chain is hooked: INPUT from the bridge; for IPv6 forwarding too (Docker
+    filters IPv4 between containers, and no IPv6 at all on a network without it)."""
+    chains = ["INPUT", "FORWARD"] if tool == "ip6tables" else ["INPUT"]
+    return [[name, "-i", bridge, "-j", chain] for name in chains]
 
 
 def _open_connections(gateway: str, port: int, client: str) -> bool:

@@ -119,7 +119,8 @@ def remove_restricted_network(network: str) -> None:
     chain = "SMCP-EGRESS-" + network.rsplit("-", 1)[-1]
     bridge = "smcpr-" + network.rsplit("-", 1)[-1]
     for tool in ("iptables", "ip6tables"):
-        sh(tool, "-w", "-D", "INPUT", "-i", bridge, "-j", chain, check=False)
+        for hook in ("INPUT", "FORWARD"):
+            sh(tool, "-w", "-D", hook, "-i", bridge, "-j", chain, check=False)
         sh(tool, "-w", "-F", chain, check=False)
         sh(tool, "-w", "-X", chain, check=False)
 
