@@ -9,18 +9,19 @@ The layout, and why it is the simplest safe one:
 * Squid (Debian's package) runs on the host, listening only on that bridge's gateway
   address, one port. An ``--internal`` network still reaches the host itself (the
   INPUT chain, not FORWARD), so an iptables chain of ours, hooked on INPUT for that
-  bridge, accepts only TCP to the proxy's address and port and drops the rest (and
-  ip6tables drops everything: the bridge has IPv6 link-local addresses). A proxy
-  container on two networks would need an image of its own and a network per
-  experiment; this needs neither.
+  bridge, accepts only TCP to the proxy's address and port and drops the rest, and
+  ip6tables drops everything (:mod:`app.runtime.egress_network`). A proxy container
+  on two networks would need an image of its own and a network per experiment; this
+  needs neither.
 * Squid resolves names itself and applies :mod:`app.runtime.egress_rules`: the
   operator's ceiling, the experiment's own list (an external ACL helper reads it, by
   client address, from a state file we rewrite), no destination that is not public,
   443 for CONNECT (no TLS interception) and 80 for plain http.
-* Squid's access log tells who was refused and who moved how many bytes: a client
-  address is a container of one experiment (we map it when the container starts).
-  Refusals are handed to that experiment's next command result; bytes are counted
-  against its cap (then it is blocked) and in ``/metrics``.
+* Squid's access log tells who was refused and who moved how many bytes
+  (:mod:`app.runtime.egress_usage`): a client address is a container of one
+  experiment (mapped when the container starts). Refusals are handed to that
+  experiment's next command result; bytes are counted against its cap (then it is
+  blocked) and in ``/metrics``.
 
 The iptables chain stays when the server stops: experiment containers outlive a
 restart, and must not reach the host meanwhile. It is removed with the network,
@@ -35,58 +36,49 @@ import asyncio
 import contextlib
 import ctypes
 import hashlib
-import ipaddress
 import json
 import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import docker
-import docker.errors
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
 from app.runtime import egress_acl_helper
+from app.runtime.egress_network import (
+    ensure_network,
+    host_addresses,
+    install_firewall,
+    network_containers,
+    remove_if_unused,
+)
 from app.runtime.egress_rules import (
     ACCESS_LOG,
-    HTTP_PORT,
-    HTTPS_PORT,
     SquidPlan,
     clamp_allowlist,
     matches,
     not_public_ranges,
     squid_conf,
 )
+from app.runtime.egress_usage import Client, Ledger, LogLine, open_connections, read_new_lines
 
 log = structlog.get_logger(__name__)
 
 ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's list
-MAX_PENDING: Final = 20  # refusals kept per experiment until its next result
 READY_TIMEOUT_S: Final = 20.0
 POLL_S: Final = 1.0
 SETTLE_S: Final = 0.5
-_OPEN_STATES: Final = frozenset({"01", "08"})  # ESTABLISHED, CLOSE_WAIT (Squid's side)
 SQUID_USER: Final = "proxy"  # Debian's squid user
-
-# Why a request was refused (the metrics label) and what the agent is told.
-REASONS: Final = {
-    "not_allowed": "not on this experiment's allow-list",
-    "not_public": "it resolves to an address that is not public (loopback, private, "
-    "link-local or metadata, shared, or this server)",
-    "port": "only https on port 443 and http on port 80 go through the proxy",
-    "cap": "this experiment has used its egress byte cap",
-}
 
 
 @dataclass(frozen=True)
@@ -125,54 +117,6 @@ class RestrictedPlan:
     warnings: tuple[str, ...]
 
 
-@dataclass
-class _Client:
-    """One container on the restricted network."""
-
-    container_id: str
-    address: str
-    allow: tuple[str, ...]
-    experiment_id: str = ""
-    bytes: int = 0
-    blocked: bool = False
-    refusals: int = 0
-    pending: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class LogLine:
-    client: str
-    denied: bool
-    bytes: int
-    method: str
-    host: str
-    port: int
-
-    @classmethod
-    def parse(cls, line: str) -> LogLine | None:
-        parts = line.split()
-        if len(parts) < 7:
-            return None
-        _, client, status, out, into, method, url = parts[:7]
-        try:
-            size = max(0, int(out)) + max(0, int(into))
-        except ValueError:
-            return None
-        host, port = _host_port(method, url)
-        return cls(client, status.startswith("TCP_DENIED"), size, method, host, port)
-
-
-def _host_port(method: str, url: str) -> tuple[str, int]:
-    if method == "CONNECT":
-        host, _, port = url.rpartition(":")
-        return host.strip("[]"), int(port) if port.isdecimal() else HTTPS_PORT
-    try:
-        parts = urlsplit(url)
-        return parts.hostname or "", parts.port or HTTP_PORT
-    except ValueError:
-        return url[:200], HTTP_PORT
-
-
 class EgressProxy:
     """Squid for this deployment's restricted containers (see the module doc)."""
 
@@ -186,10 +130,7 @@ class EgressProxy:
     ) -> None:
         self.config = config
         self._client_factory = client_factory
-        self._on_refused = on_refused
-        self._on_bytes = on_bytes
-        self._clients: dict[str, _Client] = {}  # by container id
-        self._by_address: dict[str, str] = {}  # container address -> container id
+        self._ledger = Ledger(config.max_bytes, on_refused=on_refused, on_bytes=on_bytes)
         self._gateway: str | None = None
         self._workdir: Path | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -334,12 +275,11 @@ class EgressProxy:
 
     async def detach(self, container_id: str) -> None:
         """Forget a removed container (after its last log lines are read)."""
-        if container_id not in self._clients:
+        if self._ledger.get(container_id) is None:
             return
         await self._read_log()
-        client = self._clients.pop(container_id)
-        if self._by_address.get(client.address) == container_id:
-            del self._by_address[client.address]
+        client = self._ledger.remove(container_id)
+        assert client is not None
         # Each experiment's egress, recorded once when its container goes.
         log.info(
             "egress.usage",
@@ -353,25 +293,12 @@ class EgressProxy:
 
     async def take_notice(self, container_id: str) -> str | None:
         """What the proxy refused this container since the last notice, for its result."""
-        client = self._clients.get(container_id)
+        client = self._ledger.get(container_id)
         if client is None:
             return None
         await self._settle(client.address)
         await self._read_log()
-        if not client.pending:
-            return None
-        refused, client.pending = client.pending, []
-        listed = ", ".join(client.allow) or "(nothing)"
-        return (
-            f"\n[sandbox-mcp] The egress proxy refused {len(refused)} connection(s) from "
-            'this experiment (network "restricted"):\n'
-            + "".join(f"  - {line}\n" for line in refused)
-            + f"This experiment may reach: {listed}. A name on the server's allow-list "
-            "(check_sandbox_runtime) can be asked for with egress_allowlist when the "
-            "experiment is created; any other needs the operator "
-            "(SANDBOX_MCP_EGRESS_ALLOWLIST). Addresses that are not public are never "
-            "reached.\n"
-        )
+        return self._ledger.notice(container_id)
 
     async def _settle(self, address: str) -> None:
         """Wait (briefly) until Squid has closed this client's connections.
@@ -382,14 +309,14 @@ class EgressProxy:
         """
         assert self._gateway is not None
         deadline = time.monotonic() + SETTLE_S
-        while await asyncio.to_thread(_open_connections, self._gateway, self.config.port, address):
+        while await asyncio.to_thread(open_connections, self._gateway, self.config.port, address):
             if time.monotonic() > deadline:
                 return
             await asyncio.sleep(0.01)
 
     def usage(self, container_id: str) -> tuple[int, int] | None:
         """(bytes, refusals) of a container so far."""
-        client = self._clients.get(container_id)
+        client = self._ledger.get(container_id)
         return None if client is None else (client.bytes, client.refusals)
 
     # -- internals --------------------------------------------------------------------
@@ -398,9 +325,10 @@ class EgressProxy:
         """The network, its firewall, Squid's folder and configuration (blocking)."""
         client = self._client_factory()
         try:
-            api = client.api
-            self._gateway = self._ensure_network(api)
-            self._firewall(self._gateway)
+            api, config = client.api, self.config
+            labels = {f"{config.label_prefix}.role": "egress-restricted"}
+            self._gateway = ensure_network(api, config.network, config.bridge, labels)
+            install_firewall(config.bridge, config.chain, self._gateway, config.port)
             self._workdir = Path(tempfile.mkdtemp(prefix="sandbox-mcp-egress-"))
             logs = self._workdir / "log"
             logs.mkdir()
@@ -419,91 +347,29 @@ class EgressProxy:
                 listen=f"{self._gateway}:{self.config.port}",
                 workdir=logs,
                 ceiling=self.config.ceiling,
-                not_public=not_public_ranges(_host_addresses()),
+                not_public=not_public_ranges(host_addresses()),
                 helper=(_system_python(), str(helper), str(self._workdir / "state.json")),
                 hosts_file=hosts,
                 user=user,
             )
             conf = self._workdir / "squid.conf"
             conf.write_text(squid_conf(plan))
-            for found in self._network_containers(api):
+            for found in network_containers(api, config.network):
                 self._register(found)
             self._write_state()
             return conf
         finally:
             client.close()
 
-    def _ensure_network(self, api: docker.APIClient) -> str:
-        name = self.config.network
-        found = [n for n in api.networks(names=[name]) if n.get("Name") == name]
-        if not found:
-            with contextlib.suppress(docker.errors.APIError):  # made meanwhile: inspected below
-                api.create_network(
-                    name,
-                    driver="bridge",
-                    internal=True,
-                    options={
-                        "com.docker.network.bridge.enable_icc": "false",
-                        "com.docker.network.bridge.name": self.config.bridge,
-                    },
-                    labels={f"{self.config.label_prefix}.role": "egress-restricted"},
-                )
-        info = api.inspect_network(name)
-        if not info.get("Internal"):
-            raise ConfigurationError(f"The Docker network {name} exists but is not internal.")
-        for pool in (info.get("IPAM") or {}).get("Config") or ():
-            gateway = pool.get("Gateway")
-            if gateway and ipaddress.ip_address(gateway).version == 4:
-                return str(gateway)
-        raise ConfigurationError(f"The Docker network {name} has no IPv4 gateway.")
-
-    def _firewall(self, gateway: str) -> None:
-        """INPUT from the bridge: only TCP to the proxy; nothing over IPv6."""
-        chain, bridge = self.config.chain, self.config.bridge
-        rules = {
-            "iptables": [
-                ["-p", "tcp", "-d", gateway, "--dport", str(self.config.port), "-j", "ACCEPT"],
-                ["-j", "DROP"],
-            ],
-            "ip6tables": [["-j", "DROP"]],
-        }
-        for tool, body in rules.items():
-            if shutil.which(tool) is None:
-                raise ConfigurationError(f"network 'restricted' needs {tool}.")
-            _iptables(tool, "-N", chain, check=False)
-            _iptables(tool, "-F", chain)
-            for rule in body:
-                _iptables(tool, "-A", chain, *rule)
-            for hook in _hooks(tool, bridge, chain):
-                if _iptables(tool, "-C", *hook, check=False) != 0:
-                    _iptables(tool, "-I", *hook)
-
     def _cleanup(self) -> None:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
         client = self._client_factory()
         try:
-            info = client.api.inspect_network(self.config.network)
-            if info.get("Containers"):
-                return  # its containers outlive the server: keep their firewall
-            client.api.remove_network(self.config.network)
-        except docker.errors.DockerException:
-            return
+            config = self.config
+            remove_if_unused(client.api, config.network, config.bridge, config.chain)
         finally:
             client.close()
-        for tool in ("iptables", "ip6tables"):
-            for hook in _hooks(tool, self.config.bridge, self.config.chain):
-                _iptables(tool, "-D", *hook, check=False)
-            _iptables(tool, "-F", self.config.chain, check=False)
-            _iptables(tool, "-X", self.config.chain, check=False)
-
-    def _network_containers(self, api: docker.APIClient) -> list[dict[str, Any]]:
-        info = api.inspect_network(self.config.network)
-        found = []
-        for container_id in info.get("Containers") or {}:
-            with contextlib.suppress(docker.errors.NotFound):
-                found.append(api.inspect_container(container_id))
-        return found
 
     def _register(self, info: dict[str, Any]) -> None:
         container_id = str(info["Id"])
@@ -517,19 +383,12 @@ class EgressProxy:
         allow = tuple(
             n for n in label.split(",") if n and matches(n.lstrip("."), self.config.ceiling)
         )
-        previous = self._by_address.get(address)
-        if previous is not None and previous != container_id:
-            self._clients.pop(previous, None)
-        self._clients[container_id] = _Client(container_id, address, allow, experiment_id)
-        self._by_address[address] = container_id
+        self._ledger.add(Client(container_id, address, allow, experiment_id))
 
     def _write_state(self) -> None:
         if self._workdir is None:
             return
-        state = {
-            c.address: {"allow": list(c.allow), "blocked": c.blocked}
-            for c in self._clients.values()
-        }
+        state = self._ledger.state()
         target = self._workdir / "state.json"
         scratch = target.with_suffix(".tmp")
         scratch.write_text(json.dumps(state))
@@ -580,120 +439,15 @@ class EgressProxy:
             return
         async with self._read_lock:
             lines, self._offset = await asyncio.to_thread(
-                _read_new_lines, self._workdir / "log" / ACCESS_LOG, self._offset
+                read_new_lines, self._workdir / "log" / ACCESS_LOG, self._offset
             )
             changed = False
             for text in lines:
                 line = LogLine.parse(text)
                 if line is not None:
-                    changed |= self._account(line)
+                    changed |= self._ledger.account(line)
             if changed:
                 await asyncio.to_thread(self._write_state)
-
-    def _account(self, line: LogLine) -> bool:
-        """Add one log line to its container; whether the state file must change."""
-        container_id = self._by_address.get(line.client)
-        client = self._clients.get(container_id) if container_id else None
-        if client is None:
-            return False
-        client.bytes += line.bytes
-        self._on_bytes(line.bytes)
-        if line.denied:
-            reason = self._reason(client, line)
-            client.refusals += 1
-            self._on_refused(reason)
-            log.info(
-                "egress.refused",
-                experiment_id=client.experiment_id,
-                container_id=client.container_id[:12],
-                host=line.host,
-                port=line.port,
-                reason=reason,
-            )
-            if len(client.pending) < MAX_PENDING:
-                client.pending.append(f"{line.host}:{line.port}: {REASONS[reason]}")
-        if not client.blocked and client.bytes >= self.config.max_bytes:
-            client.blocked = True
-            log.warning(
-                "egress.cap_reached",
-                experiment_id=client.experiment_id,
-                container_id=client.container_id[:12],
-                bytes=client.bytes,
-            )
-            client.pending.append(
-                f"the egress byte cap ({self.config.max_bytes:,} bytes) is used up: "
-                "the proxy refuses this experiment's further connections"
-            )
-            return True
-        return False
-
-    def _reason(self, client: _Client, line: LogLine) -> str:
-        wanted = HTTPS_PORT if line.method == "CONNECT" else HTTP_PORT
-        if line.port != wanted:
-            return "port"
-        if client.blocked:
-            return "cap"
-        if not matches(line.host, client.allow):
-            return "not_allowed"
-        return "not_public"
-
-
-def _read_new_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    try:
-        with path.open("rb") as file:
-            file.seek(offset)
-            data = file.read(4 * 1024 * 1024)
-    except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
-    return data[:end].decode(errors="replace").splitlines(), offset + end
-
-
-def _hooks(tool: str, bridge: str, chain: str) -> list[list[str]]:
-    """Where our chain is hooked: INPUT from the bridge; for IPv6 forwarding too (Docker
-    filters IPv4 between containers, and no IPv6 at all on a network without it)."""
-    chains = ["INPUT", "FORWARD"] if tool == "ip6tables" else ["INPUT"]
-    return [[name, "-i", bridge, "-j", chain] for name in chains]
-
-
-def _open_connections(gateway: str, port: int, client: str) -> bool:
-    """Whether Squid still holds a connection from ``client`` (``/proc/net/tcp``)."""
-    local = f"{_hex_address(gateway)}:{port:04X}"
-    remote = _hex_address(client) + ":"
-    try:
-        with open("/proc/net/tcp", encoding="ascii") as table:
-            next(table, None)
-            for row in table:
-                fields = row.split()
-                if (
-                    fields[1] == local
-                    and fields[2].startswith(remote)
-                    and fields[3] in _OPEN_STATES
-                ):
-                    return True
-    except OSError:
-        return False
-    return False
-
-
-def _hex_address(address: str) -> str:
-    return ipaddress.IPv4Address(address).packed[::-1].hex().upper()
-
-
-def _iptables(tool: str, *args: str, check: bool = True) -> int:
-    done = subprocess.run([tool, "-w", *args], capture_output=True, text=True, check=False)  # noqa: S603
-    if check and done.returncode != 0:
-        raise ConfigurationError(f"{tool} {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.returncode
-
-
-def _host_addresses() -> list[str]:
-    """Every address of this host's interfaces (``ip -j addr``)."""
-    try:
-        done = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True)  # noqa: S607
-        return [a["local"] for i in json.loads(done.stdout) for a in i.get("addr_info", ())]
-    except (OSError, subprocess.CalledProcessError, ValueError, KeyError):
-        return [socket.gethostbyname(socket.gethostname())]
 
 
 def _has_user(name: str) -> bool:

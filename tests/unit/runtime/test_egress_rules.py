@@ -3,15 +3,12 @@ the ACL helper's answers and how the proxy's log is read."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import json
 from pathlib import Path
 
 import pytest
 
 from app.runtime import egress_acl_helper
-from app.runtime.egress_proxy import EgressConfig, EgressProxy, LogLine, _Client
 from app.runtime.egress_rules import (
     DEFAULT_ALLOWLIST,
     NOT_PUBLIC,
@@ -22,6 +19,7 @@ from app.runtime.egress_rules import (
     parse_allowlist,
     squid_conf,
 )
+from app.runtime.egress_usage import Client, Ledger, LogLine, read_new_lines
 
 
 def test_allowlists_are_parsed_and_bad_names_refused() -> None:
@@ -133,14 +131,13 @@ def test_log_lines_are_read_for_who_what_and_how_much() -> None:
     assert LogLine.parse("garbage") is None
 
 
-async def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None:
-    proxy = EgressProxy(EgressConfig(ceiling=("pypi.org",), max_bytes=10_000, deployment="t"))
-    proxy._workdir = tmp_path
-    proxy._gateway = "172.30.0.1"
-    client = _Client("c1", "172.30.0.2", ("pypi.org",))
-    proxy._clients["c1"], proxy._by_address["172.30.0.2"] = client, "c1"
-    (tmp_path / "log").mkdir()
-    (tmp_path / "log" / "access.log").write_text(
+def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None:
+    refused: list[str] = []
+    moved: list[int] = []
+    ledger = Ledger(10_000, on_refused=refused.append, on_bytes=moved.append)
+    ledger.add(Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"))
+    log = tmp_path / "access.log"
+    log.write_text(
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT evil.com:443\n"
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:443\n"
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:22\n"
@@ -149,15 +146,31 @@ async def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:443\n"
         "1 172.30.0.2 TCP_TUNNEL/200 5 0 CONNECT pyp"  # a line being written
     )
-    notice = await proxy.take_notice("c1")
+    lines, offset = read_new_lines(log, 0)
+    assert len(lines) == 6
+    assert offset < log.stat().st_size, "the unfinished line waits"
+    changed = [ledger.account(line) for text in lines if (line := LogLine.parse(text))]
+    assert changed == [False, False, False, False, True, False]  # blocked once
+    notice = ledger.notice("c1")
     assert notice is not None
     assert "evil.com:443: not on this experiment's allow-list" in notice
     assert "pypi.org:443: it resolves to an address that is not public" in notice
     assert "pypi.org:22: only https on port 443" in notice
     assert "the egress byte cap (10,000 bytes) is used up" in notice
     assert "pypi.org:443: this experiment has used its egress byte cap" in notice
-    assert proxy.usage("c1") == (20_400, 4)
-    written = json.loads((tmp_path / "state.json").read_text())
-    assert written == {"172.30.0.2": {"allow": ["pypi.org"], "blocked": True}}
-    assert await proxy.take_notice("c1") is None, "told once"
-    await asyncio.sleep(0)
+    assert refused == ["not_allowed", "not_public", "port", "cap"]
+    assert sum(moved) == 20_400
+    assert ledger.state() == {"172.30.0.2": {"allow": ["pypi.org"], "blocked": True}}
+    assert ledger.notice("c1") is None, "told once"
+
+
+def test_an_address_reused_by_a_new_container_belongs_to_it() -> None:
+    ledger = Ledger(10_000)
+    ledger.add(Client("old", "172.30.0.2", ("pypi.org",)))
+    ledger.add(Client("new", "172.30.0.2", ()))
+    ledger.account(LogLine("172.30.0.2", True, 10, "CONNECT", "pypi.org", 443))
+    assert ledger.get("old") is None
+    new = ledger.get("new")
+    assert new is not None
+    assert new.refusals == 1
+    assert ledger.state() == {"172.30.0.2": {"allow": [], "blocked": False}}
