@@ -284,6 +284,12 @@ async def test_an_experiment_asks_for_fewer_names_and_more_is_clamped(
     result = await run_command(http, server, "", created["experiment_id"], FETCH.format(urls=urls))
     assert "reached https://pypi.org/simple/tinypkg/" in result["stdout"], result
     assert "registry.npmjs.org:443: not on this experiment's allow-list" in result["stderr"]
+    misplaced = await tool(
+        http, server, "", "create_experiment", {"egress_allowlist": ["pypi.org"]}
+    )
+    assert misplaced["is_error"], misplaced
+    assert misplaced["error"]["code"] == "INVALID_ARGUMENT"
+    assert "applies to network 'restricted' only" in misplaced["error"]["message"]
 
 
 async def test_a_git_clone_goes_through_the_proxy(

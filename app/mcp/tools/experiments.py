@@ -18,6 +18,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
+from app.errors import InvalidArgument
 from app.experiments.creation import CreateRequest
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import (
@@ -188,6 +189,13 @@ def register_experiment_tools(
     ) -> Annotated[CallToolResult, enveloped(CreatedExperiment)]:
         async def body(call: CallContext) -> CreatedExperiment:
             seed.copy_only(mount_strategy)
+            chosen = seed.network(network, network_mode)
+            if egress_allowlist is not None and chosen != "restricted":
+                raise InvalidArgument(
+                    "egress_allowlist applies to network 'restricted' only; pass "
+                    "network='restricted' with it, or leave it out.",
+                    field="egress_allowlist",
+                )
             defaults = Limits()
             memory = seed.memory_mb(memory_limit) if memory_limit is not None else None
             request = CreateRequest(
@@ -200,7 +208,7 @@ def register_experiment_tools(
                 git_url=git.url if git else None,
                 git_ref=git.ref if git else None,
                 setup_commands=tuple(setup_commands),
-                network=seed.network(network, network_mode),
+                network=chosen,
                 egress_allowlist=tuple(egress_allowlist) if egress_allowlist is not None else None,
                 limits=Limits(
                     cpus=seed.pick(("cpus", cpus), ("cpu_limit", cpu_limit)) or defaults.cpus,
