@@ -146,8 +146,9 @@ def not_public_ranges(host_addresses: Iterable[str] = ()) -> tuple[str, ...]:
     extra = []
     for address in host_addresses:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if not any(ip in ipaddress.ip_network(net) for net in NOT_PUBLIC):
-            extra.append(f"{ip}/{ip.max_prefixlen}")
+        entry = f"{ip}/{ip.max_prefixlen}"
+        if entry not in extra and not any(ip in ipaddress.ip_network(n) for n in NOT_PUBLIC):
+            extra.append(entry)
     return (*NOT_PUBLIC, *extra)
 
 
@@ -162,6 +163,14 @@ class SquidPlan:
     helper: tuple[str, ...]  # argv of the external ACL helper
     hosts_file: Path | None = None  # test-only: names resolved from this file first
     user: str | None = None  # cache_effective_user when started as root
+
+
+def squid_domains(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` without those a ``.domain`` entry covers: Squid refuses to start on them."""
+    wider = [n for n in names if n.startswith(".")]
+    return tuple(
+        n for n in names if not any(w != n and matches(n.lstrip("."), (w,)) for w in wider)
+    )
 
 
 ACCESS_LOG: Final = "access.log"
@@ -201,7 +210,7 @@ def squid_conf(plan: SquidPlan) -> str:
         "acl CONNECT method CONNECT",
         f"acl https_port port {HTTPS_PORT}",
         f"acl http_port port {HTTP_PORT}",
-        "acl ceiling dstdomain " + " ".join(plan.ceiling or ("invalid.",)),
+        "acl ceiling dstdomain " + " ".join(squid_domains(plan.ceiling) or ("invalid.",)),
         "acl not_public dst " + " ".join(plan.not_public),
         # The experiment's own list (a subset of the ceiling) and its byte cap.
         "external_acl_type smcp_experiment ttl=0 negative_ttl=0 children-max=4 "
