@@ -51,7 +51,7 @@ FETCH = (
 CONNECT = (
     "python3 - <<'EOF'\n"
     "import socket\n"
-    "s = socket.socket(); s.settimeout(3)\n"
+    "s = socket.socket(); s.settimeout(2)\n"
     "try:\n"
     "    s.connect(({host!r}, {port})); print('connected')\n"
     "except OSError as exc:\n"
@@ -223,7 +223,7 @@ async def test_no_connection_bypasses_the_proxy(
             server,
             "",
             experiment,
-            "python3 -c 'import socket; print(socket.gethostbyname(\"pypi.org\"))'",
+            "timeout 3 python3 -c 'import socket; print(socket.gethostbyname(\"pypi.org\"))'",
         )
         assert lookup["exit_code"] != 0, lookup  # no DNS either: names are the proxy's
     finally:
