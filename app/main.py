@@ -43,6 +43,7 @@ from app.mcp.transport import StatelessTransport
 from app.observability import configure_logging
 from app.retention import Retention
 from app.runtime.docker import DockerBackend, output_streams
+from app.runtime.egress_proxy import EgressConfig, EgressProxy
 from app.runtime.limits import Ceilings
 from app.runtime.probe import DockerProbe
 from app.services import AuthParts, Services
@@ -151,7 +152,8 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     ceilings = options.ceilings(settings)
     jobs = JobRegistry()
     registry = ProcessRegistry(ProcessRecords(engine), stale_s=settings.process_stale_s)
-    backend = build_backend(settings, store, ceilings, registry.process_id)
+    egress_proxy = build_egress_proxy(settings, metrics)
+    backend = build_backend(settings, store, ceilings, registry.process_id, egress_proxy)
     records = ExperimentRecords(engine)
     manager = ExperimentManager(
         records, backend, jobs, options.experiment_options(settings, ceilings), registry
@@ -206,7 +208,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     )
     register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.
-    egress, git_egress = settings.allow_egress, settings.allow_git_egress
+    # Network "restricted" reaches the open world too (its allow-list of it).
+    egress = settings.allow_egress or settings.egress_proxy
+    git_egress = settings.allow_git_egress or settings.egress_proxy
     register_experiment_tools(mcp, runner, manager, egress=egress, git_egress=git_egress)
     register_file_tools(mcp, runner, manager)
     register_evidence_tools(mcp, runner, manager, egress=egress)
@@ -231,6 +235,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         metrics=metrics,
         store=store,
         docker_probe=DockerProbe(),
+        egress=egress_proxy,
     )
 
 
@@ -247,8 +252,32 @@ class _Hooks:
         self.memory.drop(sandbox_key)
 
 
+def build_egress_proxy(settings: Settings, metrics: Metrics) -> EgressProxy | None:
+    """The proxy of network "restricted", when the operator offers it."""
+    if not settings.egress_proxy:
+        return None
+    config = EgressConfig(
+        ceiling=settings.egress_ceiling,
+        max_bytes=settings.egress_max_bytes,
+        deployment=deployment_id(settings),
+        port=settings.egress_proxy_port,
+        test_hosts=settings.egress_test_host_pairs,
+        label_prefix=settings.label_prefix,
+    )
+    return EgressProxy(
+        config,
+        client_factory=lambda: docker.from_env(timeout=60),
+        on_refused=metrics.egress_refused,
+        on_bytes=metrics.egress_bytes,
+    )
+
+
 def build_backend(
-    settings: Settings, slots: SlotStore, ceilings: Ceilings, process_id: str | None = None
+    settings: Settings,
+    slots: SlotStore,
+    ceilings: Ceilings,
+    process_id: str | None = None,
+    egress: EgressProxy | None = None,
 ) -> DockerBackend:
     return DockerBackend(
         slots=slots,
@@ -270,6 +299,7 @@ def build_backend(
         user=settings.sandbox_user,
         allow_egress=settings.allow_egress,
         allow_git_egress=settings.allow_git_egress,
+        egress_proxy=egress,
         # DOCKER_HOST and friends are honoured, as by `docker` itself and `check`.
         client_factory=lambda: docker.from_env(timeout=60),
     )
@@ -297,6 +327,7 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         ping_database=services.repository.ping,
         pool_stats=services.pool_stats,
         probe_runtime=services.docker_probe,
+        egress=services.egress.health if services.egress else None,
     )
 
     @contextlib.asynccontextmanager

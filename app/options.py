@@ -42,6 +42,9 @@ def experiment_options(settings: Settings, limits: Ceilings) -> ExperimentOption
         snapshot_excludes=settings.snapshot_exclude_list,
         strict_env=settings.strict_env_denylist,
         egress_allowed=settings.allow_egress,
+        restricted_allowed=settings.egress_proxy,
+        egress_allowlist=settings.egress_ceiling if settings.egress_proxy else (),
+        egress_max_bytes=settings.egress_max_bytes,
         ceilings={
             "cpus": limits.cpus,
             "memory_mb": limits.memory_mb,

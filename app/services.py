@@ -18,6 +18,7 @@ from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
 from app.runtime.backend import SandboxBackend
+from app.runtime.egress_proxy import EgressProxy
 from app.runtime.probe import DockerProbe
 from app.settings import Settings
 from app.slot_storage import open_slots
@@ -61,6 +62,7 @@ class Services:
     metrics: Metrics
     store: SlotStore
     docker_probe: DockerProbe
+    egress: EgressProxy | None = None  # network "restricted"'s proxy, when offered
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -77,6 +79,8 @@ class Services:
         await self.pool.open()
         await self.mailer.open()  # hand-overs from other processes reach it from now on
         await self.manager.recovery.registry.register()
+        if self.egress is not None:
+            await self.egress.start()  # before recovery: live containers get their lists
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
         self.manager.recovery.start()  # heartbeat, and takeover of dead processes' work
@@ -96,6 +100,8 @@ class Services:
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
         await self.manager.recovery.stop()  # this process's jobs reported lost, then gone
+        if self.egress is not None:
+            await self.egress.stop()
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()

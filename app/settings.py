@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.runtime.egress_rules import DEFAULT_ALLOWLIST, parse_allowlist
 from auth.client_address import parse_trusted_proxies
 
 ENV_PREFIX = "SANDBOX_MCP_"
@@ -255,6 +256,32 @@ class Settings(BaseSettings):
         default=False,
         description="Whether create_experiment may clone https repositories (egress for a helper).",
     )
+    egress_proxy: bool = Field(
+        default=False,
+        description=(
+            "Offer network 'restricted': experiments reach only the allow-listed names, "
+            "through a Squid proxy the server starts (needs squid, iptables and root)."
+        ),
+    )
+    egress_allowlist: str = Field(
+        default=",".join(DEFAULT_ALLOWLIST),
+        description=(
+            "Names network 'restricted' may reach, comma-separated (.example.org: it and "
+            "every name below it); the most an experiment may ask for."
+        ),
+    )
+    egress_max_bytes: int = Field(
+        default=2 * 1024**3,
+        ge=1024**2,
+        description="Bytes one restricted experiment may move through the proxy (both ways).",
+    )
+    egress_proxy_port: int = Field(
+        default=3128, ge=1, le=65535, description="The proxy's port on the restricted network."
+    )
+    egress_test_hosts: str = Field(
+        default="",
+        description="Tests only: name=address pairs the proxy resolves before DNS.",
+    )
     accept_shared_disk: bool = Field(
         default=False,
         description=(
@@ -454,6 +481,20 @@ class Settings(BaseSettings):
     @classmethod
     def _lower_proxy_header(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("egress_allowlist")
+    @classmethod
+    def _check_egress_allowlist(cls, value: str) -> str:
+        return ",".join(parse_allowlist(value))  # raises ValueError naming the bad entry
+
+    @property
+    def egress_ceiling(self) -> tuple[str, ...]:
+        return parse_allowlist(self.egress_allowlist)
+
+    @property
+    def egress_test_host_pairs(self) -> tuple[tuple[str, str], ...]:
+        pairs = [item.split("=", 1) for item in self.egress_test_hosts.split(",") if "=" in item]
+        return tuple((name.strip(), str(ipaddress.ip_address(a.strip()))) for name, a in pairs)
 
     @field_validator("images")
     @classmethod

@@ -21,6 +21,7 @@
 #   debootstrap      deploy/build-base-image builds the sandbox images with it
 #   chromium         e2e browser tests (headless)
 #   iproute2         ip netns for network tests
+#   squid            the allow-listing forward proxy of network "restricted"
 #   ca-certificates  TLS to the package registries
 #   git procps xz-utils  used by scripts and tests
 SANDBOX_MCP_CI_PACKAGES=(
@@ -30,6 +31,7 @@ SANDBOX_MCP_CI_PACKAGES=(
   debootstrap
   chromium
   iproute2 ca-certificates
+  squid
   git procps xz-utils
 )
 

@@ -46,6 +46,7 @@ class CreateRequest:
     git_ref: str | None = None
     setup_commands: Sequence[str] = ()
     network: NetworkMode = "none"
+    egress_allowlist: tuple[str, ...] | None = None  # network "restricted" only
     limits: Limits = field(default_factory=Limits)
     env: Sequence[str] = ()
     # The wall clock of each of its commands (setup ones too) unless a command says.
@@ -165,6 +166,7 @@ class ExperimentCreator:
                     image=image,
                     workspace=dirs.workspace,
                     network=request.network,
+                    egress_allowlist=request.egress_allowlist,
                     limits=request.limits,
                     env=env,
                 )

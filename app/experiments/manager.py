@@ -252,6 +252,15 @@ class ExperimentManager:
             default_image=self._options.default_image,
             network_default="none",
             egress_allowed=self._options.egress_allowed,
+            network_modes=[
+                "none",
+                *(["restricted"] if self._options.restricted_allowed else []),
+                *(["egress"] if self._options.egress_allowed else []),
+            ],
+            egress_allowlist=list(self._options.egress_allowlist),
+            egress_max_bytes=self._options.egress_max_bytes
+            if self._options.restricted_allowed
+            else None,
             max_experiments=self._options.max_experiments,
             max_jobs_per_sandbox=self._options.max_jobs_per_sandbox,
             max_jobs_per_experiment=self._options.max_jobs_per_experiment,

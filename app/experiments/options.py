@@ -24,6 +24,10 @@ class ExperimentOptions:
     snapshot_excludes: tuple[str, ...] = ()
     strict_env: bool = True
     egress_allowed: bool = False
+    # Network "restricted" is offered (the proxy runs), and the most it may reach.
+    restricted_allowed: bool = False
+    egress_allowlist: tuple[str, ...] = ()
+    egress_max_bytes: int = 0
     ceilings: Mapping[str, float] = field(default_factory=dict)
     artifact_dir: Path = Path("/nonexistent")
     artifact_ttl_s: float = 86_400

@@ -189,7 +189,9 @@ class ExperimentView(Result):
     objective: str = Field(default="", description="The same as `goal`.")
     base_image: str = Field(default="", description="The same as `image`.")
     status: str = Field(default="", description="The same as `state`.")
-    network_mode: str = Field(default="none", description="none, or enabled (network egress).")
+    network_mode: str = Field(
+        default="none", description="none, enabled (network egress) or restricted."
+    )
 
     @classmethod
     def of(cls, experiment: Experiment, jobs: list[JobRecord] | None = None) -> ExperimentView:
@@ -208,8 +210,11 @@ class ExperimentView(Result):
             objective=experiment.goal,
             base_image=experiment.image,
             status=experiment.state.value,
-            network_mode="enabled" if experiment.isolation.get("network") == "egress" else "none",
+            network_mode=_SEED_NETWORK.get(str(experiment.isolation.get("network")), "none"),
         )
+
+
+_SEED_NETWORK = {"egress": "enabled", "restricted": "restricted"}
 
 
 class CreatedExperiment(ExperimentView):
@@ -238,6 +243,14 @@ class RuntimeView(Result):
     default_image: str
     network_default: str
     egress_allowed: bool
+    network_modes: list[str] = Field(description="The network modes this server offers.")
+    egress_allowlist: list[str] = Field(
+        default_factory=list,
+        description="Network restricted: the names an experiment may reach (at most).",
+    )
+    egress_max_bytes: int | None = Field(
+        default=None, description="Network restricted: bytes one experiment may move."
+    )
     max_experiments: int
     max_jobs_per_sandbox: int
     max_jobs_per_experiment: int

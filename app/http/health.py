@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -19,6 +20,7 @@ class HealthEndpoint:
     ping_database: Callable[[], Awaitable[None]]
     pool_stats: Callable[[], Awaitable[PoolStats]]
     probe_runtime: Callable[[], Awaitable[RuntimeStatus]]
+    egress: Callable[[], dict[str, Any]] | None = None  # network "restricted"'s proxy
 
     async def handle(self, request: Request) -> JSONResponse:
         reasons: list[str] = []
@@ -31,7 +33,9 @@ class HealthEndpoint:
             database = {"ok": False, "reason": exc.details["reason"]}
             reasons.append(exc.message)
         runtime = await self.probe_runtime()
-        status = "unavailable" if reasons else "ok" if runtime.reachable else "degraded"
+        egress = self.egress() if self.egress is not None else None
+        usable = runtime.reachable and (egress is None or egress["ok"])
+        status = "unavailable" if reasons else "ok" if usable else "degraded"
         body: dict[str, object] = {
             # "degraded": sign-in and files work, experiments cannot start.
             "status": status,
@@ -40,6 +44,8 @@ class HealthEndpoint:
             "runtime": runtime.as_dict(),
             "database": database,
         }
+        if egress is not None:
+            body["egress_proxy"] = egress
         if reasons:
             body["reasons"] = reasons
         # No-store: a cached "ok" from a proxy would hide an outage.

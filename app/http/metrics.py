@@ -71,6 +71,17 @@ class Metrics:
             "How long the head of the queue has waited (0 when nobody waits).",
             registry=self.registry,
         )
+        self._egress_refused = Counter(
+            "sandbox_mcp_egress_refused",
+            "Connections the egress proxy refused (network restricted), by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._egress_bytes = Counter(
+            "sandbox_mcp_egress_bytes",
+            "Bytes moved through the egress proxy (network restricted), both ways.",
+            registry=self.registry,
+        )
         self._database_up = Gauge(
             "sandbox_mcp_database_up",
             "1 when the database answered the scrape.",
@@ -88,6 +99,12 @@ class Metrics:
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         self._tool_calls.labels(tool, outcome).observe(seconds)
+
+    def egress_refused(self, reason: str) -> None:
+        self._egress_refused.labels(reason).inc()
+
+    def egress_bytes(self, size: int) -> None:
+        self._egress_bytes.inc(size)
 
     def set_pool(self, stats: PoolStats | None) -> None:
         self._database_up.set(0 if stats is None else 1)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
-NetworkMode = Literal["none", "egress"]
+# restricted: only the allow-listed names, through the server's proxy (egress_proxy.py).
+NetworkMode = Literal["none", "egress", "restricted"]
 
 
 # Where every experiment container sees its workspace (the seam's contract).
@@ -47,6 +48,8 @@ class ContainerSpec:
     network: NetworkMode = "none"
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
+    # network "restricted": the names asked for (None: all the server allows); clamped.
+    egress_allowlist: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Isolation:
     no_new_privileges: bool
     read_only_mounts: tuple[str, ...]
     writable_mounts: tuple[str, ...]
+    egress_allowlist: tuple[str, ...] = ()  # network "restricted": what it may reach
 
 
 @dataclass(frozen=True)

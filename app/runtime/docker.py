@@ -72,11 +72,13 @@ from app.runtime.backend import (
     Revival,
     RuntimeInfo,
 )
+from app.runtime.egress_proxy import EgressProxy
 from app.runtime.errors import (
     EgressDisabled,
     GitEgressDisabled,
     ImageMissing,
     ImageNotAllowed,
+    RestrictedUnavailable,
     RuntimeFailure,
     RuntimeUnavailable,
 )
@@ -153,6 +155,8 @@ class DockerBackend:
         max_streams: Concurrent command output streams.
         kill_grace_s: After a kill, how long output may take to end before the
             stream is closed on our side.
+        egress_proxy: The proxy of network ``restricted`` (None: the mode is refused);
+            remote clones go through it too.
     """
 
     def __init__(
@@ -182,6 +186,7 @@ class DockerBackend:
         max_calls: int = 16,
         max_streams: int = 512,
         kill_grace_s: float = 15.0,
+        egress_proxy: EgressProxy | None = None,
     ) -> None:
         if not allowed_images:
             raise ConfigurationError("At least one image must be allowed.")
@@ -234,6 +239,7 @@ class DockerBackend:
         self._host_cpus: float | None = None
         self._engine_problem: str | None = None  # seccomp missing: no container is made
         self._helpers: set[str] = set()  # clone helpers running in this process
+        self._egress = egress_proxy  # network "restricted" (None: not offered)
 
     def _engine_path(self, path: Path) -> str:
         """``path`` as the Docker engine sees it (see ``host_paths``)."""
@@ -289,12 +295,21 @@ class DockerBackend:
             **self._owner,
         }
         name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
+        env: Mapping[str, str] = spec.env
+        allowlist: tuple[str, ...] = ()
+        if spec.network == "restricted":
+            restricted = self._restricted().plan(spec.egress_allowlist)
+            env, allowlist = {**spec.env, **restricted.env}, restricted.allowlist
+            labels.update(restricted.labels)
+            warnings = (*warnings, *restricted.warnings)
         container_id = await self._create_container(
-            api, image, name, labels, mounts, network_mode, limits, spec.env, spec.sandbox_label
+            api, image, name, labels, mounts, network_mode, limits, env, spec.sandbox_label
         )
         try:
             with translated(container_id):
                 await self._offload.call(api.start, container_id)
+            if spec.network == "restricted":
+                await self._restricted().attach(api, container_id)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._remove_quietly(container_id)
@@ -311,6 +326,7 @@ class DockerBackend:
             no_new_privileges=True,
             read_only_mounts=("/",),
             writable_mounts=(WORKSPACE, TMP, self._home),
+            egress_allowlist=allowlist,
         )
         log.info(
             "runtime.create",
@@ -344,7 +360,7 @@ class DockerBackend:
             )
         # The manager clamped already and told the agent; this bound holds for any caller.
         timeout, _ = clamp_timeout(timeout_s, self._ceilings.timeout_s)
-        return await self._exec.run(
+        result = await self._exec.run(
             container_id,
             command,
             timeout_s=timeout,
@@ -353,6 +369,9 @@ class DockerBackend:
             env=env,
             on_start=on_start,
         )
+        # What the proxy refused meanwhile reaches the agent with this result.
+        notice = await self._egress.take_notice(container_id) if self._egress else None
+        return dataclasses.replace(result, stderr=result.stderr + notice) if notice else result
 
     async def cancel(self, container_id: str, job_id: str) -> bool:
         return await self._exec.cancel(container_id, job_id)
@@ -390,6 +409,8 @@ class DockerBackend:
                 raise translate(exc, container_id) from exc
         except Exception as exc:
             raise translate(exc, container_id) from exc
+        if self._egress is not None:
+            await self._egress.detach(container_id)
         log.info("runtime.remove", container_id=container_id[:12])
 
     async def sweep(
@@ -425,8 +446,14 @@ class DockerBackend:
     ) -> ExecResult:
         started = time.monotonic()
         plan = await self._offload.call(plan_clone, source, self._slots.base)
+        env, extra_labels = clone_env(plan), {}
         if plan.local_source is not None:
             network_mode = "none"
+        elif self._egress is not None:
+            # Through the proxy, with its rules (the server's list): it resolves and checks.
+            restricted = self._egress.plan(None)
+            network_mode, extra_labels = restricted.network, restricted.labels
+            env = {**env, **restricted.env}
         elif self._allow_git_egress:
             plan = dataclasses.replace(plan, pin=await self._pin(plan.url))
             network_mode = await self._git_network(await self._api())
@@ -452,6 +479,7 @@ class DockerBackend:
         }
         if sandbox_label:
             labels[f"{self._prefix}.sandbox"] = sandbox_label  # its sandbox's share pays
+        labels.update(extra_labels)
         name = f"smcp-git-clone-{secrets.token_hex(6)}"
         container_id = await self._create_container(
             api,
@@ -461,13 +489,15 @@ class DockerBackend:
             mounts,
             network_mode,
             limits,
-            clone_env(plan),
+            env,
             sandbox_label,
         )
         self._helpers.add(container_id)
         try:
             with translated(container_id):
                 await self._offload.call(api.start, container_id)
+            if extra_labels and self._egress is not None:
+                await self._egress.attach(api, container_id)
             result = await self.run(
                 container_id, clone_script(plan), timeout_s=timeout_s, job_id=GIT_ROLE
             )
@@ -479,7 +509,9 @@ class DockerBackend:
         result = dataclasses.replace(result, duration_s=round(time.monotonic() - started, 3))
         if plan.local_source is None and result.exit_code != 0:
             log.info("runtime.clone_failed", stderr=result.stderr[-2000:])  # the operator's
-            result = dataclasses.replace(result, stdout="", stderr=tenant_error(result.stderr))
+            refused = result.stderr.partition("\n[sandbox-mcp] ")[2]  # the proxy's notice
+            shown = tenant_error(result.stderr) + (f"\n[sandbox-mcp] {refused}" if refused else "")
+            result = dataclasses.replace(result, stdout="", stderr=shown)
         log.info(
             "runtime.clone",
             container_id=container_id[:12],
@@ -582,7 +614,14 @@ class DockerBackend:
             return self._egress_network
         if network == "egress":
             raise EgressDisabled()
-        raise InvalidArgument("network must be 'none' or 'egress'.", field="network")
+        if network == "restricted":
+            return self._restricted().network
+        raise InvalidArgument("network must be 'none', 'egress' or 'restricted'.", field="network")
+
+    def _restricted(self) -> EgressProxy:
+        if self._egress is None:
+            raise RestrictedUnavailable()
+        return self._egress
 
     async def _live(self, api: docker.APIClient) -> dict[str, str]:
         """Our containers at the engine (server-wide): the sandbox label of each, by name."""

@@ -109,6 +109,18 @@ class EgressDisabled(RuntimeFailure):
         )
 
 
+class RestrictedUnavailable(RuntimeFailure):
+    code = "EGRESS_DISABLED"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Network 'restricted' (egress to allow-listed package registries through a "
+            "proxy) is not offered on this server; use network 'none' and bring "
+            "dependencies in through the files, or ask the operator to set "
+            "SANDBOX_MCP_EGRESS_PROXY."
+        )
+
+
 GitSourceField = Literal["url", "ref", "local_path"]
 
 _GIT_HINTS: dict[str, str] = {

@@ -120,6 +120,8 @@ _KNOWN: Final = (
     ("reference is not a tree", "the ref was not found in the repository"),
     ("did not match any file", "the ref was not found in the repository"),
     ("pathspec", "the ref was not found in the repository"),
+    ("connect tunnel failed", "the egress proxy refused the connection (see below)"),
+    ("proxy connect aborted", "the egress proxy refused the connection (see below)"),
     ("redirect", "the server redirected the request, and redirects are not followed"),
     ("certificate", "the server's TLS certificate was not accepted"),
     ("ssl", "the TLS connection to the server failed"),

@@ -207,9 +207,10 @@ async def test_seed_options_this_server_does_not_offer_are_refused_with_a_code(
                 assert "Traceback" not in str(answer)
                 return dict(answer["error"])
 
+            # Offered only where the operator runs the proxy (test_restricted_egress_*).
             restricted = await refused(network_mode="restricted")
-            assert restricted["code"] == "NOT_SUPPORTED"
-            assert "not available on this server yet" in restricted["message"]
+            assert restricted["code"] == "EGRESS_DISABLED"
+            assert "SANDBOX_MCP_EGRESS_PROXY" in restricted["message"]
             enabled = await refused(network_mode="enabled", base_image=NODE)
             assert enabled["code"] == "EGRESS_DISABLED"
             mounted = await refused(

@@ -18,6 +18,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
+from app.errors import InvalidArgument
 from app.experiments.creation import CreateRequest
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import (
@@ -134,8 +135,24 @@ def register_experiment_tools(
         ] = None,
         setup_commands: Annotated[list[Command], Field(max_length=50)] = [],  # noqa: B006
         network: Annotated[
-            Literal["none", "egress"] | None,
-            Field(description="none (the default) or egress (only where the operator allows)."),
+            Literal["none", "egress", "restricted"] | None,
+            Field(
+                description=(
+                    "none (the default); restricted: only package registries and the other "
+                    "names of the server's allow-list, through its proxy; egress: anywhere "
+                    "(only where the operator allows). check_sandbox_runtime lists them."
+                )
+            ),
+        ] = None,
+        egress_allowlist: Annotated[
+            list[Annotated[str, Field(max_length=253)]] | None,
+            Field(
+                max_length=100,
+                description=(
+                    "Network restricted: the names to allow (a subset of the server's "
+                    "list; others are left out with a warning). Default: the server's list."
+                ),
+            ),
         ] = None,
         cpus: Annotated[float | None, Field(gt=0, description="CPU cores; clamped.")] = None,
         memory_mb: Annotated[int | None, Field(gt=0, description="Memory, MB; clamped.")] = None,
@@ -154,7 +171,7 @@ def register_experiment_tools(
         ] = None,
         network_mode: Annotated[
             seed.SeedNetworkMode | None,
-            Field(description="none, enabled (= network egress) or restricted (not yet here)."),
+            Field(description="none, enabled (= network egress) or restricted (= restricted)."),
         ] = None,
         cpu_limit: Annotated[float | None, Field(gt=0, description="CPU cores (= cpus).")] = None,
         memory_limit: Annotated[
@@ -172,6 +189,13 @@ def register_experiment_tools(
     ) -> Annotated[CallToolResult, enveloped(CreatedExperiment)]:
         async def body(call: CallContext) -> CreatedExperiment:
             seed.copy_only(mount_strategy)
+            chosen = seed.network(network, network_mode)
+            if egress_allowlist is not None and chosen != "restricted":
+                raise InvalidArgument(
+                    "egress_allowlist applies to network 'restricted' only; pass "
+                    "network='restricted' with it, or leave it out.",
+                    field="egress_allowlist",
+                )
             defaults = Limits()
             memory = seed.memory_mb(memory_limit) if memory_limit is not None else None
             request = CreateRequest(
@@ -184,7 +208,8 @@ def register_experiment_tools(
                 git_url=git.url if git else None,
                 git_ref=git.ref if git else None,
                 setup_commands=tuple(setup_commands),
-                network=seed.network(network, network_mode),
+                network=chosen,
+                egress_allowlist=tuple(egress_allowlist) if egress_allowlist is not None else None,
                 limits=Limits(
                     cpus=seed.pick(("cpus", cpus), ("cpu_limit", cpu_limit)) or defaults.cpus,
                     memory_mb=seed.pick(("memory_mb", memory_mb), ("memory_limit", memory))
@@ -415,7 +440,8 @@ def register_experiment_tools(
             "USE THIS first, to pick an image, or when create_experiment fails, to tell a "
             "stopped engine from a refused request.\n\n"
             "RETURNS reachable, version, images, missing_images, default_image, "
-            "network_default, egress_allowed, max_experiments and ceilings.\n\n"
+            "network_default, network_modes, egress_allowlist, egress_allowed, "
+            "max_experiments and ceilings.\n\n"
             "NEVER takes a sandbox slot or changes anything."
         ),
         annotations=READ_ONLY,

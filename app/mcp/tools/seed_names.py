@@ -74,16 +74,14 @@ def _bad_memory() -> InvalidArgument:
 
 def network(ours: NetworkMode | None, seeds: SeedNetworkMode | None) -> NetworkMode:
     """Our network mode for ``network`` and/or the seed's ``network_mode``."""
-    if seeds == "restricted":
-        # Issue 16 builds it (an allow-listing proxy); until then, say so rather than
-        # hand out full egress or none under its name.
-        raise NotOffered(
-            "network_mode 'restricted' (egress only through an allow-listing proxy) is not "
-            "available on this server yet; use 'none' and bring dependencies in as files, or "
-            "'enabled' where the operator allows egress.",
-            field="network_mode",
-        )
-    translated: NetworkMode | None = {"none": "none", "enabled": "egress", None: None}[seeds]
+    # "restricted" is ours too: egress only to allow-listed names, through the proxy
+    # (refused with EGRESS_DISABLED where the server runs none).
+    translated: NetworkMode | None = {
+        "none": "none",
+        "enabled": "egress",
+        "restricted": "restricted",
+        None: None,
+    }[seeds]
     return pick(("network", ours), ("network_mode", translated)) or "none"
 
 

@@ -155,3 +155,12 @@ def test_trusted_proxies_and_the_header_are_parsed(monkeypatch: pytest.MonkeyPat
     )
     assert settings.proxy_header == "forwarded"
     assert load_settings().with_overrides(trusted_proxies="").trusted_proxy_networks == ()
+
+
+def test_the_egress_allowlist_is_checked_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = errors_for(monkeypatch, EGRESS_ALLOWLIST="pypi.org, https://evil.example/")
+    assert len(lines) == 1
+    assert "SANDBOX_MCP_EGRESS_ALLOWLIST" in lines[0]
+    assert "'https://evil.example/' is not a host name" in lines[0]
+    monkeypatch.setenv("SANDBOX_MCP_EGRESS_ALLOWLIST", "PyPI.org, .example.org")
+    assert load_settings().egress_ceiling == ("pypi.org", ".example.org")

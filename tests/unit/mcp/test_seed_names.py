@@ -72,12 +72,11 @@ def test_network_modes_map_to_ours() -> None:
     assert seed.network("egress", None) == "egress"
 
 
-def test_restricted_network_is_refused_with_a_sentence() -> None:
-    with pytest.raises(seed.NotOffered) as caught:
-        seed.network(None, "restricted")
-    assert caught.value.code == "NOT_SUPPORTED"
-    assert "allow-listing proxy" in caught.value.message
-    assert caught.value.details == {"field": "network_mode"}
+def test_restricted_network_is_ours_too() -> None:
+    assert seed.network(None, "restricted") == "restricted"
+    assert seed.network("restricted", "restricted") == "restricted"
+    with pytest.raises(InvalidArgument):
+        seed.network("egress", "restricted")
 
 
 def test_our_name_and_the_seeds_with_different_values_are_refused() -> None:

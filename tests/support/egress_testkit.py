@@ -1,0 +1,229 @@
+"""The outside world for the egress tests: package registries on an address of their own.
+
+There is no internet here, so ``outside_world`` makes a network namespace with a
+public-looking address (routed from the host over a veth pair), serves PyPI, the
+npm registry and a GitHub-like git host there over https (``egress_registry.py``,
+a certificate of a throwaway CA for those names), and builds images that trust
+that CA. The server's proxy is told, through the test-only
+``SANDBOX_MCP_EGRESS_TEST_HOSTS``, that the registry names resolve there.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ensurepip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tls_testkit import make_ca
+
+REGISTRY_SCRIPT = Path(__file__).with_name("egress_registry.py")
+PYTHON_IMAGE = "sandbox-mcp/python-egress:e2e"
+NODE_IMAGE = "sandbox-mcp/node-egress:e2e"
+REGISTRY_NAMES = ("pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "github.com")
+WHEEL = "tinypkg-1.0-py3-none-any.whl"
+NPM_PACKAGE = "tiny-npm-pkg"
+GIT_REPO = "https://github.com/owner/tiny.git"
+BIG_FILE = "big.bin"  # more than the smallest egress cap
+BIG_BYTES = 1536 * 1024
+
+
+@dataclass(frozen=True)
+class OutsideWorld:
+    registry: str  # the registry's (public-looking) address
+    host: str  # the host's end of the veth pair: a public-looking address of the host
+
+    def test_hosts(self, **others: str) -> str:
+        """SANDBOX_MCP_EGRESS_TEST_HOSTS: the registry names, and ``name=address`` others."""
+        pairs = [f"{name}={self.registry}" for name in REGISTRY_NAMES]
+        pairs += [f"{name}={address}" for name, address in others.items()]
+        return ",".join(pairs)
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return done
+
+
+@contextlib.contextmanager
+def outside_world(work: Path) -> Iterator[OutsideWorld]:
+    """The registry in a namespace of its own, and the images that trust it."""
+    tag = f"{os.getpid() % 0xFFFF:04x}"
+    octet = os.getpid() % 250 + 2
+    world = OutsideWorld(registry=f"44.44.{octet}.2", host=f"44.44.{octet}.1")
+    namespace, outer, inner = f"smcp-reg-{tag}", f"smcpeh{tag}", f"smcpen{tag}"
+    ca = make_ca(work / "ca", dns_names=list(REGISTRY_NAMES), ip_addresses=[])
+    root = work / "sites"
+    _publish(root)
+    _build_images(work / "images", ca.ca_pem)
+    sh("ip", "netns", "add", namespace)
+    process = None
+    try:
+        sh("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+        sh("ip", "link", "set", inner, "netns", namespace)
+        sh("ip", "addr", "add", f"{world.host}/32", "dev", outer)
+        sh("ip", "link", "set", outer, "up")
+        sh("ip", "route", "add", f"{world.registry}/32", "dev", outer, "src", world.host)
+        inside = ("ip", "-n", namespace)
+        sh(*inside, "addr", "add", f"{world.registry}/32", "dev", inner)
+        sh(*inside, "link", "set", inner, "up")
+        sh(*inside, "link", "set", "lo", "up")
+        sh(*inside, "route", "add", f"{world.host}/32", "dev", inner)
+        sh(*inside, "route", "add", "default", "via", world.host, "dev", inner)
+        log = (work / "registry.log").open("wb")
+        process = subprocess.Popen(
+            [
+                *("ip", "netns", "exec", namespace, sys.executable, str(REGISTRY_SCRIPT)),
+                *(str(root), str(ca.cert_pem), str(ca.key_pem)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+        log.close()
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == b"ready", (work / "registry.log").read_text()
+        yield world
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+        sh("ip", "netns", "del", namespace, check=False)
+        sh("ip", "link", "del", outer, check=False)
+
+
+def remove_restricted_network(network: str) -> None:
+    """After a test server stopped: its restricted network, containers and firewall.
+
+    A server leaves them (its containers outlive a restart); a test's state dir goes,
+    so nothing would ever reuse them, and Docker's address pools are small.
+    """
+    found = sh("docker", "ps", "-aq", "--filter", f"network={network}").stdout.split()
+    if found:
+        sh("docker", "rm", "-f", *found)
+    sh("docker", "network", "rm", network, check=False)
+    chain = "SMCP-EGRESS-" + network.rsplit("-", 1)[-1]
+    bridge = "smcpr-" + network.rsplit("-", 1)[-1]
+    for tool in ("iptables", "ip6tables"):
+        for hook in ("INPUT", "FORWARD"):
+            sh(tool, "-w", "-D", hook, "-i", bridge, "-j", chain, check=False)
+        sh(tool, "-w", "-F", chain, check=False)
+        sh(tool, "-w", "-X", chain, check=False)
+
+
+def _publish(root: Path) -> None:
+    """A wheel on PyPI, a package on npm, a repository on the git host."""
+    wheel = _wheel()
+    digest = hashlib.sha256(wheel).hexdigest()
+    files = root / "files.pythonhosted.org" / "packages"
+    files.mkdir(parents=True)
+    (files / WHEEL).write_bytes(wheel)
+    (files / BIG_FILE).write_bytes(os.urandom(BIG_BYTES))
+    simple = root / "pypi.org" / "simple" / "tinypkg"
+    simple.mkdir(parents=True)
+    (simple / "index.html").write_text(
+        f'<html><body><a href="https://files.pythonhosted.org/packages/{WHEEL}'
+        f'#sha256={digest}">{WHEEL}</a></body></html>\n'
+    )
+    tarball = _npm_tarball()
+    package = root / "registry.npmjs.org" / NPM_PACKAGE
+    (package / "-").mkdir(parents=True)
+    (package / "-" / f"{NPM_PACKAGE}-1.0.0.tgz").write_bytes(tarball)
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+    url = f"https://registry.npmjs.org/{NPM_PACKAGE}/-/{NPM_PACKAGE}-1.0.0.tgz"
+    version = {
+        "name": NPM_PACKAGE,
+        "version": "1.0.0",
+        "dist": {
+            "tarball": url,
+            "shasum": hashlib.sha1(tarball).hexdigest(),
+            "integrity": integrity,
+        },
+    }
+    document = {
+        "name": NPM_PACKAGE,
+        "dist-tags": {"latest": "1.0.0"},
+        "versions": {"1.0.0": version},
+    }
+    (package / "index.html").write_text(json.dumps(document))
+    repo = root / "github.com" / "owner" / "tiny.git"
+    work = root.parent / "git-work"
+    work.mkdir()
+    (work / "README.md").write_text("cloned through the egress proxy\n")
+    git = ("git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(work))
+    sh("git", "init", "-q", "-b", "main", str(work))
+    sh(*git, "add", "README.md")
+    sh(*git, "commit", "-q", "-m", "first")
+    sh("git", "clone", "-q", "--bare", str(work), str(repo))
+
+
+def _wheel() -> bytes:
+    files = {
+        "tinypkg/__init__.py": b"VALUE = 42\n",
+        "tinypkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for name, data in files.items()
+    )
+    files["tinypkg-1.0.dist-info/RECORD"] = (record + "tinypkg-1.0.dist-info/RECORD,,\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _npm_tarball() -> bytes:
+    files = {
+        "package/package.json": json.dumps(
+            {"name": NPM_PACKAGE, "version": "1.0.0", "main": "index.js"}
+        ).encode(),
+        "package/index.js": b"module.exports = 'from the registry';\n",
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _build_images(folder: Path, ca_pem: Path) -> None:
+    """Images that trust the test CA; the Python one with pip (its image has none)."""
+    folder.mkdir()
+    shutil.copy(ca_pem, folder / "test-ca.pem")
+    wheels = Path(ensurepip.__file__).parent / "_bundled"
+    shutil.copy(next(wheels.glob("pip-*.whl")), folder / "pip.whl")
+    trust = (
+        "COPY test-ca.pem /etc/ssl/certs/ca-certificates.crt\n"
+        "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt "
+        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
+        "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt "
+        "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1\n"
+    )
+    for image, base, extra in (
+        (PYTHON_IMAGE, "sandbox-mcp/python:3", "COPY pip.whl /opt/pip.whl\n"),
+        (NODE_IMAGE, "sandbox-mcp/node:22", ""),
+    ):
+        (folder / "Dockerfile").write_text(f"FROM {base}\n{trust}{extra}")
+        sh("docker", "build", "-q", "-t", image, str(folder))
