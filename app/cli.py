@@ -128,6 +128,7 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
     import uvicorn
 
     from app.http.connection_guard import ACCEPT_BACKLOG, guard_for
+    from app.http.graceful import GracefulServer
 
     config = uvicorn.Config(
         app,
@@ -137,7 +138,7 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
         http=guard_for(settings),
         backlog=ACCEPT_BACKLOG,
     )
-    server = uvicorn.Server(config)
+    server = GracefulServer(config, getattr(app.state, "begin_shutdown", None))
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:

@@ -185,6 +185,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         log_level=settings.log_level,
         extensions=[TasksExtension(identity, tasks)],
     )
+    mcp.cap_listen_streams(
+        identity,
+        per_sandbox=settings.max_listen_streams_per_sandbox,
+        total=settings.max_listen_streams,
+    )
     register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.
     egress, git_egress = settings.allow_egress, settings.allow_git_egress
@@ -315,7 +320,10 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         if settings.effective_public_url.startswith("https://")
         else []
     )
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    # Called by the HTTP server as its shutdown begins (app/http/graceful.py).
+    app.state.begin_shutdown = services.begin_shutdown
+    return app
 
 
 async def run_stdio(settings: Settings) -> None:

@@ -17,6 +17,7 @@ from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
+from app.mcp.server import SandboxMCPServer
 from app.runtime.backend import SandboxBackend
 from app.runtime.probe import DockerProbe
 from app.settings import Settings
@@ -84,6 +85,11 @@ class Services:
             slots=self.settings.slot_backend,
             pool_size=self.settings.pool_size,
         )
+
+    def begin_shutdown(self) -> None:
+        """End the responses that never finish by themselves (listen streams)."""
+        if isinstance(self.mcp, SandboxMCPServer) and self.mcp.listen_streams is not None:
+            self.mcp.listen_streams.close()
 
     async def stop(self) -> None:
         await self.watchdog.stop()

@@ -89,6 +89,21 @@ class Settings(BaseSettings):
             "Past it, the oldest connection still sending its request is closed."
         ),
     )
+    max_listen_streams_per_sandbox: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description=(
+            "Open subscriptions/listen streams per sandbox (Claude Code holds one per "
+            "running client); past it the new one is refused with TOO_MANY_LISTEN_STREAMS."
+        ),
+    )
+    max_listen_streams: int = Field(
+        default=1024,
+        ge=1,
+        le=100_000,
+        description="Open subscriptions/listen streams, all sandboxes together.",
+    )
     header_timeout_s: float = Field(
         default=10,
         gt=0,
