@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from app import options
 from app.errors import ConfigurationError
+from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.http.health import HealthEndpoint
@@ -151,6 +152,20 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         before_reset=hooks.before_reset,
         on_reserved=mailer.sandbox_ready,
     )
+    disk_budget = (
+        DiskBudget(
+            slot_root_of=lambda key: slot.root if (slot := pool.lease_of(key)) else None,
+            artifact_bytes_of=records.artifact_bytes_of,
+            containers_of=containers_from(records),
+            jobs=jobs,
+            backend=backend,
+            limit_bytes=settings.dir_slot_budget_mb * 1_048_576,
+            max_entries=settings.dir_slot_max_entries,
+            interval_s=settings.disk_check_interval_s,
+        )
+        if settings.slot_backend == "dir"
+        else None
+    )
     auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
     retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
     chores = [mailer.housekeeping, manager.shelf.expire, retention.sweep]
@@ -172,6 +187,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         queue_wait_s=settings.queue_wait_s,
         progress_every_s=settings.progress_interval_s,
         on_call=metrics.tool_call,
+        disk_budget=disk_budget,
     )
     tasks = TaskStore(
         keep_s=settings.task_keep_s,
@@ -217,6 +233,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         metrics=metrics,
         store=store,
         docker_probe=DockerProbe(),
+        disk_budget=disk_budget,
     )
 
 

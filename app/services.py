@@ -13,6 +13,7 @@ import structlog
 from mcp.server.mcpserver import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.experiments.disk_budget import DiskBudget
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
@@ -61,6 +62,7 @@ class Services:
     metrics: Metrics
     store: SlotStore
     docker_probe: DockerProbe
+    disk_budget: DiskBudget | None = None  # dir slots only: ZFS has a kernel quota
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -78,6 +80,8 @@ class Services:
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
         self.watchdog.start()
+        if self.disk_budget is not None:
+            self.disk_budget.start()
         log.info(
             "service.started",
             version=service_version(),
@@ -93,6 +97,8 @@ class Services:
 
     async def stop(self) -> None:
         await self.watchdog.stop()
+        if self.disk_budget is not None:
+            await self.disk_budget.close()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
