@@ -8,10 +8,10 @@ the budget is kept by accounting, which works wherever the server runs:
   so a sparse file counts what it really holds and a hard link counts once:
   workspaces, baselines and copies) plus the sandbox's artifacts on the shelf;
 - **when**: after every call that writes (file writes, commands, new
-  experiments), and every ``interval_s`` for the sandboxes that wrote since their
-  slot was leased, running jobs or not (a process detached from its job keeps
-  writing); the walk is iterative, runs in a thread and stops at ``max_entries``
-  (past it the slot counts as over: millions of empty files exhaust inodes);
+  experiments), and every ``interval_s`` while one of the sandbox's jobs runs
+  (idle sandboxes cost nothing); the walk is iterative, runs in a thread and
+  stops at ``max_entries`` (past it the slot counts as over: millions of empty
+  files exhaust inodes);
 - **over the budget**: calls that write are refused with ``QUOTA_EXCEEDED``
   (destroying an experiment, reading, listing and the slot's reset still work),
   the sandbox's running jobs are cancelled and every process of the sandbox user
@@ -292,8 +292,11 @@ class DiskBudget:
             for key in list(self._watched):
                 if self._slot_root_of(key) is None:
                     self._forget(key)  # emptied: its next lease starts at zero
-                    continue
-                await self.enforce(key)
+                elif self._jobs.is_busy(key):
+                    # Only a running job writes between calls: a job's processes, even
+                    # detached ones, die with it (app/runtime/_jobs.py), and every
+                    # writing call is measured after it anyway.
+                    await self.enforce(key)
 
     async def close(self) -> None:
         if self._loop is not None:
