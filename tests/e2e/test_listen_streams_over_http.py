@@ -65,16 +65,17 @@ async def listen(
 
 
 async def open_or_error(
-    http: httpx2.AsyncClient, server: RunningServer, token: str, stack: contextlib.AsyncExitStack
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    stack: contextlib.AsyncExitStack,
+    kept: list[Stream],
 ) -> dict[str, Any]:
     """The first message of a listen request: the ack of an open stream, or its error."""
     stream = await stack.enter_async_context(listen(http, server, token))
     # Kept referenced: a collected line iterator closes its response, and the stream.
-    _OPEN.append(stream)
+    kept.append(stream)
     return await stream.next_message()
-
-
-_OPEN: list[Stream] = []
 
 
 def _is_ack(message: dict[str, Any]) -> bool:
@@ -93,10 +94,11 @@ async def test_listen_streams_are_capped_per_sandbox_and_server_wide(tmp_path: P
         async with httpx2.AsyncClient(timeout=30) as http, contextlib.AsyncExitStack() as stack:
             client = await ManualClient.register(http, server.base_url)
             alice, bob, carol = [(await client.tokens(http))["access_token"] for _ in range(3)]
+            kept: list[Stream] = []
             for _ in range(2):
-                assert _is_ack(await open_or_error(http, server, alice, stack))
+                assert _is_ack(await open_or_error(http, server, alice, stack, kept))
 
-            refused = await open_or_error(http, server, alice, stack)
+            refused = await open_or_error(http, server, alice, stack, kept)
             assert refused["error"]["data"] == {
                 "code": "TOO_MANY_LISTEN_STREAMS",
                 "limit": "per_sandbox",
@@ -105,8 +107,8 @@ async def test_listen_streams_are_capped_per_sandbox_and_server_wide(tmp_path: P
             assert "close one" in refused["error"]["message"]
 
             # Another tenant still gets its stream, up to the server's cap.
-            assert _is_ack(await open_or_error(http, server, bob, stack))
-            full = await open_or_error(http, server, carol, stack)
+            assert _is_ack(await open_or_error(http, server, bob, stack, kept))
+            full = await open_or_error(http, server, carol, stack, kept)
             assert full["error"]["data"]["limit"] == "server", full
 
             # Other requests are unaffected by the caps.
