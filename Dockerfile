@@ -32,14 +32,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --from=build /opt/sandbox-mcp /opt/sandbox-mcp
 
 # A non-root user; it reaches the engine through the socket's group at run time
-# (docker run --group-add $(stat -c %g /var/run/docker.sock) ...). Only root can
-# hand files to another uid, so sandbox commands run as this same uid: they own
-# the workspaces this server creates (each sandbox sees only its own).
+# (docker run --group-add $(stat -c %g /var/run/docker.sock) ...). Sandbox commands
+# run as another uid, 10002, which owns nothing of the server's (the database, the
+# token key, the state dir are 10001's, 0700). So that the server can still hand
+# workspaces to 10002 and read, write and delete what sandboxes leave there, its
+# Python binary carries the file capabilities cap_chown, cap_dac_override and
+# cap_fowner (xattr security.capability, v2, effective): the server has them, and
+# only it, inside its own container. They are in Docker's default capability set:
+# do not --cap-drop them, nor run the server with no-new-privileges (it then keeps
+# none and warns that sandboxes cannot write). Set with os.setxattr: no libcap.
 RUN groupadd --system --gid 10001 sandbox-mcp \
     && useradd --system --uid 10001 --gid 10001 --home-dir /state \
        --shell /usr/sbin/nologin sandbox-mcp \
-    && mkdir -p /state && chown sandbox-mcp /state && chmod 0700 /state
-ENV SANDBOX_MCP_SANDBOX_USER=10001:10001
+    && mkdir -p /state && chown sandbox-mcp /state && chmod 0700 /state \
+    && python3 -c "import os, struct; os.setxattr(os.path.realpath('/opt/sandbox-mcp/bin/python3'), 'security.capability', struct.pack('<5I', 0x02000001, 0b1011, 0, 0, 0))"
+ENV SANDBOX_MCP_SANDBOX_USER=10002:10002
 USER sandbox-mcp
 VOLUME /state
 EXPOSE 8000

@@ -92,5 +92,7 @@ async def provision(
     if zfs_parent:
         report = await provision_zfs(zfs_parent, slots, quota=quota, owner=owner, leased=leased)
     else:
-        report = await provision_dir(settings.state_dir, slots, owner=owner, leased=leased)
+        report = await provision_dir(
+            settings.state_dir, slots, owner=owner, leased=leased, seal=True
+        )
     return {"backend": "zfs" if zfs_parent else "dir", "slots": slots, **asdict(report)}

@@ -162,6 +162,7 @@ def _serve(
     import uvicorn
 
     from app.http.connection_guard import ACCEPT_BACKLOG, guard_for
+    from app.http.graceful import GracefulServer
 
     config = uvicorn.Config(
         app,
@@ -171,7 +172,7 @@ def _serve(
         http=guard_for(settings),
         backlog=ACCEPT_BACKLOG,
     )
-    server = uvicorn.Server(config)
+    server = GracefulServer(config, getattr(app.state, "begin_shutdown", None))
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:

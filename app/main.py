@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from app import options
 from app.errors import ConfigurationError
+from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.process_registry import ProcessRegistry
@@ -169,6 +170,20 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     )
     # A container recreated by recovery goes on its sandbox's slot (whichever process leased it).
     manager.recovery.slot_of = pool.holding
+    disk_budget = (
+        DiskBudget(
+            slot_root_of=lambda key: slot.root if (slot := pool.lease_of(key)) else None,
+            artifact_bytes_of=records.artifact_bytes_of,
+            containers_of=containers_from(records),
+            jobs=jobs,
+            backend=backend,
+            limit_bytes=settings.dir_slot_budget_mb * 1_048_576,
+            max_entries=settings.dir_slot_max_entries,
+            interval_s=settings.disk_check_interval_s,
+        )
+        if settings.slot_backend == "dir"
+        else None
+    )
     auth = build_auth(settings, engine, mailer, shared) if settings.auth == "oauth" else None
     retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
     chores = [mailer.housekeeping, shared.housekeeping, manager.shelf.expire, retention.sweep]
@@ -191,6 +206,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         queue_wait_s=settings.queue_wait_s,
         progress_every_s=settings.progress_interval_s,
         on_call=metrics.tool_call,
+        disk_budget=disk_budget,
     )
     tasks = TaskStore(
         keep_s=settings.task_keep_s,
@@ -205,6 +221,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         instructions=INSTRUCTIONS,
         log_level=settings.log_level,
         extensions=[TasksExtension(identity, tasks, mirror)],
+    )
+    mcp.cap_listen_streams(
+        identity,
+        per_sandbox=settings.max_listen_streams_per_sandbox,
+        total=settings.max_listen_streams,
     )
     register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.
@@ -236,6 +257,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         store=store,
         docker_probe=DockerProbe(),
         egress=egress_proxy,
+        disk_budget=disk_budget,
     )
 
 
@@ -369,7 +391,10 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         if settings.effective_public_url.startswith("https://")
         else []
     )
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    # Called by the HTTP server as its shutdown begins (app/http/graceful.py).
+    app.state.begin_shutdown = services.begin_shutdown
+    return app
 
 
 async def run_stdio(settings: Settings) -> None:

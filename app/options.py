@@ -11,6 +11,7 @@ from app.experiments.options import ExperimentOptions
 from app.experiments.workspace import Owner
 from app.runtime.limits import Ceilings
 from app.settings import Settings
+from jail.privilege import can_chown
 from pool.mailer import SmtpOptions
 
 log = structlog.get_logger(__name__)
@@ -36,9 +37,9 @@ def experiment_options(settings: Settings, limits: Ceilings) -> ExperimentOption
         max_jobs_per_experiment=settings.max_jobs_per_experiment,
         sync_wait_s=settings.sync_wait_s,
         max_timeout_s=settings.max_command_timeout_s,
-        # Only root can hand files to the container's user; otherwise run the server
+        # Only root (or CAP_CHOWN) can hand files to the container's user; otherwise run the server
         # as that user (SANDBOX_MCP_SANDBOX_USER = the server's uid:gid).
-        owner=Owner(uid, gid) if os.geteuid() == 0 else None,
+        owner=Owner(uid, gid) if can_chown() else None,
         snapshot_excludes=settings.snapshot_exclude_list,
         strict_env=settings.strict_env_denylist,
         egress_allowed=settings.allow_egress,
@@ -74,7 +75,7 @@ def warn_if_sandboxes_cannot_write(settings: Settings) -> None:
     """Only root can hand a workspace to another uid: a server that is not root must run
     sandbox commands as its own uid, or they can read their workspace but not write it."""
     uid, _ = settings.sandbox_ids
-    if os.geteuid() != 0 and uid != os.geteuid():
+    if not can_chown() and uid != os.geteuid():
         log.warning(
             "config.sandbox_user_cannot_write",
             sandbox_user=settings.sandbox_user,

@@ -13,10 +13,12 @@ import structlog
 from mcp.server.mcpserver import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.experiments.disk_budget import DiskBudget
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
+from app.mcp.server import SandboxMCPServer
 from app.runtime.backend import SandboxBackend
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.probe import DockerProbe
@@ -63,6 +65,7 @@ class Services:
     store: SlotStore
     docker_probe: DockerProbe
     egress: EgressProxy | None = None  # network "restricted"'s proxy, when offered
+    disk_budget: DiskBudget | None = None  # dir slots only: ZFS has a kernel quota
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -85,6 +88,8 @@ class Services:
         log.info("experiments.recovered", **recovered)
         self.manager.recovery.start()  # heartbeat, and takeover of dead processes' work
         self.watchdog.start()
+        if self.disk_budget is not None:
+            self.disk_budget.start()
         log.info(
             "service.started",
             version=service_version(),
@@ -93,8 +98,15 @@ class Services:
             pool_size=self.settings.pool_size,
         )
 
+    def begin_shutdown(self) -> None:
+        """End the responses that never finish by themselves (listen streams)."""
+        if isinstance(self.mcp, SandboxMCPServer) and self.mcp.listen_streams is not None:
+            self.mcp.listen_streams.close()
+
     async def stop(self) -> None:
         await self.watchdog.stop()
+        if self.disk_budget is not None:
+            await self.disk_budget.close()
         await self.pool.close()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.

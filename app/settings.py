@@ -99,6 +99,21 @@ class Settings(BaseSettings):
             "Past it, the oldest connection still sending its request is closed."
         ),
     )
+    max_listen_streams_per_sandbox: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description=(
+            "Open subscriptions/listen streams per sandbox (Claude Code holds one per "
+            "running client); past it the new one is refused with TOO_MANY_LISTEN_STREAMS."
+        ),
+    )
+    max_listen_streams: int = Field(
+        default=1024,
+        ge=1,
+        le=100_000,
+        description="Open subscriptions/listen streams, all sandboxes together.",
+    )
     header_timeout_s: float = Field(
         default=10,
         gt=0,
@@ -186,6 +201,28 @@ class Settings(BaseSettings):
     sandbox_user: str = Field(
         default="1000:1000",
         description="uid:gid the commands run as inside containers (never root).",
+    )
+    dir_slot_budget_mb: int = Field(
+        default=1024,
+        ge=16,
+        le=10_000_000,
+        description=(
+            "Bytes (MB) a sandbox's dir slot and artifacts may allocate, measured after each "
+            "writing call and every DISK_CHECK_INTERVAL_S; past it writing calls get "
+            "QUOTA_EXCEEDED and the sandbox's commands are killed (a soft bound)."
+        ),
+    )
+    dir_slot_max_entries: int = Field(
+        default=200_000,
+        ge=1000,
+        le=10_000_000,
+        description="Files and folders a dir slot may hold (bounds each walk, and inodes).",
+    )
+    disk_check_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="Seconds between measurements of the dir slots that were written to.",
     )
     max_experiments: int = Field(
         default=4,

@@ -64,7 +64,9 @@ async def open_slots(store: SlotStore, settings: Settings) -> None:
 def refuse_shared_disk(settings: Settings, slots: Path) -> None:
     """Refuse to serve anyone from quota-less dir slots on the database's filesystem.
 
-    Folders have no quota: one tenant filling its slot fills the filesystem, and if
+    Folders have no kernel quota, only the measured budget of
+    app/experiments/disk_budget.py, which a fast writer overshoots by what it
+    writes in one interval: a few tenants doing so fill the filesystem, and if
     the SQLite database lives there too every sign-in and every call then fails. ZFS
     slots each have a quota; a database on another filesystem (or PostgreSQL) is out
     of a tenant's reach.
@@ -84,7 +86,8 @@ def refuse_shared_disk(settings: Settings, slots: Path) -> None:
     if folder.exists() and os.stat(folder).st_dev != os.stat(slots).st_dev:
         return
     raise SharedDisk(
-        f"The dir slot backend has no quota, and its slots share a filesystem with the "
+        f"The dir slot backend has only a soft byte budget (measured, so a fast writer "
+        f"overshoots it), and its slots share a filesystem with the "
         f"database ({folder}): one tenant could fill it and stop the service for everyone. "
         "Use SANDBOX_MCP_SLOT_BACKEND=zfs (a quota per slot; see `sandbox-mcp provision`), "
         "or put the database on another filesystem (SANDBOX_MCP_DATABASE_URL, e.g. "

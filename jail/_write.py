@@ -24,6 +24,7 @@ from jail._anchor import Anchor
 from jail._oserrors import for_errno, translate
 from jail._paths import ROOT, join, quote, split_parent
 from jail.errors import JailError
+from jail.privilege import can_chown
 
 _MAX_LINK_HOPS = 40  # path_resolution(7)
 _NEW_FILE_MODE = 0o644
@@ -108,7 +109,7 @@ def make_dirs(anchor: Anchor, path: str) -> None:
 
 def _mkdir(dir_fd: int, name: str) -> None:
     os.mkdir(name, _NEW_DIR_MODE, dir_fd=dir_fd)
-    if os.geteuid() == 0:
+    if can_chown():
         fd = os.open(name, _O_NEW_DIR, dir_fd=dir_fd)
         try:
             _inherit_owner(fd, os.fstat(dir_fd))
@@ -155,7 +156,7 @@ def _replace(dir_fd: int, name: str, data: bytes, current: os.stat_result | None
             while view:
                 view = view[os.write(fd, view) :]
             os.fchmod(fd, stat.S_IMODE(current.st_mode) if current else _NEW_FILE_MODE)
-            if os.geteuid() == 0:
+            if can_chown():
                 _inherit_owner(fd, current or os.fstat(dir_fd))
         finally:
             os.close(fd)
@@ -169,7 +170,7 @@ def _replace(dir_fd: int, name: str, data: bytes, current: os.stat_result | None
 def _inherit_owner(fd: int, owner: os.stat_result) -> None:
     """Give ``fd`` the owner of the file it replaces (or of its folder, when new).
 
-    Only called when the server runs as root, which would otherwise leave
+    Only called when the server may chown (root, or CAP_CHOWN), which would otherwise leave
     root-owned files that the sandbox's own unprivileged user cannot edit.
     """
     now = os.fstat(fd)

@@ -32,6 +32,7 @@ PoolErrorCode = Literal[
     "INVALID_SLOT_COUNT",
     "UNKNOWN_OWNER",
     "PROVISION_FAILED",
+    "MOUNT_FLAGS_FAILED",
     # leases and queue
     "SANDBOX_QUEUED",
     "SLOT_CONFLICT",

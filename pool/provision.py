@@ -21,7 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from pool import _zfs
+from pool import _zfs, mount_flags
 from pool.errors import PoolError
 from pool.slots import name_of
 from pool.slots_dir import SLOT_MODE, TRASH, slots_dir_of
@@ -156,13 +156,20 @@ def _mkdir(path: Path, owner: Owner | None) -> None:
 
 
 async def provision_dir(
-    state_dir: Path, count: int, *, owner: str | None, leased: Collection[int] = ()
+    state_dir: Path,
+    count: int,
+    *,
+    owner: str | None,
+    leased: Collection[int] = (),
+    seal: bool = False,
 ) -> ProvisionReport:
     """Create or repair folder slots ``<state_dir>/slots/slot-000`` .. ``count-1``.
 
     Repairs: a file or link where a slot folder should be (replaced by an
     empty folder), wrong mode (0700 wanted), wrong owner (when ``owner`` is
     given). Never empties a slot folder. No quota: the dir backend has none.
+    With ``seal`` (``sandbox-mcp provision``, as root) the slots folder becomes a
+    mount of its own carrying nosuid,nodev (pool/mount_flags.py).
 
     Raises:
         PoolError: ``UNKNOWN_OWNER``, ``INVALID_SLOT_COUNT``, ``PROVISION_FAILED``.
@@ -172,6 +179,8 @@ async def provision_dir(
     started = time.perf_counter()
     try:
         tally = await asyncio.to_thread(_provision_dir, state_dir, count, ids, set(leased))
+        if seal:
+            await asyncio.to_thread(_seal, slots_dir_of(state_dir), tally)
     except OSError as exc:
         raise PoolError(
             "PROVISION_FAILED",
@@ -218,6 +227,19 @@ def _provision_dir(state_dir: Path, count: int, owner: Owner | None, leased: set
                 _fix_root(root, owner)
             tally.repair(name, problems)
     return tally
+
+
+def _seal(path: Path, tally: _Tally) -> None:
+    """Give ``path``'s mount nosuid,nodev, or say in the report why it could not."""
+    if os.geteuid() != 0:
+        missing = mount_flags.missing_flags(path)
+        if missing:
+            tally.notes.append(
+                f"{path}: mounted without {','.join(missing)}; run provision as root to fix"
+            )
+        return
+    if mount_flags.seal(path):
+        tally.notes.append(f"{path}: remounted nosuid,nodev")
 
 
 # -- zfs backend -------------------------------------------------------------
@@ -330,6 +352,8 @@ class _ZfsSlot:
             problems.append(f"mountpoint is {ds.get('mountpoint')}, want {self.root}")
         elif ds.get("mounted") != "yes":
             problems.append("not mounted")
+        elif os.geteuid() == 0 and (missing := mount_flags.missing_flags(self.root)):
+            problems.append(f"mounted without {','.join(missing)}")
         else:
             problems += await asyncio.to_thread(_root_problems, self.root, self.owner)
         if not has_snapshot:
@@ -366,3 +390,6 @@ class _ZfsSlot:
             )
         if ds.get("mounted") != "yes":
             await _zfs.run("zfs", "mount", self.dataset)
+        if os.geteuid() == 0:
+            # zfs-fuse ignores setuid=off devices=off: the mount itself must carry them.
+            await asyncio.to_thread(mount_flags.seal, self.root)

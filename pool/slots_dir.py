@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import structlog
 
+from jail.privilege import can_chown
 from jail.tree_delete import DeleteStopped, delete_tree
 from pool.errors import PoolError, PoolErrorCode
 from pool.slots import Slot, name_of
@@ -132,7 +133,7 @@ class DirSlotStore:
             os.rename(slot.root, aside)
         os.mkdir(slot.root, SLOT_MODE)
         os.chmod(slot.root, SLOT_MODE)  # mkdir's mode is filtered by the umask
-        if old is not None and stat.S_ISDIR(old.st_mode) and os.geteuid() == 0:
+        if old is not None and stat.S_ISDIR(old.st_mode) and can_chown():
             os.chown(slot.root, old.st_uid, old.st_gid)  # keep provisioning's --owner
         return aside
 

@@ -45,6 +45,9 @@ class JobRegistry:
         """A running job keeps its sandbox alive (the idle watchdog asks this)."""
         return any(job.sandbox_key == sandbox_key for job in self._jobs.values())
 
+    def running(self) -> list[RunningJob]:
+        return list(self._jobs.values())
+
     def running_in(self, experiment_id: str) -> list[RunningJob]:
         return [job for job in self._jobs.values() if job.experiment_id == experiment_id]
 

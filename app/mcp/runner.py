@@ -26,6 +26,7 @@ from mcp.types import CallToolResult
 from pydantic import BaseModel
 
 from app.errors import DatabaseUnavailable, ServiceError
+from app.experiments.disk_budget import DiskBudget
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.storage.audit import AuditTrail
 from jail.context import CallContext, SandboxMemory, new_call_context
@@ -113,6 +114,7 @@ class ToolRunner:
         queue_wait_s: float,
         progress_every_s: float = 15.0,
         on_call: Callable[[str, str, float], None] | None = None,
+        disk_budget: DiskBudget | None = None,
     ) -> None:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
         self._identity = identity
@@ -122,6 +124,7 @@ class ToolRunner:
         self._pool = pool
         self._queue_wait_s = queue_wait_s
         self._progress_every_s = progress_every_s
+        self._disk_budget = disk_budget
 
     async def run(
         self, tool: str, body: ToolBody, *, takes_slot: bool, progress: Progress | None = None
@@ -140,6 +143,8 @@ class ToolRunner:
         lease: Lease | None = None
         try:
             lease = await self._take_slot(key, progress) if takes_slot else None
+            if self._disk_budget is not None:
+                await self._disk_budget.before(tool, key)
             # A call that takes no slot still sees the one the caller holds, if any.
             held = lease.slot if lease else await self._pool.holding(key)
             slot_root = held.root if held else None
@@ -168,6 +173,8 @@ class ToolRunner:
                 failure.details["notes"] = [note_text(kind, idle) for kind in lease.notes]
             return error_result(failure, request_id)
         finally:
+            if self._disk_budget is not None:
+                self._disk_budget.after(tool, key)
             await self._finish(request_id, key, tool, started, outcome)
 
     async def read(self, resource: str, body: Callable[[CallContext], Awaitable[T]]) -> T:

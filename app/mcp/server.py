@@ -20,9 +20,12 @@ import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult
+from mcp_types import SubscriptionsListenRequestParams
 from pydantic import ValidationError
 
 from app.mcp.envelope import ToolFailure, error_result
+from app.mcp.listen_streams import CappedListenHandler
+from app.mcp.runner import Identity
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +34,16 @@ class SandboxMCPServer(MCPServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._parameters: dict[str, list[str]] | None = None
+        self.listen_streams: CappedListenHandler | None = None
+
+    def cap_listen_streams(self, identity: Identity, *, per_sandbox: int, total: int) -> None:
+        """Serve ``subscriptions/listen`` with per-sandbox and server-wide caps."""
+        self.listen_streams = CappedListenHandler(
+            self._subscriptions, identity, per_sandbox=per_sandbox, total=total
+        )
+        self._lowlevel_server.add_request_handler(
+            "subscriptions/listen", SubscriptionsListenRequestParams, self.listen_streams
+        )
 
     async def _parameters_of(self, name: str) -> list[str] | None:
         # Schemas are read once, and again when a tool appears that was added later.

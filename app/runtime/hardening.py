@@ -19,11 +19,13 @@ The checks:
   container is created (RUNTIME_UNAVAILABLE, with the reason) and
   ``check_sandbox_runtime`` says why.
 - **nosuid, nodev on workspaces**: Docker's bind mounts take no such flags, so
-  they come from the filesystem the slots live on (ZFS slots are provisioned
-  with ``setuid=off devices=off``). Where they are missing the server warns
-  once: setuid bits stay inert anyway (``no-new-privileges``) and device nodes
-  unusable (the engine's device cgroup, and no CAP_MKNOD), so it is defence in
-  depth, not a hole.
+  they come from the host mount the slots sit on: ``sandbox-mcp provision`` (as
+  root) remounts it ``nosuid,nodev`` (pool/mount_flags.py; zfs-fuse ignores the
+  datasets' ``setuid=off devices=off``). Where they are missing the server warns
+  once and still serves, even in hosted mode: setuid bits stay inert anyway
+  (``no-new-privileges``) and device nodes unusable (the engine's device cgroup,
+  and no CAP_MKNOD), so the flags are a second layer, not the only one; refusing
+  would make every deployment (the non-root image included) need a root mount.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def engine_problem(engine_info: Mapping[str, Any], slots_base: Path) -> str | No
             "runtime.workspace_mount_flags",
             path=str(slots_base),
             missing=missing,
-            advice="put the slots on a filesystem mounted nosuid,nodev (ZFS slots are)",
+            advice="run `sandbox-mcp provision` as root: it remounts the slots nosuid,nodev",
         )
     return problem
 

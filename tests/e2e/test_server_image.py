@@ -16,6 +16,7 @@ this proves.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -37,6 +38,16 @@ REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "sandbox-mcp/python:3"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TAG = "sandbox-mcp:e2e-image"
+
+
+def as_sandbox_uid(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["setpriv", "--reuid=10002", "--regid=10002", "--clear-groups", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def sh(*args: str, timeout: float = 900) -> str:
@@ -132,7 +143,7 @@ def test_the_image_is_non_root_with_a_health_check_and_no_socket_inside(image: s
     assert config["User"] == "sandbox-mcp"
     assert "/health" in " ".join(config["Healthcheck"]["Test"])
     assert config["Entrypoint"] == ["sandbox-mcp"]
-    assert "SANDBOX_MCP_SANDBOX_USER=10001:10001" in config["Env"]
+    assert "SANDBOX_MCP_SANDBOX_USER=10002:10002" in config["Env"]
     listing = sh(
         "docker", "run", "--rm", "--network", "none", "--entrypoint", "ls", image, "-a", "/var/run"
     )
@@ -147,20 +158,50 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
         token = (await client.tokens(http))["access_token"]
         made = await tool(http, served, token, "create_experiment", {"files": {"a.txt": "hello"}})
         assert not made["is_error"], made
+        exp = made["experiment_id"]
+        # The sandbox runs as 10002 and keeps a file private the way a tenant would.
+        command = (
+            "cat a.txt; echo new > b.txt; mkdir -m 700 private; echo secret > private/f; "
+            "chmod 600 private/f; id -u >&2"
+        )
         ran = await tool(
+            http, served, token, "execute_experiment", {"experiment_id": exp, "command": command}
+        )
+        assert ran["exit_code"] == 0, ran
+        assert ran["stdout"] == "hello"
+        assert ran["stderr"].strip() == "10002", "sandboxes run under a uid of their own"
+        # The server (10001, with cap_chown/dac_override/fowner) still serves those files...
+        for path, content in (("b.txt", "new\n"), ("private/f", "secret\n")):
+            read = await tool(
+                http, served, token, "read_sandbox_file", {"experiment_id": exp, "path": path}
+            )
+            assert read.get("content") == content, read
+        wrote = await tool(
+            http,
+            served,
+            token,
+            "write_sandbox_file",
+            {"experiment_id": exp, "path": "private/g", "content": "from the server\n"},
+        )
+        assert not wrote["is_error"], wrote
+        # ... and what it writes stays the sandbox's to change.
+        edited = await tool(
             http,
             served,
             token,
             "execute_experiment",
-            {"experiment_id": made["experiment_id"], "command": "cat a.txt; echo new > b.txt"},
+            {"experiment_id": exp, "command": "echo more >> private/g; cat private/g"},
         )
-        assert ran["exit_code"] == 0, ran
-        assert ran["stdout"] == "hello"
-        read = await tool(
-            http,
-            served,
-            token,
-            "read_sandbox_file",
-            {"experiment_id": made["experiment_id"], "path": "b.txt"},
-        )
-        assert read["content"] == "new\n"
+        assert edited["stdout"] == "from the server\nmore\n", edited
+        destroyed = await tool(http, served, token, "destroy_experiment", {"experiment_id": exp})
+        assert not destroyed["is_error"], destroyed
+
+    # The sandbox's uid owns nothing of the server's: on the host (a process that got
+    # out of its container), it can read neither the state dir nor the token key.
+    state = served.log_path.parent
+    for target in (["ls", str(state)], ["cat", str(state / "token-hmac.key")]):
+        done = await asyncio.to_thread(as_sandbox_uid, *target)
+        assert done.returncode != 0, done
+        assert "Permission denied" in done.stderr, done
+    assert (state / "token-hmac.key").exists()
+    assert list((state / "slots").glob("slot-*/exp-*")) == [], "the 10002-owned tree was deleted"

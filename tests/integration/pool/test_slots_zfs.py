@@ -22,6 +22,7 @@ from pool_fakes import opened
 
 from pool import _zfs
 from pool.errors import PoolError
+from pool.mount_flags import missing_flags
 from pool.provision import provision_zfs
 from pool.slots_zfs import ZfsSlotStore
 
@@ -109,6 +110,27 @@ async def test_provision_creates_locked_down_slots_with_empty_snapshots(parent: 
         assert list(slot.root.iterdir()) == []
     assert snapshots(parent) == {f"{parent}/slot-00{i}@empty" for i in range(5)}
     assert await store.missing(5) == []
+
+
+async def test_slot_mounts_are_nosuid_nodev_and_stay_so_across_a_reset(parent: str) -> None:
+    # zfs-fuse ignores setuid=off devices=off (its mounts show rw,relatime only), so
+    # provisioning remounts each slot's mount with the flags a workspace inherits.
+    if os.geteuid() != 0:
+        pytest.fail("remounting needs root: run this test as root (CI does)")
+    await provision_zfs(parent, 2, quota=QUOTA, owner=OWNER)
+    store = await opened(ZfsSlotStore(parent))
+    slot = store.slot(0)
+    assert missing_flags(slot.root) == []
+    (slot.root / "left.txt").write_text("x")
+    await store.reset(slot)
+    assert missing_flags(slot.root) == []
+    # A slot that lost them (a remount by hand) is repaired by the next run.
+    remount = ["mount", "-o", "remount,bind,suid,dev", str(slot.root)]
+    await asyncio.to_thread(subprocess.run, remount, check=True)
+    assert missing_flags(slot.root) == ["nosuid", "nodev"]
+    again = await provision_zfs(parent, 2, quota=QUOTA, owner=OWNER)
+    assert again.repaired == 1, again
+    assert missing_flags(slot.root) == []
 
 
 async def test_reprovision_is_idempotent(parent: str) -> None:

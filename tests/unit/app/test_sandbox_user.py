@@ -1,4 +1,4 @@
-"""A server that is not root warns when sandboxes would run as a uid that cannot write."""
+"""A server that may not chown warns when sandboxes would run as a uid that cannot write."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from app.settings import load_settings
 
 
 @pytest.mark.parametrize(
-    ("euid", "sandbox_user", "warned"),
+    ("euid", "capable", "sandbox_user", "warned"),
     [
-        (10001, "1000:1000", True),  # the image's server with the default: unwritable
-        (10001, "10001:10001", False),  # the image's setting
-        (0, "1000:1000", False),  # root hands the workspace over
+        (10001, False, "1000:1000", True),  # not root, no CAP_CHOWN: unwritable
+        (10001, False, "10001:10001", False),  # its own uid
+        (10001, True, "10002:10002", False),  # the image: CAP_CHOWN hands workspaces over
+        (0, True, "1000:1000", False),  # root hands the workspace over
     ],
 )
 def test_the_warning_names_the_fix(
-    monkeypatch: pytest.MonkeyPatch, euid: int, sandbox_user: str, warned: bool
+    monkeypatch: pytest.MonkeyPatch, euid: int, capable: bool, sandbox_user: str, warned: bool
 ) -> None:
+    monkeypatch.setattr(main, "can_chown", lambda: capable)
     monkeypatch.setenv("SANDBOX_MCP_SANDBOX_USER", sandbox_user)
     monkeypatch.setattr(main.os, "geteuid", lambda: euid)
     monkeypatch.setattr(main.os, "getegid", lambda: euid)

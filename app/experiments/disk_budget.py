@@ -1,0 +1,307 @@
+"""A byte budget per sandbox where the slots have no kernel quota (the dir backend).
+
+Plain folders have no quota, and the server that runs as a non-root user (the
+image) can neither loop-mount an image per slot nor set XFS project quotas; so
+the budget is kept by accounting, which works wherever the server runs:
+
+- **what counts**: the bytes the slot's tree has allocated on disk (``st_blocks``,
+  so a sparse file counts what it really holds and a hard link counts once:
+  workspaces, baselines and copies) plus the sandbox's artifacts on the shelf;
+- **when**: after every call that writes (file writes, commands, new
+  experiments), and every ``interval_s`` while one of the sandbox's jobs runs
+  (idle sandboxes cost nothing); the walk is iterative, runs in a thread and
+  stops at ``max_entries`` (past it the slot counts as over: millions of empty
+  files exhaust inodes);
+- **over the budget**: calls that write are refused with ``QUOTA_EXCEEDED``
+  (destroying an experiment, reading, listing and the slot's reset still work),
+  the sandbox's running jobs are cancelled and every process of the sandbox user
+  in its containers is killed.
+
+It is a soft bound: a command may write for up to one interval (plus one walk)
+past the budget before it is stopped, at whatever speed the disk allows. So a
+server anyone can reach still refuses dir slots on the database's filesystem
+(app/slot_storage.py) unless told otherwise; ZFS slots have a hard quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from app.errors import ServiceError
+from app.experiments.jobs import JobRegistry
+from app.experiments.records import Experiment
+from app.runtime.backend import SandboxBackend
+
+log = structlog.get_logger(__name__)
+
+# The calls that can add bytes to a slot; the others are never refused.
+WRITING_TOOLS = frozenset(
+    {
+        "create_experiment",
+        "execute_experiment",
+        "run_tests",
+        "write_sandbox_file",
+        "edit_sandbox_file",
+        "collect_artifacts",
+    }
+)
+# Kills every process of the sandbox user in the container but the keep-alive (the
+# lowest PID after tini's 1: it started first, no tenant process can come before
+# it). Everything is frozen first (kill(-1) spares only PID 1 and the caller), so
+# nothing forks while the list is walked; then the keep-alive is thawed.
+KILL_ALL = (
+    "kill -STOP -1 2>/dev/null; "
+    "pids=$(ls /proc | grep -E '^[0-9]+$' | sort -n); keep=$(echo \"$pids\" | sed -n 2p); "
+    'for p in $pids; do [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] '
+    '&& kill -KILL "$p" 2>/dev/null; done; kill -CONT "$keep" 2>/dev/null; true'
+)
+
+
+class QuotaExceeded(ServiceError):
+    code = "QUOTA_EXCEEDED"
+
+
+@dataclass(frozen=True)
+class Usage:
+    bytes: int
+    entries: int
+    truncated: bool  # stopped at max_entries: counted as over the budget
+
+    def over(self, limit: int) -> bool:
+        return self.truncated or self.bytes > limit
+
+
+def measure_tree(root: Path, max_entries: int) -> Usage:
+    """Bytes allocated under ``root`` (blocking; iterative, links never followed)."""
+    total = entries = 0
+    seen: set[tuple[int, int]] = set()
+    pending = [str(root)]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as found:
+                for entry in found:
+                    entries += 1
+                    if entries > max_entries:
+                        return Usage(total, entries, truncated=True)
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue  # gone meanwhile
+                    if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                        if (st.st_dev, st.st_ino) in seen:
+                            continue
+                        seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append(entry.path)
+        except OSError:
+            continue  # unreadable or removed: a tenant cannot hide bytes from root this way
+    return Usage(total, entries, truncated=False)
+
+
+class LiveContainers(Protocol):
+    async def __call__(self, sandbox_key: str) -> Iterable[str]: ...
+
+
+class _Experiments(Protocol):
+    async def of_sandbox(
+        self, sandbox_key: str, *, include_destroyed: bool = True
+    ) -> Sequence[Experiment]: ...
+
+
+def containers_from(records: _Experiments) -> LiveContainers:
+    """The containers of a sandbox's live experiments, from the records."""
+
+    async def containers_of(sandbox_key: str) -> list[str]:
+        live = await records.of_sandbox(sandbox_key, include_destroyed=False)
+        return [e.container_id for e in live if e.container_id]
+
+    return containers_of
+
+
+class DiskBudget:
+    """Measures and enforces the budget; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        slot_root_of: Callable[[str], Path | None],
+        artifact_bytes_of: Callable[[str], Awaitable[int]],
+        containers_of: LiveContainers,
+        jobs: JobRegistry,
+        backend: SandboxBackend,
+        limit_bytes: int,
+        max_entries: int,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._slot_root_of = slot_root_of
+        self._artifact_bytes_of = artifact_bytes_of
+        self._containers_of = containers_of
+        self._jobs = jobs
+        self._backend = backend
+        self.limit_bytes = limit_bytes
+        self._max_entries = max_entries
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, tuple[float, Usage]] = {}
+        self._measuring: dict[str, asyncio.Task[Usage]] = {}
+        self._watched: set[str] = set()  # wrote since their slot was leased
+        self._background: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.Task[None] | None = None
+        self._over: set[str] = set()  # stopped, not yet back under the budget
+
+    # -- around a call -----------------------------------------------------------
+
+    async def before(self, tool: str, sandbox_key: str) -> None:
+        """Refuse a writing call while the sandbox is over its budget.
+
+        Raises:
+            QuotaExceeded: the last measurement (a fresh one when it is older than
+                one interval) is over the budget.
+        """
+        if tool not in WRITING_TOOLS or self._slot_root_of(sandbox_key) is None:
+            return
+        last = self._last.get(sandbox_key)
+        # An over-budget sandbox is measured again: it may just have destroyed an experiment.
+        if last is None or self._stale(last[0]) or last[1].over(self.limit_bytes):
+            usage = await self.measure(sandbox_key)
+        else:
+            usage = last[1]
+        if usage is not None and usage.over(self.limit_bytes):
+            raise self._refusal(usage)
+
+    def after(self, tool: str, sandbox_key: str) -> None:
+        """Measure the slot once the call is answered (the answer does not wait)."""
+        if tool not in WRITING_TOOLS or self._slot_root_of(sandbox_key) is None:
+            return
+        self._watched.add(sandbox_key)
+        task = asyncio.create_task(self.enforce(sandbox_key), name="disk-budget")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- measuring -----------------------------------------------------------------
+
+    def _stale(self, at: float) -> bool:
+        return self._clock() - at >= self._interval_s
+
+    async def measure(self, sandbox_key: str) -> Usage | None:
+        """The sandbox's usage now; one walk at a time per sandbox (callers share it)."""
+        running = self._measuring.get(sandbox_key)
+        if running is not None:
+            return await asyncio.shield(running)
+        root = self._slot_root_of(sandbox_key)
+        if root is None:
+            self._forget(sandbox_key)
+            return None
+        task = asyncio.create_task(self._measure(sandbox_key, root))
+        self._measuring[sandbox_key] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._measuring.pop(sandbox_key, None)
+
+    async def _measure(self, sandbox_key: str, root: Path) -> Usage:
+        try:
+            tree = await asyncio.to_thread(measure_tree, root, self._max_entries)
+            artifacts = await self._artifact_bytes_of(sandbox_key)
+            usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
+            self._last[sandbox_key] = (self._clock(), usage)
+            if not usage.over(self.limit_bytes):
+                self._over.discard(sandbox_key)  # back under (an experiment destroyed)
+            return usage
+        finally:
+            self._measuring.pop(sandbox_key, None)
+
+    async def enforce(self, sandbox_key: str) -> None:
+        """Measure, and stop the sandbox's work if it is over."""
+        try:
+            usage = await self.measure(sandbox_key)
+            if usage is None:
+                return
+            if usage.over(self.limit_bytes) and sandbox_key not in self._over:
+                # Once per episode: its writing calls are refused until it is back under.
+                self._over.add(sandbox_key)
+                await self._stop(sandbox_key, usage)
+        except Exception:
+            log.exception("disk.budget_check_failed")
+
+    async def _stop(self, sandbox_key: str, usage: Usage) -> None:
+        jobs = [job for job in self._jobs.running() if job.sandbox_key == sandbox_key]
+        for job in jobs:
+            await self._backend.cancel(job.container_id, job.job_id)
+        containers = list(await self._containers_of(sandbox_key))
+        for container_id in containers:
+            try:
+                await self._backend.run(
+                    container_id, KILL_ALL, timeout_s=10, job_id=f"quota-{uuid.uuid4().hex[:12]}"
+                )
+            except Exception as exc:  # a container gone meanwhile: nothing left to stop
+                log.info("disk.kill_failed", container_id=container_id[:12], error=str(exc))
+        log.warning(
+            "disk.budget_exceeded",
+            used_bytes=usage.bytes,
+            entries=usage.entries,
+            limit_bytes=self.limit_bytes,
+            jobs_cancelled=len(jobs),
+            containers=len(containers),
+        )
+
+    def _refusal(self, usage: Usage) -> QuotaExceeded:
+        limit_mb = self.limit_bytes // 1_048_576
+        if usage.truncated:
+            what = f"more than {self._max_entries} files and folders"
+        else:
+            what = f"{usage.bytes // 1_048_576} MB"
+        return QuotaExceeded(
+            f"Your sandbox holds {what}, over its budget of {limit_mb} MB and "
+            f"{self._max_entries} entries (workspaces, copies and artifacts together); "
+            "running commands were stopped. Destroy an experiment (destroy_experiment) to "
+            "free space, then continue.",
+            used_bytes=usage.bytes,
+            limit_bytes=self.limit_bytes,
+            entries=usage.entries,
+        )
+
+    def _forget(self, sandbox_key: str) -> None:
+        self._last.pop(sandbox_key, None)
+        self._over.discard(sandbox_key)
+        self._watched.discard(sandbox_key)
+
+    # -- while jobs run ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self.run(), name="disk-budget-watch")
+
+    async def run(self) -> None:
+        """Measure every watched sandbox each interval, until cancelled."""
+        while True:
+            await asyncio.sleep(self._interval_s)
+            for key in list(self._watched):
+                if self._slot_root_of(key) is None:
+                    self._forget(key)  # emptied: its next lease starts at zero
+                elif self._jobs.is_busy(key):
+                    # Only a running job writes between calls: a job's processes, even
+                    # detached ones, die with it (app/runtime/_jobs.py), and every
+                    # writing call is measured after it anyway.
+                    await self.enforce(key)
+
+    async def close(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+        for waiting in list(self._background):
+            waiting.cancel()
+        for walk in list(self._measuring.values()):
+            walk.cancel()

@@ -1,0 +1,110 @@
+"""A tenant filling its dir slot is stopped near its byte budget (issue 12).
+
+dir slots have no kernel quota: before, one command could fill the filesystem
+that also holds the SQLite database. The server now measures each slot (allocated
+blocks, so sparse files count what they hold) and, past the budget, kills the
+sandbox's commands (detached ones too) and refuses its writing calls with
+QUOTA_EXCEEDED, while other tenants and the database carry on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from e2e_server import start_server, stop_server
+from mcp_http import run_command, tool
+from oauth_browser import ManualClient
+
+from app.experiments.disk_budget import measure_tree
+
+BUDGET_MB = 32
+# The writer below adds about 20 MB/s; one check interval (0.5 s) plus one walk and
+# the kill leaves room for a few more seconds of writing on a loaded machine. (A
+# process detached from its job with setsid dies with the job: app/runtime/_jobs.py.)
+SLACK_MB = 64
+WRITER = "while :; do head -c 1048576 /dev/zero >> {name}; sleep 0.05; done"
+
+
+def slots_mb(state: Path) -> float:
+    return measure_tree(state / "slots", 1_000_000).bytes / 1_048_576
+
+
+async def create(http: httpx2.AsyncClient, server: Any, token: str) -> str:
+    created = await tool(http, server, token, "create_experiment", {"name": "disk"})
+    assert not created["is_error"], created
+    return str(created["experiment_id"])
+
+
+def code_of(result: dict[str, Any]) -> str | None:
+    return result.get("error", {}).get("code") if result["is_error"] else None
+
+
+async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    server = start_server(
+        state,
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="3",
+        SANDBOX_MCP_DIR_SLOT_BUDGET_MB=str(BUDGET_MB),
+        SANDBOX_MCP_DISK_CHECK_INTERVAL_S="0.5",
+    )
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+            client = await ManualClient.register(http, server.base_url)
+            alice = (await client.tokens(http))["access_token"]
+            bob = (await client.tokens(http))["access_token"]
+            exp = await create(http, server, alice)
+
+            # A sparse file holds nothing: it is not counted (and from_experiment keeps it so).
+            sparse = await run_command(http, server, alice, exp, "truncate -s 10G sparse; echo ok")
+            assert sparse["stdout"] == "ok\n", sparse
+            wrote = await tool(
+                http,
+                server,
+                alice,
+                "write_sandbox_file",
+                {"experiment_id": exp, "path": "note.txt", "content": "fine"},
+            )
+            assert not wrote["is_error"], wrote
+
+            # A writer inside a job: the job is killed once the slot is over the budget.
+            job = await run_command(
+                http, server, alice, exp, WRITER.format(name="a"), background=True
+            )
+            ended = await tool(
+                http, server, alice, "get_job_result", {"job_id": job["job_id"], "wait_s": 45}
+            )
+            assert ended.get("status") in ("cancelled", "failed"), ended
+            assert BUDGET_MB <= slots_mb(state) < BUDGET_MB + SLACK_MB
+
+            refused = await run_command(http, server, alice, exp, "echo again")
+            assert code_of(refused) == "QUOTA_EXCEEDED", refused
+            assert "destroy_experiment" in refused["error"]["message"]
+            refused = await tool(
+                http,
+                server,
+                alice,
+                "write_sandbox_file",
+                {"experiment_id": exp, "path": "more.txt", "content": "x"},
+            )
+            assert code_of(refused) == "QUOTA_EXCEEDED", refused
+
+            # Another tenant and the database carry on meanwhile.
+            other = await create(http, server, bob)
+            ran = await run_command(http, server, bob, other, "echo bob")
+            assert ran["stdout"] == "bob\n", ran
+            assert (await http.get(f"{server.base_url}/health")).status_code == 200
+
+            # Destroying frees the space; then one fallocate past the budget, at once,
+            # is caught by the measurement after the command.
+            gone = await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
+            assert not gone["is_error"], gone
+            exp = await create(http, server, alice)
+            big = await run_command(http, server, alice, exp, "fallocate -l 48M f && echo ok")
+            assert big["stdout"] == "ok\n", big
+            refused = await run_command(http, server, alice, exp, "echo again")
+            assert code_of(refused) == "QUOTA_EXCEEDED", refused
+    finally:
+        stop_server(server)

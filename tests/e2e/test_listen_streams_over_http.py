@@ -1,0 +1,143 @@
+"""subscriptions/listen streams are capped per sandbox and server-wide, and a
+server shutting down ends them (issue 12).
+
+Claude Code holds one listen POST open for as long as it runs; nothing bounded
+how many one sign-in could hold, and uvicorn waits for every open response
+before it shuts down, so one listening client kept a stopping server alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from e2e_server import RunningServer, start_server, stop_server
+from mcp_http import MODERN, SESSIONLESS_META, post_rpc
+from oauth_browser import ManualClient
+
+
+def _listen_request(token: str) -> dict[str, Any]:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": True}, "_meta": SESSIONLESS_META},
+    }
+    return {
+        "content": json.dumps(body),
+        "headers": {
+            "authorization": f"Bearer {token}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": MODERN,
+            "mcp-method": "subscriptions/listen",
+        },
+    }
+
+
+class Stream:
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+        self._lines = response.aiter_lines()
+
+    async def next_message(self) -> dict[str, Any]:
+        if self.response.headers.get("content-type", "").startswith("application/json"):
+            return dict(json.loads(await self.response.aread()))  # a refusal: no stream
+        async for line in self._lines:
+            if line.startswith("data:") and line[5:].strip():
+                return dict(json.loads(line[5:]))
+        raise AssertionError("the stream ended without another message")
+
+
+@contextlib.asynccontextmanager
+async def listen(
+    http: httpx2.AsyncClient, server: RunningServer, token: str
+) -> AsyncIterator[Stream]:
+    async with http.stream("POST", server.mcp_url, **_listen_request(token)) as response:
+        yield Stream(response)
+
+
+async def open_or_error(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    stack: contextlib.AsyncExitStack,
+    kept: list[Stream],
+) -> dict[str, Any]:
+    """The first message of a listen request: the ack of an open stream, or its error."""
+    stream = await stack.enter_async_context(listen(http, server, token))
+    # Kept referenced: a collected line iterator closes its response, and the stream.
+    kept.append(stream)
+    return await stream.next_message()
+
+
+def _is_ack(message: dict[str, Any]) -> bool:
+    return message.get("method") == "notifications/subscriptions/acknowledged"
+
+
+async def test_listen_streams_are_capped_per_sandbox_and_server_wide(tmp_path: Path) -> None:
+    server = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_MAX_LISTEN_STREAMS_PER_SANDBOX="2",
+        SANDBOX_MCP_MAX_LISTEN_STREAMS="3",
+    )
+    try:
+        async with httpx2.AsyncClient(timeout=30) as http, contextlib.AsyncExitStack() as stack:
+            client = await ManualClient.register(http, server.base_url)
+            alice, bob, carol = [(await client.tokens(http))["access_token"] for _ in range(3)]
+            kept: list[Stream] = []
+            for _ in range(2):
+                assert _is_ack(await open_or_error(http, server, alice, stack, kept))
+
+            refused = await open_or_error(http, server, alice, stack, kept)
+            assert refused["error"]["data"] == {
+                "code": "TOO_MANY_LISTEN_STREAMS",
+                "limit": "per_sandbox",
+                "value": 2,
+            }, refused
+            assert "close one" in refused["error"]["message"]
+
+            # Another tenant still gets its stream, up to the server's cap.
+            assert _is_ack(await open_or_error(http, server, bob, stack, kept))
+            full = await open_or_error(http, server, carol, stack, kept)
+            assert full["error"]["data"]["limit"] == "server", full
+
+            # Other requests are unaffected by the caps.
+            status = await post_rpc(http, server.mcp_url, "tools/list", {}, token=carol)
+            assert status.status_code == 200, status.text
+    finally:
+        stop_server(server)
+
+
+async def test_a_shutdown_ends_open_listen_streams(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "state", SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="2")
+    try:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            client = await ManualClient.register(http, server.base_url)
+            token = (await client.tokens(http))["access_token"]
+            async with listen(http, server, token) as one, listen(http, server, token) as two:
+                assert _is_ack(await one.next_message())
+                assert _is_ack(await two.next_message())
+                started = time.monotonic()
+                server.process.send_signal(signal.SIGTERM)
+                # Each stream ends with its final result (a graceful close), not a drop.
+                for stream in (one, two):
+                    final = await asyncio.wait_for(stream.next_message(), timeout=20)
+                    assert final["id"] == 41, final
+                    assert "result" in final, final
+                # The streams are still open on our side, yet the server exits.
+                await asyncio.to_thread(server.process.wait, 20)  # uvicorn re-raises SIGTERM
+                assert "Application shutdown complete" in server.log()
+                assert time.monotonic() - started < 20
+            assert "mcp.listen_streams_closed" in server.log()
+    finally:
+        stop_server(server)
