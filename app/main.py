@@ -9,6 +9,7 @@ are in ``app/admin.py``.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from app.retention import Retention
 from app.runtime.docker import DockerBackend, output_streams
 from app.runtime.limits import Ceilings
 from app.runtime.probe import DockerProbe
+from app.runtime.warm import WarmPool
 from app.services import AuthParts, Services
 from app.settings import Settings
 from app.slot_storage import slot_store
@@ -139,8 +141,18 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     jobs = JobRegistry()
     backend = build_backend(settings, store, ceilings)
     records = ExperimentRecords(engine)
+    # The pool is built after the manager (its reset hook tears experiments down), and
+    # the warm pool asks it for free slots only once the service runs.
+    pool_ref: list[SlotPool] = []
+    warm = WarmPool(
+        backend,
+        lambda n: pool_ref[0].next_free(n),
+        count=settings.warm_containers,
+        image=settings.default_image,
+        owner=settings.sandbox_ids if os.geteuid() == 0 else None,
+    )
     manager = ExperimentManager(
-        records, backend, jobs, options.experiment_options(settings, ceilings)
+        records, backend, jobs, options.experiment_options(settings, ceilings), warm=warm
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
@@ -151,6 +163,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         before_reset=hooks.before_reset,
         on_reserved=mailer.sandbox_ready,
     )
+    pool_ref.append(pool)
     auth = build_auth(settings, engine, mailer) if settings.auth == "oauth" else None
     retention = Retention(repository, records, keep_s=settings.record_retention_days * 86_400)
     chores = [mailer.housekeeping, manager.shelf.expire, retention.sweep]
@@ -212,6 +225,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         metrics=metrics,
         store=store,
         docker_probe=DockerProbe(),
+        warm=warm,
     )
 
 

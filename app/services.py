@@ -19,6 +19,7 @@ from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
 from app.runtime.backend import SandboxBackend
 from app.runtime.probe import DockerProbe
+from app.runtime.warm import WarmPool
 from app.settings import Settings
 from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
@@ -60,6 +61,7 @@ class Services:
     metrics: Metrics
     store: SlotStore
     docker_probe: DockerProbe
+    warm: WarmPool | None = None
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -76,6 +78,11 @@ class Services:
         await self.pool.open()
         recovered = await self.manager.recover(self.pool.holders())
         log.info("experiments.recovered", **recovered)
+        if self.warm is not None:
+            # Handed-over warm containers keep counting in their sandbox's share.
+            for container_id, label in (await self.manager.live_containers()).items():
+                self.warm.claim(container_id, label)
+            self.warm.start()
         self.watchdog.start()
         log.info(
             "service.started",
@@ -87,6 +94,8 @@ class Services:
 
     async def stop(self) -> None:
         await self.watchdog.stop()
+        if self.warm is not None:
+            await self.warm.stop()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from app.experiments import workspace
 from app.experiments.commands import Command, CommandRunner
@@ -25,7 +26,14 @@ from app.experiments.shelf import fingerprint
 from app.experiments.states import State
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import ExperimentDirs
-from app.runtime.backend import ContainerSpec, GitSource, Limits, NetworkMode, SandboxBackend
+from app.runtime.backend import (
+    Container,
+    ContainerSpec,
+    GitSource,
+    Limits,
+    NetworkMode,
+    SandboxBackend,
+)
 from app.runtime.limits import clamp_timeout
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, resolve_env
@@ -52,6 +60,14 @@ class CreateRequest:
     timeout_s: float | None = None
 
 
+class WarmSource(Protocol):
+    """Containers started before they were asked for (app/runtime/warm.py)."""
+
+    async def take(
+        self, slot_root: Path, spec: ContainerSpec, target: Path
+    ) -> Container | None: ...
+
+
 def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
     """The environment a command asked for, after the credential policy."""
     # A hosted server forwards nothing of its own environment: even the error for
@@ -68,12 +84,14 @@ class ExperimentCreator:
         commands: CommandRunner,
         options: ExperimentOptions,
         clock: Callable[[], float] = time.time,
+        warm: WarmSource | None = None,
     ) -> None:
         self._records = records
         self._backend = backend
         self._commands = commands
         self._options = options
         self._clock = clock
+        self._warm = warm
         # Creations in flight per sandbox key: they count against max_experiments too.
         self._creating: dict[str, int] = {}
 
@@ -148,7 +166,20 @@ class ExperimentCreator:
         )
         await self._records.add(record, "create_experiment called")
         dirs = ExperimentDirs.of(call.slot_root, experiment_id)
+        spec = ContainerSpec(
+            experiment_id=experiment_id,
+            sandbox_label=fingerprint(call.sandbox_key),
+            image=image,
+            workspace=dirs.workspace,
+            network=request.network,
+            limits=request.limits,
+            env=env,
+        )
+        container: Container | None = None
         try:
+            if self._warm is not None:
+                # The caller's own slot's warm container, its folder renamed to dirs.root.
+                container = await self._warm.take(call.slot_root, spec, dirs.root)
             prepared = await workspace.prepare(
                 dirs,
                 files=request.files,
@@ -157,19 +188,13 @@ class ExperimentCreator:
                 excludes=self._options.snapshot_excludes,
                 owner=self._options.owner,
                 clone=self._cloner(request, call.sandbox_key) if request.git_url else None,
+                made=container is not None,
             )
-            container = await self._backend.create(
-                ContainerSpec(
-                    experiment_id=experiment_id,
-                    sandbox_label=fingerprint(call.sandbox_key),
-                    image=image,
-                    workspace=dirs.workspace,
-                    network=request.network,
-                    limits=request.limits,
-                    env=env,
-                )
-            )
+            if container is None:
+                container = await self._backend.create(spec)
         except Exception as exc:
+            if container is not None:
+                await self._backend.remove(container.container_id)
             await self._records.transition(
                 experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
             )

@@ -29,6 +29,7 @@ from app.experiments.creation import (
     COMMAND_TIMEOUT_KEY,
     CreateRequest,
     ExperimentCreator,
+    WarmSource,
     forwarded_env,
 )
 from app.experiments.errors import (
@@ -41,7 +42,7 @@ from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord
-from app.experiments.shelf import ArtifactShelf
+from app.experiments.shelf import ArtifactShelf, fingerprint
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
 from app.experiments.views import (
@@ -77,6 +78,7 @@ class ExperimentManager:
         jobs: JobRegistry,
         options: ExperimentOptions,
         clock: Callable[[], float] = time.time,
+        warm: WarmSource | None = None,
     ) -> None:
         self._records = records
         self._backend = backend
@@ -94,7 +96,9 @@ class ExperimentManager:
         self._commands = CommandRunner(
             records, backend, jobs, options.max_output_bytes, limits, clock
         )
-        self._creator = ExperimentCreator(records, backend, self._commands, options, clock)
+        self._creator = ExperimentCreator(
+            records, backend, self._commands, options, clock, warm=warm
+        )
 
     def is_busy(self, sandbox_key: str) -> bool:
         return self._jobs.is_busy(sandbox_key)
@@ -430,6 +434,14 @@ class ExperimentManager:
             # The folders go with the slot reset itself.
             await self._teardown(experiment, None, reason)
         return len(live)
+
+    async def live_containers(self) -> dict[str, str]:
+        """The container of every live experiment, and its sandbox's label."""
+        return {
+            e.container_id: fingerprint(e.sandbox_key)
+            for e in await self._records.live()
+            if e.container_id
+        }
 
     async def recover(self, leased_keys: set[str]) -> dict[str, int]:
         """At start-up: lost jobs, experiments whose sandbox is gone, orphan containers."""

@@ -66,8 +66,12 @@ async def prepare(
     excludes: Sequence[str],
     owner: Owner | None,
     clone: Cloner | None = None,
+    made: bool = False,
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
+
+    ``made``: the folders exist already (a warm container's, renamed to this
+    experiment's), the workspace empty; its container runs nothing of the tenant's yet.
 
     ``clone`` fills the (empty, owned by the sandbox user) workspace itself, in a
     helper container, and returns how many files it brought.
@@ -78,9 +82,10 @@ async def prepare(
     """
     if clone is None:
         return await asyncio.to_thread(
-            _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner
+            _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner, made
         )
-    await asyncio.to_thread(_make_dirs, dirs, owner)
+    if not made:
+        await asyncio.to_thread(_make_dirs, dirs, owner)
     count = await clone(dirs.workspace)
     await asyncio.to_thread(_finish, dirs, owner)
     return WorkspaceReport("git", count)
@@ -139,8 +144,8 @@ def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
 
 
 def _finish(dirs: ExperimentDirs, owner: Owner | None) -> None:
-    # No container has seen this workspace yet (the clone helper is gone), so a plain
-    # copy is race-free here.
+    # No tenant process has run on this workspace yet (the clone helper is gone; a warm
+    # container runs only its keep-alive), so a plain copy is race-free here.
     shutil.copytree(dirs.workspace, dirs.baseline, symlinks=True)
     if owner is not None:
         _chown_tree(dirs.workspace, owner)
@@ -153,8 +158,10 @@ def _prepare(
     copy_from: ExperimentDirs | None,
     excludes: tuple[str, ...],
     owner: Owner | None,
+    made: bool = False,
 ) -> WorkspaceReport:
-    _make_dirs(dirs, None)
+    if not made:
+        _make_dirs(dirs, None)
     if project_path is not None:
         snap = snapshot_copy(project_path, dirs.workspace, extra_excludes=excludes)
         report = WorkspaceReport(
