@@ -18,8 +18,8 @@ import httpx2
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
-from e2e_server import RunningServer, start_server, stop_server  # noqa: E402
-from oauth_browser import ManualClient  # noqa: E402
+from e2e_server import RunningServer, start_server, stop_server
+from oauth_browser import ManualClient
 
 IMAGE = "sandbox-mcp/python:3"
 

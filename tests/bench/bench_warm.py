@@ -2,7 +2,8 @@
 the floor (docker create + start + exec of a hardened container), in one run; and what an
 idle warm container costs in memory.
 
-    source /tmp/dev/env.sh; uv run python tests/bench/bench_warm.py [--samples 10] [--backends dir,zfs]
+    source /tmp/dev/env.sh
+    uv run python tests/bench/bench_warm.py [--samples 10] [--backends dir,zfs]
 
 Each sample is a new sandbox (a new sign-in) on two servers running side by side,
 one without warm containers (cold) and one with them (warm, sampled once its warm
@@ -21,7 +22,6 @@ from pathlib import Path
 import docker
 import httpx2
 from _bench_servers import hardened_floor, new_user, row, server_on
-
 from mcp_http import run_command, tool
 
 FILES = {f"pkg/mod{i}.py": f"VALUE = {i}\n" for i in range(12)} | {"main.py": "print('hi')\n"}
