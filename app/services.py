@@ -77,6 +77,8 @@ class Services:
         await open_slots(self.store, self.settings)
         await self.pool.open()
         recovered = await self.manager.recover(self.pool.holders())
+        # What destroys left half-deleted when the server stopped (in the background).
+        self.manager.trash.sweep(self.store.slot(i).root for i in range(self.settings.pool_size))
         log.info("experiments.recovered", **recovered)
         if self.warm is not None:
             # Handed-over warm containers keep counting in their sandbox's share.
@@ -99,6 +101,7 @@ class Services:
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
+        await self.manager.trash.close()
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import evidence, project, testing, workspace
+from app.experiments import evidence, project, testing
 from app.experiments.artifacts import ArtifactList
 from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.compare import Comparison, recommend
@@ -45,6 +45,7 @@ from app.experiments.records import ArtifactRecord, Experiment, JobRecord
 from app.experiments.shelf import ArtifactShelf, fingerprint
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
+from app.experiments.trash import Trash
 from app.experiments.views import (
     ChangesView,
     CreatedExperiment,
@@ -79,8 +80,11 @@ class ExperimentManager:
         options: ExperimentOptions,
         clock: Callable[[], float] = time.time,
         warm: WarmSource | None = None,
+        trash: Trash | None = None,
     ) -> None:
         self._records = records
+        # Destroyed experiments' folders, deleted after the caller has its answer.
+        self.trash = trash or Trash()
         self._backend = backend
         self._jobs = jobs
         self._options = options
@@ -413,7 +417,7 @@ class ExperimentManager:
         if experiment.container_id:
             await self._backend.remove(experiment.container_id)
         if dirs is not None:
-            await workspace.remove(dirs)
+            await self.trash.discard(dirs.root)
         fresh = await self._records.load(experiment.sandbox_key, experiment.experiment_id)
         assert fresh is not None
         if fresh.state is State.RUNNING:
