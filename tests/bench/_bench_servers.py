@@ -61,16 +61,16 @@ def server_on(backend: str, root: Path, slots: int, **env: str) -> Iterator[Runn
         dataset = f"{parent}/bench{uuid.uuid4().hex[:8]}"
         _cli(state, "provision", "--slots", str(slots), "--zfs-parent", dataset, "--quota", "300M")
         extra = {"SANDBOX_MCP_SLOT_BACKEND": "zfs", "SANDBOX_MCP_ZFS_PARENT": dataset}
-    server = start_server(
-        state,
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE=str(slots),
-        SANDBOX_MCP_SIGNINS_PER_MINUTE="10000",
-        SANDBOX_MCP_QUEUE_WAIT_S="0",
-        SANDBOX_MCP_LOG_LEVEL="warning",
+    settings = {
+        "SANDBOX_MCP_AUTH": "oauth",
+        "SANDBOX_MCP_POOL_SIZE": str(slots),
+        "SANDBOX_MCP_SIGNINS_PER_MINUTE": "10000",
+        "SANDBOX_MCP_QUEUE_WAIT_S": "0",
+        "SANDBOX_MCP_LOG_LEVEL": "warning",
         **extra,
         **env,
-    )
+    }
+    server = start_server(state, **settings)
     try:
         yield server
     finally:
