@@ -365,6 +365,17 @@ class DockerBackend:
             raise translate(exc, container_id) from exc
         log.info("runtime.remove", container_id=container_id[:12])
 
+    async def running(self) -> set[str]:
+        """The ids of our containers that are running now."""
+        api = await self._api()
+        with translated():
+            found = await self._offload.call(
+                api.containers,
+                quiet=True,
+                filters={"label": f"{self._managed}={self._deployment}", "status": "running"},
+            )
+        return {c["Id"] for c in found}
+
     def claim(self, container_id: str, sandbox_label: str) -> None:
         """Count ``container_id`` in ``sandbox_label``'s share from now on (whatever its label)."""
         self._claimed[container_id] = sandbox_label

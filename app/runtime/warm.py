@@ -31,7 +31,8 @@ pool only fills free slots. So every slot's promise still holds.
 
 A slot emptied while it held an unused warm container loses the folder (dir:
 moved to the trash; zfs: rolled back); the pool notices (the folder's identity
-is checked on every pass and at hand-over) and replaces the container.
+is checked on every pass and at hand-over) and replaces the container, as it
+replaces one that stopped (an engine restart).
 """
 
 from __future__ import annotations
@@ -161,8 +162,12 @@ class WarmPool:
     async def fill(self) -> int:
         """One pass: drop warm containers whose folder is gone, then start new ones on
         the next free slots until ``count`` are ready; how many were started."""
+        # Gone stale: the folder went with a slot reset, or the engine restarted and the
+        # container stopped.
+        running = await self._backend.running() if self._ready else set()
         for warm in list(self._ready.values()):
-            if not await asyncio.to_thread(_same_folder, warm):
+            fresh = warm.container.container_id in running
+            if not fresh or not await asyncio.to_thread(_same_folder, warm):
                 self._ready.pop(warm.slot.root, None)
                 await self._discard(warm)
         want = self.count - len(self._ready) - len(self._pending)

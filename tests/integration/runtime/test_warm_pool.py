@@ -191,3 +191,15 @@ async def test_a_slot_emptied_under_its_warm_container_gets_a_new_one(
     assert stale not in labelled(engine, f"{PREFIX}.managed=1")
     assert await warm.fill() == 1
     assert slots[0].root in warm.ready_slots()
+
+
+async def test_a_warm_container_that_stopped_is_replaced(
+    warm: WarmPool, slots: list[Slot], engine: docker.DockerClient
+) -> None:
+    await warm.fill()
+    (stopped,) = labelled(engine, f"{PREFIX}.sandbox=warm-{slots[0].name}")
+    engine.api.kill(stopped)  # as an engine restart leaves it
+    assert await warm.fill() == 1
+    (fresh,) = labelled(engine, f"{PREFIX}.sandbox=warm-{slots[0].name}")
+    assert fresh != stopped
+    assert slots[0].root in warm.ready_slots()
