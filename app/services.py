@@ -84,7 +84,7 @@ class Services:
             # Handed-over warm containers keep counting in their sandbox's share.
             for container_id, label in (await self.manager.live_containers()).items():
                 self.warm.claim(container_id, label)
-            self.warm.start()
+            self.warm.start(self.store.slot(i).root for i in range(self.settings.pool_size))
         self.watchdog.start()
         log.info(
             "service.started",

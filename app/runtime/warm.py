@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,9 +115,11 @@ class WarmPool:
         """After a restart: a handed-over container counts in its sandbox's share again."""
         self._backend.claim(container_id, sandbox_label)
 
-    def start(self) -> None:
+    def start(self, slot_roots: Iterable[Path] = ()) -> None:
+        """Start filling, after deleting the folders of an earlier run's warm containers
+        (the start-up sweep removed the containers) from ``slot_roots``."""
         if self.count > 0 and self._task is None:
-            self._task = asyncio.create_task(self._run(), name="warm-pool")
+            self._task = asyncio.create_task(self._run(list(slot_roots)), name="warm-pool")
 
     async def stop(self) -> None:
         """Stop refilling and remove the unused warm containers and their folders."""
@@ -221,7 +223,8 @@ class WarmPool:
             log.warning("warm.remove_failed", container_id=warm.container.container_id[:12])
         await asyncio.to_thread(_delete_quietly, warm.root)
 
-    async def _run(self) -> None:
+    async def _run(self, leftovers_in: list[Path]) -> None:
+        await asyncio.to_thread(_delete_leftovers, leftovers_in)
         while True:
             try:
                 await self.fill()
@@ -251,6 +254,17 @@ def _same_folder(warm: WarmContainer) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == warm.identity
+
+
+def _delete_leftovers(slot_roots: list[Path]) -> None:
+    for slot_root in slot_roots:
+        try:
+            with os.scandir(slot_root) as entries:
+                found = [e.name for e in entries if e.name.startswith(PREFIX)]
+        except OSError:
+            continue
+        for name in found:
+            _delete_quietly(slot_root / name)
 
 
 def _delete_quietly(root: Path) -> None:

@@ -7,6 +7,7 @@ removed by the fixtures.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -203,3 +204,15 @@ async def test_a_warm_container_that_stopped_is_replaced(
     (fresh,) = labelled(engine, f"{PREFIX}.sandbox=warm-{slots[0].name}")
     assert fresh != stopped
     assert slots[0].root in warm.ready_slots()
+
+
+async def test_a_start_deletes_the_folders_of_the_last_runs_warm_containers(
+    warm: WarmPool, slots: list[Slot]
+) -> None:
+    (slots[2].root / ".warm-0123456789ab" / "workspace").mkdir(parents=True)
+    (slots[2].root / "exp-exp_kept" / "workspace").mkdir(parents=True)
+    warm.start([s.root for s in slots])
+    await asyncio.wait_for(warm.filled.wait(), 120)
+    names = sorted(p.name for p in slots[2].root.iterdir())
+    assert names == ["exp-exp_kept"]  # slot-002 is not among the next two free
+    assert warm.ready == 2
