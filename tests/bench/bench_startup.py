@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx2
 from _bench_servers import pct
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
@@ -36,6 +36,18 @@ uvicorn.run(app, port=int(sys.argv[1]), log_level="warning")
 """
 
 
+def _health_status(port: int) -> int | None:
+    """GET /health over a bare socket: an HTTP client per poll (TLS context and all)
+    would take the CPU the starting server needs on a small machine."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            status = conn.recv(64).split(b" ", 2)
+    except OSError:
+        return None
+    return int(status[1]) if len(status) > 1 and status[1].isdigit() else None
+
+
 def until_healthy(argv: list[str], port: int, env: dict[str, str]) -> float:
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -43,11 +55,8 @@ def until_healthy(argv: list[str], port: int, env: dict[str, str]) -> float:
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"{argv} exited {process.returncode}")
-            try:
-                if httpx2.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    return time.perf_counter() - started
-            except httpx2.TransportError:
-                pass
+            if _health_status(port) == 200:
+                return time.perf_counter() - started
             time.sleep(0.01)
     finally:
         process.terminate()
