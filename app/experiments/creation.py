@@ -4,6 +4,7 @@ container, run its setup commands; every step recorded before the caller hears o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from app.errors import ServiceError
 from app.experiments import workspace
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.errors import (
@@ -193,8 +195,9 @@ class ExperimentCreator:
             if container is None:
                 container = await self._backend.create(spec)
         except Exception as exc:
-            if container is not None:
-                await self._backend.remove(container.container_id)
+            if container is not None:  # a warm one, taken before the workspace failed
+                with contextlib.suppress(ServiceError):
+                    await self._backend.remove(container.container_id)
             await self._records.transition(
                 experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
             )

@@ -508,3 +508,14 @@ async def test_commands_started_together_in_an_idle_experiment_all_start(
             await world.manager.cancel_job(world.call(), job.job_id)
     jobs = await world.records.jobs_of(exp)
     assert [j.status for j in jobs] == ["cancelled"] * 20
+
+
+async def test_live_containers_name_each_live_experiments_sandbox(world: World) -> None:
+    """What a restart claims again: a handed-over warm container's label names a slot,
+    not the sandbox whose share it counts in (labels are fixed at creation)."""
+    kept = await world.manager.create(world.call(), CreateRequest())
+    gone = await world.manager.create(world.call(), CreateRequest())
+    await world.manager.destroy(world.call(), gone.experiment_id)
+    record = await world.records.get("alice", kept.experiment_id)
+    assert record.container_id is not None
+    assert await world.manager.live_containers() == {record.container_id: fingerprint("alice")}
