@@ -177,12 +177,15 @@ class ExperimentCreator:
             limits=request.limits,
             env=env,
         )
-        container: Container | None = None
+        started: list[Container] = []  # the container, once there is one
         try:
             if self._warm is not None:
                 # The caller's own slot's warm container, its folder renamed to dirs.root.
-                container = await self._warm.take(call.slot_root, spec, dirs.root)
-            prepared = await workspace.prepare(
+                warm = await self._warm.take(call.slot_root, spec, dirs.root)
+                started += [warm] if warm is not None else []
+            if not started:
+                await workspace.make_dirs(dirs, self._options.owner)
+            fill = workspace.prepare(
                 dirs,
                 files=request.files,
                 project_path=Path(request.project_path) if request.project_path else None,
@@ -190,14 +193,27 @@ class ExperimentCreator:
                 excludes=self._options.snapshot_excludes,
                 owner=self._options.owner,
                 clone=self._cloner(request, call.sandbox_key) if request.git_url else None,
-                made=container is not None,
+                made=True,
             )
-            if container is None:
-                container = await self._backend.create(spec)
+            if started:
+                prepared = await fill
+            else:
+                # The container starts while the workspace fills: nothing runs in it until
+                # both are done, and the mount needs only the (existing) folder.
+                filled, cold = await asyncio.gather(
+                    fill, self._backend.create(spec), return_exceptions=True
+                )
+                started += [cold] if isinstance(cold, Container) else []
+                for outcome in (filled, cold):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                assert isinstance(filled, workspace.WorkspaceReport)
+                prepared = filled
+            container = started[0]
         except Exception as exc:
-            if container is not None:  # a warm one, taken before the workspace failed
+            for begun in started:  # the workspace failed after the container started
                 with contextlib.suppress(ServiceError):
-                    await self._backend.remove(container.container_id)
+                    await self._backend.remove(begun.container_id)
             await self._records.transition(
                 experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
             )

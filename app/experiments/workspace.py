@@ -73,8 +73,9 @@ async def prepare(
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
 
-    ``made``: the folders exist already (a warm container's, renamed to this
-    experiment's), the workspace empty; its container runs nothing of the tenant's yet.
+    ``made``: the folders exist already (:func:`make_dirs`, or a warm container's
+    renamed to this experiment's), the workspace empty; a container may have it
+    mounted, but runs nothing of the tenant's yet.
 
     ``clone`` fills the (empty, owned by the sandbox user) workspace itself, in a
     helper container, and returns how many files it brought.
@@ -137,6 +138,12 @@ def count_cloned_files(root: Path) -> int:
             elif ".git" not in path.split("/"):
                 count += 1
     return count
+
+
+async def make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
+    """The experiment's folder and its empty workspace (the sandbox user's), for
+    :func:`prepare` with ``made`` (a container may be started on it meanwhile)."""
+    await asyncio.to_thread(_make_dirs, dirs, owner)
 
 
 def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:

@@ -519,3 +519,15 @@ async def test_live_containers_name_each_live_experiments_sandbox(world: World) 
     record = await world.records.get("alice", kept.experiment_id)
     assert record.container_id is not None
     assert await world.manager.live_containers() == {record.container_id: fingerprint("alice")}
+
+
+async def test_a_workspace_that_fails_while_its_container_starts_leaves_no_container(
+    world: World,
+) -> None:
+    """The container starts while the workspace fills; a refused project removes it."""
+    too_many = {f"f{i}.txt": "x" for i in range(2001)}
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.create(world.call(), CreateRequest(files=too_many))
+    assert caught.value.code == "INVALID_PROJECT"
+    assert world.backend.containers == {}
+    assert len(world.backend.removed) == 1  # it was started, then removed
