@@ -9,6 +9,7 @@ are in ``app/admin.py``.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ from app.runtime.docker import DockerBackend, output_streams
 from app.runtime.egress_proxy import EgressConfig, EgressProxy
 from app.runtime.limits import Ceilings
 from app.runtime.probe import DockerProbe
+from app.runtime.warm import WarmPool
 from app.services import AuthParts, Services
 from app.settings import Settings
 from app.shared_limits import SharedLimits
@@ -156,8 +158,22 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     egress_proxy = build_egress_proxy(settings, metrics)
     backend = build_backend(settings, store, ceilings, registry.process_id, egress_proxy)
     records = ExperimentRecords(engine)
+    # The pool is built after the manager (its reset hook tears experiments down); the
+    # warm pool asks it for free slots only once the service runs, when `pool` is bound.
+    warm = WarmPool(
+        backend,
+        lambda n: pool.next_free(n),
+        count=settings.warm_containers,
+        image=settings.default_image,
+        owner=settings.sandbox_ids if os.geteuid() == 0 else None,
+    )
     manager = ExperimentManager(
-        records, backend, jobs, options.experiment_options(settings, ceilings), registry
+        records,
+        backend,
+        jobs,
+        options.experiment_options(settings, ceilings),
+        registry,
+        warm=warm,
     )
     hooks = _Hooks(memory, manager)
     pool = SlotPool(
@@ -258,6 +274,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         docker_probe=DockerProbe(),
         egress=egress_proxy,
         disk_budget=disk_budget,
+        warm=warm,
     )
 
 

@@ -22,6 +22,7 @@ from app.mcp.server import SandboxMCPServer
 from app.runtime.backend import SandboxBackend
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.probe import DockerProbe
+from app.runtime.warm import WarmPool
 from app.settings import Settings
 from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
@@ -66,6 +67,7 @@ class Services:
     docker_probe: DockerProbe
     egress: EgressProxy | None = None  # network "restricted"'s proxy, when offered
     disk_budget: DiskBudget | None = None  # dir slots only: ZFS has a kernel quota
+    warm: WarmPool | None = None  # pre-started containers of the default image
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -85,8 +87,15 @@ class Services:
         if self.egress is not None:
             await self.egress.start()  # before recovery: live containers get their lists
         recovered = await self.manager.recover(self.pool.holders())
+        # What destroys left half-deleted when the server stopped (in the background).
+        self.manager.trash.sweep(self.store.slot(i).root for i in range(self.settings.pool_size))
         log.info("experiments.recovered", **recovered)
         self.manager.recovery.start()  # heartbeat, and takeover of dead processes' work
+        if self.warm is not None:
+            # Handed-over warm containers keep counting in their sandbox's share.
+            for container_id, label in (await self.manager.live_containers()).items():
+                self.warm.claim(container_id, label)
+            self.warm.start(self.store.slot(i).root for i in range(self.settings.pool_size))
         self.watchdog.start()
         if self.disk_budget is not None:
             self.disk_budget.start()
@@ -107,10 +116,13 @@ class Services:
         await self.watchdog.stop()
         if self.disk_budget is not None:
             await self.disk_budget.close()
+        if self.warm is not None:
+            await self.warm.stop()
         await self.pool.close()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.jobs.close()
+        await self.manager.trash.close()
         await self.manager.recovery.stop()  # this process's jobs reported lost, then gone
         if self.egress is not None:
             await self.egress.stop()

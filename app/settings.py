@@ -240,6 +240,17 @@ class Settings(BaseSettings):
             "POOL_SIZE (an idle container costs about 3.6 MB)."
         ),
     )
+    warm_containers: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description=(
+            "Containers of the default image kept started and hardened, each in one of the "
+            "free slots handed out next, so a new sandbox's first experiment starts without "
+            "waiting for Docker (0: none). Each counts as its slot's promised container; an "
+            "idle one costs a few MB of memory (tests/bench/bench_warm.py)."
+        ),
+    )
     label_prefix: str = Field(
         default="io.sandbox-mcp",
         pattern=r"^[a-z0-9]+([.-][a-z0-9]+)*$",

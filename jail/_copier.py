@@ -7,6 +7,9 @@ out otherwise. Special files are left out without being opened for I/O.
 Content moves with copy_file_range(2) (in-kernel, no userspace buffer), or
 sendfile(2) where the two trees are on file systems that refuse it; only data
 segments move (SEEK_DATA/SEEK_HOLE), so sparse files stay sparse.
+
+One walk may fill several destinations at once (an experiment's workspace and its
+baseline): each entry is judged and read once, and written to each.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ MAX_LISTED_SECRETS = 200
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_SRC_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _O_DST_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_DST_FILE_READABLE = (_O_DST_FILE & ~os.O_WRONLY) | os.O_RDWR
 # O_NOATIME keeps the copy from touching the host's access times; it is only
 # allowed on files we own (EPERM otherwise), where we retry without it.
 _O_NOATIME = getattr(os, "O_NOATIME", 0)
@@ -64,17 +68,18 @@ class Copier:
         self._skip = skip
         self.tally = Tally()
 
-    def copy_tree(self, src_fd: int, dst_fd: int) -> Tally:
-        self._copy_dir(src_fd, dst_fd, "", 0)
+    def copy_tree(self, src_fd: int, *dst_fds: int) -> Tally:
+        """Copy the folder ``src_fd`` into each (empty) folder of ``dst_fds``."""
+        self._copy_dir(src_fd, dst_fds, "", 0)
         return self.tally
 
-    def _copy_dir(self, src_fd: int, dst_fd: int, folder: str, depth: int) -> None:
+    def _copy_dir(self, src_fd: int, dsts: tuple[int, ...], folder: str, depth: int) -> None:
         with os.scandir(src_fd) as listing:
             entries = list(listing)
         for entry in entries:
             path = f"{folder}/{entry.name}" if folder else entry.name
             try:
-                self._copy_entry(src_fd, dst_fd, entry, path, depth)
+                self._copy_entry(src_fd, dsts, entry, path, depth)
             except PermissionError:
                 self.tally.unreadable_skipped += 1
             except OSError as exc:
@@ -82,18 +87,18 @@ class Copier:
                     raise translate(exc, path) from exc
 
     def _copy_entry(
-        self, src_fd: int, dst_fd: int, entry: os.DirEntry[str], path: str, depth: int
+        self, src_fd: int, dsts: tuple[int, ...], entry: os.DirEntry[str], path: str, depth: int
     ) -> None:
         st = entry.stat(follow_symlinks=False)  # fstatat(src_fd, name, AT_SYMLINK_NOFOLLOW)
         verdict = self._rules.classify(path, is_dir=stat.S_ISDIR(st.st_mode))
         if verdict != "copy":
             self._count_skip(verdict, path)
         elif stat.S_ISDIR(st.st_mode):
-            self._copy_subdir(src_fd, dst_fd, entry.name, st, path, depth)
+            self._copy_subdir(src_fd, dsts, entry.name, st, path, depth)
         elif stat.S_ISREG(st.st_mode):
-            self._copy_file(src_fd, dst_fd, entry.name)
+            self._copy_file(src_fd, dsts, entry.name)
         elif stat.S_ISLNK(st.st_mode):
-            self._copy_link(src_fd, dst_fd, entry.name, path)
+            self._copy_link(src_fd, dsts, entry.name, path)
         else:
             self.tally.special_skipped += 1
 
@@ -108,7 +113,13 @@ class Copier:
             self.tally.excluded_skipped += 1
 
     def _copy_subdir(
-        self, src_fd: int, dst_fd: int, name: str, st: os.stat_result, path: str, depth: int
+        self,
+        src_fd: int,
+        dst_fds: tuple[int, ...],
+        name: str,
+        st: os.stat_result,
+        path: str,
+        depth: int,
     ) -> None:
         if (st.st_dev, st.st_ino) in self._skip:
             return
@@ -119,45 +130,63 @@ class Copier:
         try:
             if not os.path.samestat(os.fstat(src), st):
                 return  # replaced since it was listed
-            os.mkdir(name, 0o700, dir_fd=dst_fd)
-            dst = os.open(name, _O_DIR, dir_fd=dst_fd)
+            dsts: list[int] = []
             try:
+                for dst_fd in dst_fds:
+                    os.mkdir(name, 0o700, dir_fd=dst_fd)
+                    dsts.append(os.open(name, _O_DIR, dir_fd=dst_fd))
                 self.tally.dirs_created += 1
-                self._copy_dir(src, dst, path, depth + 1)
-                # Set last: adding entries would bump the mtime, a 0o555 mode block them.
-                os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
-                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                self._copy_dir(src, tuple(dsts), path, depth + 1)
+                for dst in dsts:
+                    # Set last: adding entries would bump the mtime, a 0o555 mode block them.
+                    os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
+                    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
             finally:
-                os.close(dst)
+                for dst in dsts:
+                    os.close(dst)
         finally:
             os.close(src)
 
-    def _copy_file(self, src_fd: int, dst_fd: int, name: str) -> None:
+    def _copy_file(self, src_fd: int, dst_fds: tuple[int, ...], name: str) -> None:
         src = _open_source_file(src_fd, name)
         try:
             st = os.fstat(src)
             if not stat.S_ISREG(st.st_mode):
                 self.tally.special_skipped += 1  # swapped for a FIFO or device
                 return
-            dst = os.open(name, _O_DST_FILE, 0o600, dir_fd=dst_fd)
+            # The first copy is read back for the others: they are identical even if the
+            # source changes meanwhile (another experiment's container may be running).
+            first = os.open(name, _O_DST_FILE_READABLE, 0o600, dir_fd=dst_fds[0])
             try:
-                self.tally.bytes_copied += _transfer(src, dst, st.st_size)
-                # Permission bits without setuid/setgid/sticky; mtimes keep make & co. honest.
-                os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
-                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                self.tally.bytes_copied += _transfer(src, first, st.st_size)
+                _finish_file(first, st)
+                for dst_fd in dst_fds[1:]:
+                    dst = os.open(name, _O_DST_FILE, 0o600, dir_fd=dst_fd)
+                    try:
+                        _transfer(first, dst, os.fstat(first).st_size)
+                        _finish_file(dst, st)
+                    finally:
+                        os.close(dst)
             finally:
-                os.close(dst)
+                os.close(first)
             self.tally.files_copied += 1
         finally:
             os.close(src)
 
-    def _copy_link(self, src_fd: int, dst_fd: int, name: str, path: str) -> None:
+    def _copy_link(self, src_fd: int, dst_fds: tuple[int, ...], name: str, path: str) -> None:
         target = os.readlink(name, dir_fd=src_fd)
         if _stays_inside(posixpath.dirname(path), target):
-            os.symlink(target, name, dir_fd=dst_fd)
+            for dst_fd in dst_fds:
+                os.symlink(target, name, dir_fd=dst_fd)
             self.tally.links_copied += 1
         else:
             self.tally.links_skipped += 1
+
+
+def _finish_file(fd: int, st: os.stat_result) -> None:
+    # Permission bits without setuid/setgid/sticky; mtimes keep make & co. honest.
+    os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
+    os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _stays_inside(folder: str, target: str) -> bool:

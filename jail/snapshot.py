@@ -64,8 +64,10 @@ def snapshot_copy(
     extra_excludes: Sequence[str] = (),
     include_build_output: bool = False,
     home: Path | None = None,
+    mirror: Path | None = None,
 ) -> SnapshotReport:
-    """Copy the host project ``source`` into ``dest``, an existing empty folder.
+    """Copy the host project ``source`` into ``dest``, an existing empty folder
+    (and, in the same walk, into ``mirror``, another one: an identical copy).
 
     Args:
         source: the host project folder (any links in it are resolved first).
@@ -75,6 +77,9 @@ def snapshot_copy(
         include_build_output: copy node_modules, dist, target, .venv, ... too.
         home: the home folder to refuse; defaults to ``$HOME`` and the
             account's home from the password database.
+        mirror: a second empty folder to fill in the same walk (an experiment's
+            baseline): each file is read once from ``source``, then copied from
+            ``dest``, so both hold the same bytes even if ``source`` changes.
 
     Raises:
         JailError: PROJECT_PATH_REFUSED, NOT_FOUND, NOT_A_DIRECTORY,
@@ -83,16 +88,16 @@ def snapshot_copy(
     started = time.perf_counter()
     rules = SnapshotFilter(tuple(extra_excludes), include_build_output=include_build_output)
     src_fd = _open_source(Path(source), home)
+    dst_fds: list[int] = []
     try:
-        dst_fd = _open_dest(Path(dest))
-        try:
-            dst = os.fstat(dst_fd)
-            tally = Copier(rules, skip=frozenset({(dst.st_dev, dst.st_ino)})).copy_tree(
-                src_fd, dst_fd
-            )
-        finally:
-            os.close(dst_fd)
+        for folder in (dest, *([mirror] if mirror is not None else [])):
+            dst_fds.append(_open_dest(Path(folder)))
+        # Never copy a destination into itself (one may lie inside the project).
+        skip = frozenset((st.st_dev, st.st_ino) for st in map(os.fstat, dst_fds))
+        tally = Copier(rules, skip=skip).copy_tree(src_fd, *dst_fds)
     finally:
+        for fd in dst_fds:
+            os.close(fd)
         os.close(src_fd)
     report = SnapshotReport(
         files_copied=tally.files_copied,

@@ -356,6 +356,10 @@ class SlotPool:
             async with self._lock:
                 self._adopt(await self._state.load())
 
+    def next_free(self, n: int) -> list[Slot]:
+        """The ``n`` free slots handed out first (lowest index first), without taking any."""
+        return [self._store.slot(i) for i in heapq.nsmallest(n, self._free)]
+
     def holders(self) -> set[str]:
         """Every sandbox key that holds a slot (leased or reserved)."""
         return set(self._by_key)

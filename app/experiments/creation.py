@@ -4,13 +4,16 @@ container, run its setup commands; every step recorded before the caller hears o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from app.errors import ServiceError
 from app.experiments import workspace
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.errors import (
@@ -25,7 +28,14 @@ from app.experiments.shelf import fingerprint
 from app.experiments.states import State
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import ExperimentDirs
-from app.runtime.backend import ContainerSpec, GitSource, Limits, NetworkMode, SandboxBackend
+from app.runtime.backend import (
+    Container,
+    ContainerSpec,
+    GitSource,
+    Limits,
+    NetworkMode,
+    SandboxBackend,
+)
 from app.runtime.limits import clamp_timeout
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, resolve_env
@@ -53,6 +63,14 @@ class CreateRequest:
     timeout_s: float | None = None
 
 
+class WarmSource(Protocol):
+    """Containers started before they were asked for (app/runtime/warm.py)."""
+
+    async def take(
+        self, slot_root: Path, spec: ContainerSpec, target: Path
+    ) -> Container | None: ...
+
+
 def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
     """The environment a command asked for, after the credential policy."""
     # A hosted server forwards nothing of its own environment: even the error for
@@ -69,12 +87,14 @@ class ExperimentCreator:
         commands: CommandRunner,
         options: ExperimentOptions,
         clock: Callable[[], float] = time.time,
+        warm: WarmSource | None = None,
     ) -> None:
         self._records = records
         self._backend = backend
         self._commands = commands
         self._options = options
         self._clock = clock
+        self._warm = warm
         # Creations in flight per sandbox key: they count against max_experiments too.
         self._creating: dict[str, int] = {}
 
@@ -149,8 +169,25 @@ class ExperimentCreator:
         )
         await self._records.add(record, "create_experiment called")
         dirs = ExperimentDirs.of(call.slot_root, experiment_id)
+        spec = ContainerSpec(
+            experiment_id=experiment_id,
+            sandbox_label=fingerprint(call.sandbox_key),
+            image=image,
+            workspace=dirs.workspace,
+            network=request.network,
+            egress_allowlist=request.egress_allowlist,
+            limits=request.limits,
+            env=env,
+        )
+        started: list[Container] = []  # the container, once there is one
         try:
-            prepared = await workspace.prepare(
+            if self._warm is not None:
+                # The caller's own slot's warm container, its folder renamed to dirs.root.
+                warm = await self._warm.take(call.slot_root, spec, dirs.root)
+                started += [warm] if warm is not None else []
+            if not started:
+                await workspace.make_dirs(dirs, self._options.owner)
+            fill = workspace.prepare(
                 dirs,
                 files=request.files,
                 project_path=Path(request.project_path) if request.project_path else None,
@@ -158,20 +195,27 @@ class ExperimentCreator:
                 excludes=self._options.snapshot_excludes,
                 owner=self._options.owner,
                 clone=self._cloner(request, call.sandbox_key) if request.git_url else None,
+                made=True,
             )
-            container = await self._backend.create(
-                ContainerSpec(
-                    experiment_id=experiment_id,
-                    sandbox_label=fingerprint(call.sandbox_key),
-                    image=image,
-                    workspace=dirs.workspace,
-                    network=request.network,
-                    egress_allowlist=request.egress_allowlist,
-                    limits=request.limits,
-                    env=env,
+            if started:
+                prepared = await fill
+            else:
+                # The container starts while the workspace fills: nothing runs in it until
+                # both are done, and the mount needs only the (existing) folder.
+                filled, cold = await asyncio.gather(
+                    fill, self._backend.create(spec), return_exceptions=True
                 )
-            )
+                started += [cold] if isinstance(cold, Container) else []
+                for outcome in (filled, cold):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                assert isinstance(filled, workspace.WorkspaceReport)
+                prepared = filled
+            container = started[0]
         except Exception as exc:
+            for begun in started:  # the workspace failed after the container started
+                with contextlib.suppress(ServiceError):
+                    await self._backend.remove(begun.container_id)
             await self._records.transition(
                 experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
             )

@@ -22,7 +22,7 @@ from pathlib import Path
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import evidence, project, testing, workspace
+from app.experiments import evidence, project, testing
 from app.experiments.artifacts import ArtifactList
 from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.compare import Comparison, recommend
@@ -30,6 +30,7 @@ from app.experiments.creation import (
     COMMAND_TIMEOUT_KEY,
     CreateRequest,
     ExperimentCreator,
+    WarmSource,
     forwarded_env,
 )
 from app.experiments.errors import (
@@ -45,9 +46,10 @@ from app.experiments.process_registry import ProcessRegistry
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord
 from app.experiments.recovery import Recovery
 from app.experiments.remote_jobs import RemoteJobs
-from app.experiments.shelf import ArtifactShelf
+from app.experiments.shelf import ArtifactShelf, fingerprint
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
+from app.experiments.trash import Trash
 from app.experiments.views import (
     ChangesView,
     CreatedExperiment,
@@ -82,8 +84,12 @@ class ExperimentManager:
         options: ExperimentOptions,
         registry: ProcessRegistry,
         clock: Callable[[], float] = time.time,
+        warm: WarmSource | None = None,
+        trash: Trash | None = None,
     ) -> None:
         self._records = records
+        # Destroyed experiments' folders, deleted after the caller has its answer.
+        self.trash = trash or Trash()
         self._backend = backend
         self._jobs = jobs
         self._options = options
@@ -102,7 +108,9 @@ class ExperimentManager:
         # Jobs and containers of the other server processes on this database.
         self.recovery = Recovery(records, backend, registry, jobs, self._commands.kill, clock)
         self._remote = RemoteJobs(records, backend, registry, clock)
-        self._creator = ExperimentCreator(records, backend, self._commands, options, clock)
+        self._creator = ExperimentCreator(
+            records, backend, self._commands, options, clock, warm=warm
+        )
 
     def is_busy(self, sandbox_key: str) -> bool:
         """A job runs for the sandbox, in this process or (as of the last heartbeat) any."""
@@ -435,7 +443,7 @@ class ExperimentManager:
         if experiment.container_id:
             await self._backend.remove(experiment.container_id)
         if dirs is not None:
-            await workspace.remove(dirs)
+            await self.trash.discard(dirs.root)
         fresh = await self._records.load(experiment.sandbox_key, experiment.experiment_id)
         assert fresh is not None
         if fresh.state is State.RUNNING:
@@ -456,6 +464,14 @@ class ExperimentManager:
             # The folders go with the slot reset itself.
             await self._teardown(experiment, None, reason)
         return len(live)
+
+    async def live_containers(self) -> dict[str, str]:
+        """The container of every live experiment, and its sandbox's label."""
+        return {
+            e.container_id: fingerprint(e.sandbox_key)
+            for e in await self._records.live()
+            if e.container_id
+        }
 
     async def recover(self, leased_keys: set[str]) -> dict[str, int]:
         """At start-up: jobs of dead processes, experiments whose sandbox is gone, stopped

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from jail import Jail, snapshot_copy
 from jail.tree_delete import delete_tree
 
 log = structlog.get_logger(__name__)
+
+_CP = shutil.which("cp") or "/bin/cp"  # GNU coreutils
 
 MAX_FILES = 2000
 MAX_FILES_BYTES = 50 * 1024 * 1024
@@ -66,8 +69,13 @@ async def prepare(
     excludes: Sequence[str],
     owner: Owner | None,
     clone: Cloner | None = None,
+    made: bool = False,
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
+
+    ``made``: the folders exist already (:func:`make_dirs`, or a warm container's
+    renamed to this experiment's), the workspace empty; a container may have it
+    mounted, but runs nothing of the tenant's yet.
 
     ``clone`` fills the (empty, owned by the sandbox user) workspace itself, in a
     helper container, and returns how many files it brought.
@@ -78,16 +86,17 @@ async def prepare(
     """
     if clone is None:
         return await asyncio.to_thread(
-            _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner
+            _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner, made
         )
-    await asyncio.to_thread(_make_dirs, dirs, owner)
+    if not made:
+        await asyncio.to_thread(_make_dirs, dirs, owner)
     count = await clone(dirs.workspace)
     await asyncio.to_thread(_finish, dirs, owner)
     return WorkspaceReport("git", count)
 
 
-# A cloned tree is copied into the baseline and chowned with path-based calls
-# (shutil.copytree and os.walk recurse once per level on Python 3.11), so it
+# A cloned tree is copied into the baseline (cp -a) and chowned with path-based calls
+# (os.walk recurses once per level on Python 3.11), so it
 # must stay well inside the recursion limit and PATH_MAX. The jail's snapshot
 # copier stops at the same depth.
 MAX_CLONE_DEPTH = 256
@@ -131,6 +140,12 @@ def count_cloned_files(root: Path) -> int:
     return count
 
 
+async def make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
+    """The experiment's folder and its empty workspace (the sandbox user's), for
+    :func:`prepare` with ``made`` (a container may be started on it meanwhile)."""
+    await asyncio.to_thread(_make_dirs, dirs, owner)
+
+
 def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
     dirs.root.mkdir(mode=0o700)
     dirs.workspace.mkdir(mode=0o755)
@@ -139,9 +154,16 @@ def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
 
 
 def _finish(dirs: ExperimentDirs, owner: Owner | None) -> None:
-    # No container has seen this workspace yet (the clone helper is gone), so a plain
-    # copy is race-free here.
-    shutil.copytree(dirs.workspace, dirs.baseline, symlinks=True)
+    if not dirs.baseline.exists():
+        # Files we wrote, or a clone: no tenant process has run on this workspace (the
+        # clone helper is gone; a warm container runs only its keep-alive), so a plain
+        # copy is race-free. cp -a copies links as links (never follows one), keeps
+        # mtimes (the diff trusts equal size and mtime) and is native code.
+        subprocess.run(  # noqa: S603 - argv of our own paths, no shell
+            [_CP, "-a", "--no-target-directory", "--", str(dirs.workspace), str(dirs.baseline)],
+            check=True,
+            capture_output=True,
+        )
     if owner is not None:
         _chown_tree(dirs.workspace, owner)
 
@@ -153,17 +175,27 @@ def _prepare(
     copy_from: ExperimentDirs | None,
     excludes: tuple[str, ...],
     owner: Owner | None,
+    made: bool = False,
 ) -> WorkspaceReport:
-    _make_dirs(dirs, None)
+    if not made:
+        _make_dirs(dirs, None)
+    # A project is read once: one walk fills the workspace and the baseline (beside
+    # it, out of every mount); the others are copied to the baseline by _finish.
+    if project_path is not None or copy_from is not None:
+        dirs.baseline.mkdir(mode=0o755)
     if project_path is not None:
-        snap = snapshot_copy(project_path, dirs.workspace, extra_excludes=excludes)
+        snap = snapshot_copy(
+            project_path, dirs.workspace, extra_excludes=excludes, mirror=dirs.baseline
+        )
         report = WorkspaceReport(
             "project_path", snap.files_copied, snap.secrets_skipped, snap.build_skipped
         )
     elif copy_from is not None:
         # The other experiment's container may still run: snapshot_copy opens every
         # component relative to its parent with O_NOFOLLOW, so its links cannot lead out.
-        snap = snapshot_copy(copy_from.workspace, dirs.workspace, include_build_output=True)
+        snap = snapshot_copy(
+            copy_from.workspace, dirs.workspace, include_build_output=True, mirror=dirs.baseline
+        )
         report = WorkspaceReport("from_experiment", snap.files_copied, snap.secrets_skipped, 0)
     elif files:
         _write_files(dirs.workspace, files)

@@ -34,7 +34,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import docker
@@ -240,6 +240,9 @@ class DockerBackend:
         self._engine_problem: str | None = None  # seccomp missing: no container is made
         self._helpers: set[str] = set()  # clone helpers running in this process
         self._egress = egress_proxy  # network "restricted" (None: not offered)
+        # Containers whose sandbox is not the one their label names (labels are fixed at
+        # creation): warm ones handed over to a sandbox (see app/runtime/warm.py).
+        self._claimed: dict[str, str] = {}
 
     def _engine_path(self, path: Path) -> str:
         """``path`` as the Docker engine sees it (see ``host_paths``)."""
@@ -399,6 +402,7 @@ class DockerBackend:
         return Revival(revived, missing)
 
     async def remove(self, container_id: str) -> None:
+        self._claimed.pop(container_id, None)
         api = await self._api()
         try:
             await self._offload.call(api.remove_container, container_id, v=True, force=True)
@@ -412,6 +416,48 @@ class DockerBackend:
         if self._egress is not None:
             await self._egress.detach(container_id)
         log.info("runtime.remove", container_id=container_id[:12])
+
+    async def running(self) -> set[str]:
+        """The ids of our containers that are running now."""
+        api = await self._api()
+        with translated():
+            found = await self._offload.call(
+                api.containers,
+                quiet=True,
+                filters={"label": f"{self._managed}={self._deployment}", "status": "running"},
+            )
+        return {c["Id"] for c in found}
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        """Count ``container_id`` in ``sandbox_label``'s share from now on (whatever its label)."""
+        self._claimed[container_id] = sandbox_label
+
+    async def hand_over(self, warm: Container, spec: ContainerSpec) -> Container | None:
+        """Make the running (warm) container ``warm`` the one ``spec`` asks for, or None
+        when it cannot be: another image, network or environment, or another /tmp size
+        (fixed at creation). CPU, memory and pids limits are updated in place."""
+        image = spec.image or self._default_image
+        given = warm.isolation
+        if image != given.image or spec.network != given.network or spec.env:
+            return None
+        api = await self._api()
+        limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._cpus(api))
+        if limits.tmp_mb != given.tmp_mb:
+            return None
+        update = (limits.cpus, limits.memory_mb, limits.pids) != (
+            given.cpus,
+            given.memory_mb,
+            given.pids,
+        )
+        if update:
+            with translated(warm.container_id):
+                await self._offload.call(_update_limits, api, warm.container_id, limits)
+        self.claim(warm.container_id, spec.sandbox_label)
+        isolation = dataclasses.replace(
+            given, cpus=limits.cpus, memory_mb=limits.memory_mb, pids=limits.pids
+        )
+        log.info("runtime.hand_over", container_id=warm.container_id[:12], updated=update)
+        return Container(warm.container_id, isolation, warnings)
 
     async def sweep(
         self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()
@@ -631,8 +677,8 @@ class DockerBackend:
             )
         sandbox = f"{self._prefix}.sandbox"
         return {
-            (c.get("Names") or [c["Id"]])[0].lstrip("/"): (c.get("Labels") or {}).get(
-                sandbox, UNATTRIBUTED
+            (c.get("Names") or [c["Id"]])[0].lstrip("/"): self._claimed.get(
+                c["Id"], (c.get("Labels") or {}).get(sandbox, UNATTRIBUTED)
             )
             for c in found
         }
@@ -642,6 +688,21 @@ class DockerBackend:
             await self.remove(container_id)
         except RuntimeFailure:
             log.warning("runtime.remove_failed", container_id=container_id[:12], exc_info=True)
+
+
+def _update_limits(api: docker.APIClient, container_id: str, limits: Limits) -> None:
+    # The SDK's update_container knows neither NanoCpus nor PidsLimit; the engine does.
+    memory = limits.memory_mb * 1024 * 1024
+    body = {
+        "NanoCpus": round(limits.cpus * 1e9),
+        "Memory": memory,
+        "MemorySwap": memory,
+        "PidsLimit": limits.pids,
+    }
+    raw: Any = api  # the SDK has no public call for these two fields
+    raw._raise_for_status(
+        raw._post_json(raw._url("/containers/{0}/update", container_id), data=body)
+    )
 
 
 def _tagged(image: str) -> str:

@@ -15,8 +15,6 @@ from typing import Any
 
 import sqlalchemy as sa
 import structlog
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,6 +27,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.errors import DatabaseUnavailable
+from app.storage.schema_head import at_head
 
 log = structlog.get_logger(__name__)
 
@@ -96,6 +95,11 @@ def _upgrade(connection: Connection) -> None:
         # Several processes starting at once (serve --workers, one unit per process)
         # would otherwise race to create the same tables; the others then find the head.
         connection.execute(sa.text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": MIGRATION_LOCK})
+    if at_head(connection, MIGRATIONS / "versions"):
+        return  # nothing to do: spare the start-up Alembic's import
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection

@@ -6,7 +6,9 @@ Seen: a 1,500-deep tree made ``destroy_experiment`` fail with INTERNAL_ERROR
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,10 +47,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 def _slot_leftovers(server: RunningServer) -> list[str]:
     slots = server_state(server) / "slots"
-    found = [p.name for p in (slots / "slot-000").iterdir()]
-    trash = slots / ".trash"
-    if trash.exists():
-        found += [f".trash/{p.name}" for p in trash.iterdir()]
+    found = [p.name for p in (slots / "slot-000").iterdir() if p.name != ".trash"]
+    # Destroyed experiments are deleted in the background (app/experiments/trash.py).
+    for trash in (slots / ".trash", slots / "slot-000" / ".trash"):
+        if trash.exists():
+            found += [f"{trash.parent.name}/.trash/{p.name}" for p in trash.iterdir()]
+    return found
+
+
+def _leftovers_after_deletion(server: RunningServer, timeout_s: float = 120) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while (found := _slot_leftovers(server)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     return found
 
 
@@ -75,7 +85,7 @@ async def test_destroy_deletes_a_tree_deeper_than_recursion_allows(
     destroyed = await tool(http, server, "", "destroy_experiment", {"experiment_id": exp})
     assert not destroyed["is_error"], destroyed
     assert destroyed["state"] == "DESTROYED"
-    assert _slot_leftovers(server) == []
+    assert await asyncio.to_thread(_leftovers_after_deletion, server) == []
     assert "Traceback" not in server.log()
     health = await http.get(f"{server.base_url}/health")
     assert health.status_code == 200

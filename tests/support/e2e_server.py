@@ -62,6 +62,8 @@ def start_server(
         "SANDBOX_MCP_PORT": str(port),
         "SANDBOX_MCP_HOST": host,
         "SANDBOX_MCP_AUTH": "none",
+        # Warm containers only where a test asks for them (they are tests of their own).
+        "SANDBOX_MCP_WARM_CONTAINERS": os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "0"),
         **env,
     }
     with log_path.open("wb") as log, log_path.with_suffix(".stdout").open("wb") as out:

@@ -576,3 +576,26 @@ async def test_commands_started_together_in_an_idle_experiment_all_start(
             await world.manager.cancel_job(world.call(), job.job_id)
     jobs = await world.records.jobs_of(exp)
     assert [j.status for j in jobs] == ["cancelled"] * 20
+
+
+async def test_live_containers_name_each_live_experiments_sandbox(world: World) -> None:
+    """What a restart claims again: a handed-over warm container's label names a slot,
+    not the sandbox whose share it counts in (labels are fixed at creation)."""
+    kept = await world.manager.create(world.call(), CreateRequest())
+    gone = await world.manager.create(world.call(), CreateRequest())
+    await world.manager.destroy(world.call(), gone.experiment_id)
+    record = await world.records.get("alice", kept.experiment_id)
+    assert record.container_id is not None
+    assert await world.manager.live_containers() == {record.container_id: fingerprint("alice")}
+
+
+async def test_a_workspace_that_fails_while_its_container_starts_leaves_no_container(
+    world: World,
+) -> None:
+    """The container starts while the workspace fills; a refused project removes it."""
+    too_many = {f"f{i}.txt": "x" for i in range(2001)}
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.create(world.call(), CreateRequest(files=too_many))
+    assert caught.value.code == "INVALID_PROJECT"
+    assert world.backend.containers == {}
+    assert len(world.backend.removed) == 1  # it was started, then removed

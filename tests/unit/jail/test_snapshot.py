@@ -349,3 +349,36 @@ def test_a_sparse_file_stays_sparse(tmp_path: Path) -> None:
         assert data.read(6) == b"middle"
         data.seek((2 << 30) - 4)
         assert data.read() == b"\0" * 4
+
+
+def _without_atimes(state: dict[str, tuple[object, ...]]) -> dict[str, tuple[object, ...]]:
+    return {rel: entry[:4] if entry[0] == "file" else entry for rel, entry in state.items()}
+
+
+@pytest.mark.timeout(30)
+def test_a_mirror_gets_the_very_same_copy_in_the_same_walk(project: Path, dest: Path) -> None:
+    """An experiment's workspace and baseline come from one read of the project."""
+    mirror = dest.parent / "baseline"
+    mirror.mkdir()
+    before = tree_state(project)
+    report = snapshot_copy(project, dest, home=project.parent / "home", mirror=mirror)
+    assert tree_state(project) == before
+    copied = tree_state(dest)
+    assert _without_atimes(tree_state(mirror)) == _without_atimes(copied)
+    assert report.files_copied == len(NORMAL_FILES)  # counted once, not per destination
+    assert not [p for p, data in _all_files(mirror).items() if SECRET_MARK in data]
+    # Two separate copies: changing one (as a container does) leaves the other alone.
+    (dest / next(iter(NORMAL_FILES))).write_bytes(b"changed by the container")
+    assert _without_atimes(tree_state(mirror)) != _without_atimes(tree_state(dest))
+    assert (mirror / next(iter(NORMAL_FILES))).read_bytes() == NORMAL_FILES[
+        next(iter(NORMAL_FILES))
+    ]
+
+
+def test_a_mirror_must_be_empty(project: Path, dest: Path) -> None:
+    mirror = dest.parent / "baseline"
+    mirror.mkdir()
+    (mirror / "left").write_text("x")
+    with pytest.raises(JailError) as caught:
+        snapshot_copy(project, dest, home=project.parent / "home", mirror=mirror)
+    assert caught.value.code == "DIRECTORY_NOT_EMPTY"

@@ -1,0 +1,140 @@
+"""Experiment folders deleted after the caller has its answer.
+
+``destroy_experiment`` answers once the container is gone and the experiment's
+folder is renamed aside, into its slot's trash (``<slot root>/.trash/``: the same
+filesystem, so the rename is one syscall whatever the tree holds, and on ZFS the
+same dataset, whose quota keeps counting it until it is gone). A worker thread
+deletes it afterwards with the jail's link-safe walk. A crash or a restart mid-way
+leaves the tree in the trash, which :meth:`Trash.sweep` empties at start-up (in
+the background: /health answers meanwhile).
+
+Nothing of a tenant's is followed: the rename moves a folder the server made, by
+its name in a slot root no container can see, and the deletion never follows a
+link (:mod:`jail.tree_delete`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import structlog
+
+from jail.tree_delete import DeleteStopped, delete_tree
+
+log = structlog.get_logger(__name__)
+
+TRASH = ".trash"
+
+Deleter = Callable[[Path, threading.Event], None]
+
+
+def _delete(path: Path, stop: threading.Event) -> None:
+    delete_tree(path, stop=stop)
+
+
+class Trash:
+    """Moves experiment folders aside and deletes them on one worker thread.
+
+    Args:
+        delete: Deletes one tree (the jail's walk; a test may hold it back).
+        close_timeout_s: How long :meth:`close` waits for deletions in progress;
+            what is left then is swept at the next start.
+    """
+
+    def __init__(self, *, delete: Deleter = _delete, close_timeout_s: float = 10.0) -> None:
+        self._delete = delete
+        self._close_timeout_s = close_timeout_s
+        # One worker: deletions are disk-bound, and serving calls matters more.
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="experiment-trash"
+        )
+        self._pending: set[concurrent.futures.Future[None]] = set()
+        self._stop = threading.Event()
+
+    async def discard(self, root: Path) -> None:
+        """Move ``root`` (an experiment's folder, its container gone) aside; it is
+        deleted in the background. Deleted here and now if it cannot be moved."""
+        try:
+            aside = await asyncio.to_thread(_move_aside, root)
+        except OSError as exc:
+            log.warning("trash.move_failed", path=str(root), error=exc.strerror)
+            await asyncio.to_thread(self._run, root)
+            return
+        if aside is not None:
+            self._submit(aside)
+
+    def sweep(self, slot_roots: Iterable[Path]) -> None:
+        """Delete, in the background, what an earlier run left in the slots' trash."""
+        roots = list(slot_roots)
+        future = self._executor.submit(self._sweep, roots)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    async def idle(self) -> None:
+        """Wait until every deletion submitted so far is done (tests, benches)."""
+        while self._pending:
+            await asyncio.to_thread(concurrent.futures.wait, list(self._pending))
+
+    async def close(self) -> None:
+        pending = list(self._pending)
+        if pending:
+            _, not_done = await asyncio.to_thread(
+                concurrent.futures.wait, pending, self._close_timeout_s
+            )
+            if not_done:
+                self._stop.set()  # stop between folders; the next start sweeps the rest
+                log.warning("trash.abandoned", count=len(not_done))
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, path: Path) -> None:
+        future = self._executor.submit(self._run, path)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    def _sweep(self, roots: list[Path]) -> None:
+        found = 0
+        for root in roots:
+            if self._stop.is_set():
+                return
+            try:
+                leftovers = sorted((root / TRASH).iterdir())
+            except OSError:
+                continue  # no trash (nothing destroyed there), or a slot being reset
+            for path in leftovers:
+                found += 1
+                self._run(path)
+        if found:
+            log.info("trash.swept", count=found)
+
+    def _run(self, path: Path) -> None:
+        """Delete one tree (worker thread). Never raises: what is left is swept later."""
+        started = time.perf_counter()
+        try:
+            self._delete(path, self._stop)
+        except DeleteStopped:
+            return
+        except Exception:
+            log.exception("trash.delete_failed", path=str(path))
+            return
+        log.info("trash.deleted", path=path.name, ms=round((time.perf_counter() - started) * 1000))
+
+
+def _move_aside(root: Path) -> Path | None:
+    """Rename ``root`` into its slot's trash; None when it does not exist."""
+    trash = root.parent / TRASH
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(trash, 0o700)
+    aside = trash / f"{root.name}.{time.time_ns()}.{secrets.token_hex(3)}"
+    try:
+        os.rename(root, aside)
+    except FileNotFoundError:
+        return None
+    return aside

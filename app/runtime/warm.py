@@ -1,0 +1,274 @@
+"""Warm sandboxes: hardened containers started before anyone asks, one per free slot.
+
+A new sandbox's first ``create_experiment`` would otherwise wait for ``docker
+create`` and ``start`` (about 250 ms here). The pool keeps up to ``count``
+containers of the default image running, each created by the backend exactly
+like a cold one (same hardening, same code path), and each attached to one of
+the free slots the pool hands out next (lowest index first):
+
+    <slot root>/.warm-<token>/workspace   bind-mounted at /workspace
+
+Why a slot, and not a shared folder moved in later: on ZFS a slot is a dataset
+of its own (its quota), and a folder cannot be renamed across datasets. A
+mount is fixed when the container starts, so a warm container must be born in
+the slot whose sandbox will use it.
+
+Hand-over (:meth:`WarmPool.take`): only the caller whose slot it is can get the
+slot's warm container, and it is removed from the pool the moment it is taken,
+so it is never shared between sandbox keys; a destroyed experiment's container
+is removed as any other, and the pool makes a new one (replaced, never reused).
+Its folder is renamed to the experiment's (same filesystem, the mount follows
+the folder), its CPU, memory and pids limits are updated to the request's, and
+from then on it counts in the caller's container share. A request it cannot
+serve (another image, network, environment or /tmp size) removes it first, then
+goes the cold way.
+
+Capacity (see :mod:`app.runtime._capacity`): a warm container is the first
+container of its slot, counted under a key of its own (``warm-slot-NNN``), and
+a slot never holds a warm container beside one of its sandbox's: a sandbox's
+first create takes it or removes it before anything else is admitted, and the
+pool only fills free slots. So every slot's promise still holds.
+
+A slot emptied while it held an unused warm container loses the folder (dir:
+moved to the trash; zfs: rolled back); the pool notices (the folder's identity
+is checked on every pass and at hand-over) and replaces the container, as it
+replaces one that stopped (an engine restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import structlog
+
+from app.errors import ServiceError
+from app.runtime.backend import Container, ContainerSpec
+from app.runtime.docker import DockerBackend
+from jail.tree_delete import delete_tree
+from pool.slots import Slot
+
+log = structlog.get_logger(__name__)
+
+PREFIX = ".warm-"
+# A warm creation in flight for the caller's slot is waited for at most this long
+# (it is already under way, so it is the quickest way to a container).
+PENDING_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class WarmContainer:
+    slot: Slot
+    root: Path  # <slot root>/.warm-<token>
+    identity: tuple[int, int]  # (st_dev, st_ino) of root when it was made
+    container: Container
+
+
+class WarmPool:
+    """Up to ``count`` warm containers of ``image``, one per free slot; see the module doc.
+
+    Args:
+        backend: Creates, hands over and removes the containers.
+        next_free: The ``n`` free slots the pool hands out next.
+        count: How many to keep ready (0: none, the pool does nothing).
+        image: The image they run (the default image).
+        owner: (uid, gid) the workspace is given to (None: this process's).
+        refill_every_s: How often the pool looks for newly freed slots.
+    """
+
+    def __init__(
+        self,
+        backend: DockerBackend,
+        next_free: Callable[[int], list[Slot]],
+        *,
+        count: int,
+        image: str,
+        owner: tuple[int, int] | None = None,
+        refill_every_s: float = 5.0,
+    ) -> None:
+        self._backend = backend
+        self._next_free = next_free
+        self.count = count
+        self._image = image
+        self._owner = owner
+        self._every = refill_every_s
+        self._ready: dict[Path, WarmContainer] = {}  # by slot root
+        self._pending: dict[Path, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
+
+    def ready_slots(self) -> list[Path]:
+        return list(self._ready)
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        """After a restart: a handed-over container counts in its sandbox's share again."""
+        self._backend.claim(container_id, sandbox_label)
+
+    def start(self, slot_roots: Iterable[Path] = ()) -> None:
+        """Start filling, after deleting the folders of an earlier run's warm containers
+        (the start-up sweep removed the containers) from ``slot_roots``."""
+        if self.count > 0 and self._task is None:
+            self._task = asyncio.create_task(self._run(list(slot_roots)), name="warm-pool")
+
+    async def stop(self) -> None:
+        """Stop refilling and remove the unused warm containers and their folders."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with anyio.CancelScope(shield=True):
+            for warm in list(self._ready.values()):
+                await self._discard(warm)
+
+    async def take(self, slot_root: Path, spec: ContainerSpec, target: Path) -> Container | None:
+        """The warm container of the caller's slot, as ``spec`` asks, with its folder
+        renamed to ``target`` (whose ``workspace`` it mounts); None: none fits, go cold.
+
+        ``slot_root`` is the caller's own slot (from its lease), so no other key can get it.
+        """
+        pending = self._pending.get(slot_root)
+        if pending is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.wait(), PENDING_WAIT_S)
+        warm = self._ready.pop(slot_root, None)  # taken: no second caller can have it
+        if warm is None:
+            return None
+        self._wake.set()
+        try:
+            if not await asyncio.to_thread(_same_folder, warm):
+                raise LookupError("the warm folder is gone (its slot was emptied)")
+            container = await self._backend.hand_over(warm.container, spec)
+            if container is None:
+                raise LookupError("the request does not fit the warm container")
+            await asyncio.to_thread(os.rename, warm.root, target)
+        except (LookupError, OSError, ServiceError) as exc:
+            log.info("warm.not_used", slot=warm.slot.name, reason=str(exc))
+            with anyio.CancelScope(shield=True):
+                await self._discard(warm)
+            return None
+        log.info("warm.handed_over", slot=warm.slot.name, container_id=container.container_id[:12])
+        return container
+
+    async def fill(self) -> int:
+        """One pass: drop warm containers whose folder is gone, then start new ones on
+        the next free slots until ``count`` are ready; how many were started."""
+        # Gone stale: the folder went with a slot reset, or the engine restarted and the
+        # container stopped.
+        running = await self._backend.running() if self._ready else set()
+        for warm in list(self._ready.values()):
+            fresh = warm.container.container_id in running
+            if not fresh or not await asyncio.to_thread(_same_folder, warm):
+                self._ready.pop(warm.slot.root, None)
+                await self._discard(warm)
+        want = self.count - len(self._ready) - len(self._pending)
+        if want <= 0:
+            return 0
+        taken = set(self._ready) | set(self._pending)
+        free = [s for s in self._next_free(self.count + len(taken)) if s.root not in taken]
+        chosen = free[:want]
+        # Marked before any await: a caller leased one of these slots meanwhile waits for it.
+        for slot in chosen:
+            self._pending[slot.root] = asyncio.Event()
+        started = 0
+        for slot in chosen:
+            try:
+                started += await self._make(slot)
+            finally:
+                self._pending.pop(slot.root).set()
+        return started
+
+    async def _make(self, slot: Slot) -> int:
+        root = slot.root / f"{PREFIX}{secrets.token_hex(6)}"
+        try:
+            identity = await asyncio.to_thread(_make_folder, root, self._owner)
+        except OSError as exc:
+            log.warning("warm.folder_failed", slot=slot.name, error=exc.strerror)
+            return 0
+        spec = ContainerSpec(
+            experiment_id=f"warm-{root.name.removeprefix(PREFIX)}",
+            sandbox_label=f"warm-{slot.name}",
+            image=self._image,
+            workspace=root / "workspace",
+        )
+        try:
+            container = await self._backend.create(spec)
+        except ServiceError as exc:
+            # Full, or Docker is down: try again at the next pass.
+            log.info("warm.create_refused", slot=slot.name, code=exc.code)
+            await asyncio.to_thread(_delete_quietly, root)
+            return 0
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await asyncio.to_thread(_delete_quietly, root)
+            raise
+        self._ready[slot.root] = WarmContainer(slot, root, identity, container)
+        return 1
+
+    async def _discard(self, warm: WarmContainer) -> None:
+        try:
+            await self._backend.remove(warm.container.container_id)
+        except ServiceError:
+            log.warning("warm.remove_failed", container_id=warm.container.container_id[:12])
+        await asyncio.to_thread(_delete_quietly, warm.root)
+
+    async def _run(self, leftovers_in: list[Path]) -> None:
+        await asyncio.to_thread(_delete_leftovers, leftovers_in)
+        while True:
+            try:
+                await self.fill()
+            except Exception:  # the loop must outlive one bad pass
+                log.exception("warm.fill_failed")
+            self.filled.set()
+            self.filled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._every)
+            self._wake.clear()
+
+
+def _make_folder(root: Path, owner: tuple[int, int] | None) -> tuple[int, int]:
+    """``root`` (0700, the server's) and its empty ``workspace`` (the sandbox user's)."""
+    root.mkdir(mode=0o700)
+    workspace = root / "workspace"
+    workspace.mkdir(mode=0o755)
+    if owner is not None:
+        os.chown(workspace, *owner)
+    st = os.lstat(root)
+    return (st.st_dev, st.st_ino)
+
+
+def _same_folder(warm: WarmContainer) -> bool:
+    try:
+        st = os.lstat(warm.root)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == warm.identity
+
+
+def _delete_leftovers(slot_roots: list[Path]) -> None:
+    for slot_root in slot_roots:
+        try:
+            with os.scandir(slot_root) as entries:
+                found = [e.name for e in entries if e.name.startswith(PREFIX)]
+        except OSError:
+            continue
+        for name in found:
+            _delete_quietly(slot_root / name)
+
+
+def _delete_quietly(root: Path) -> None:
+    try:
+        delete_tree(root)
+    except OSError:
+        log.warning("warm.folder_left", path=str(root))
