@@ -170,8 +170,11 @@ class ExperimentCreator:
                 )
             )
         except Exception as exc:
+            # Nothing was made (no container, the workspace removed): the record ends
+            # DESTROYED, so a refused request never counts toward MAX_EXPERIMENTS, and
+            # its transition keeps why.
             await self._records.transition(
-                experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
+                experiment_id, State.DESTROYED, _refusal(exc), self._clock()
             )
             await workspace.remove(dirs)
             raise
@@ -251,6 +254,11 @@ class ExperimentCreator:
             wait_s=None,
         )
         return JobView.of(row)
+
+
+def _refusal(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    return f"creation failed: {code or type(exc).__name__}"
 
 
 def _count_files(root: Path) -> int:
