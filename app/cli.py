@@ -105,6 +105,16 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
     settings = _load(host=host, port=port, auth="none" if transport == "stdio" else None)
     if settings is None:
         return EXIT_USAGE
+    from app.state_dir import prepare_state_dir
+    from app.state_lock import hold_state_dir
+
+    try:
+        # Before anything reads the state: a second process on a SQLite state dir is
+        # refused here, and this one keeps the lock to its end.
+        prepare_state_dir(settings)
+        hold_state_dir(settings)
+    except ServiceError as exc:
+        return _fail(exc.message)
     # Imported late: the heavy SDK imports only when serving.
     from app import admin
     from app import main as root

@@ -22,6 +22,7 @@ from app.runtime.probe import DockerProbe
 from app.settings import Settings
 from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
+from app.state_lock import hold_state_dir, release_state_dir
 from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, upgrade_schema
@@ -71,6 +72,7 @@ class Services:
             PoolError: the slot storage cannot be opened.
         """
         prepare_state_dir(self.settings)
+        hold_state_dir(self.settings)  # StateDirInUse: another process serves it (SQLite)
         await upgrade_schema(self.engine)
         await open_slots(self.store, self.settings)
         await self.pool.open()
@@ -96,6 +98,7 @@ class Services:
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()
         await self.engine.dispose()
+        release_state_dir(self.settings)
 
     async def pool_stats(self) -> PoolStats:
         return self.pool.stats()
