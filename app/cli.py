@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["http", "stdio"], default="http")
     serve.add_argument("--host", help="bind address (overrides SANDBOX_MCP_HOST)")
     serve.add_argument("--port", type=_port, help="TCP port (overrides SANDBOX_MCP_PORT)")
+    serve.add_argument(
+        "--build-images",
+        action="store_true",
+        help="build the default sandbox image first if it is missing "
+        "(deploy/build-base-image; needs root)",
+    )
     commands.add_parser(
         "check", help="print the effective configuration and whether Docker and the database answer"
     )
@@ -78,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             _parser().error("--quota needs --zfs-parent (the dir backend has no quotas)")
         sys.exit(_provision(args.slots, args.zfs_parent, args.quota, args.owner))
     if args.command == "serve":
-        sys.exit(_serve(args.transport, args.host, args.port))
+        sys.exit(_serve(args.transport, args.host, args.port, args.build_images))
     _parser().print_help(sys.stderr)
     sys.exit(EXIT_USAGE)
 
@@ -100,7 +106,7 @@ def _load(**overrides: object) -> Settings | None:
     return settings
 
 
-def _serve(transport: str, host: str | None, port: int | None) -> int:
+def _serve(transport: str, host: str | None, port: int | None, build_images: bool) -> int:
     # stdio has no network front door: it is local mode by definition.
     settings = _load(host=host, port=port, auth="none" if transport == "stdio" else None)
     if settings is None:
@@ -118,13 +124,17 @@ def _serve(transport: str, host: str | None, port: int | None) -> int:
     # Imported late: the heavy SDK imports only when serving.
     from app import admin
     from app import main as root
+    from app.base_images import ensure_default_image
 
     try:
         if transport == "stdio":
+            asyncio.run(ensure_default_image(settings, build=build_images))
             asyncio.run(root.run_stdio(settings))
             return EXIT_OK
         app = root.build_app(settings)
         asyncio.run(admin.preflight(settings))
+        # Docker and the default image: logged with what to do, built only when asked.
+        asyncio.run(ensure_default_image(settings, build=build_images))
         sock = _bind(settings.host, settings.port)
     except (ServiceError, PoolError) as exc:
         return _fail(exc.message)

@@ -39,6 +39,15 @@ from pool.watchdog import IdleWatchdog
 
 log = structlog.get_logger(__name__)
 
+HOSTED_MEANING = (
+    "anyone who reaches the URL signs in (OAuth) and gets a sandbox of their own; "
+    "the server's disk and environment stay out of reach"
+)
+LOCAL_MEANING = (
+    "one user, no sign-in (SANDBOX_MCP_AUTH=none, loopback only); that user may copy "
+    "this machine's folders in (project_path) and forward its environment"
+)
+
 
 @dataclass
 class Services:
@@ -85,6 +94,18 @@ class Services:
             auth=self.settings.auth,
             slots=self.settings.slot_backend,
             pool_size=self.settings.pool_size,
+        )
+
+    def announce_listening(self) -> None:
+        """The line that says where to connect, once the HTTP server is ready."""
+        settings = self.settings
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        log.info(
+            "service.listening",
+            url=f"http://{host}:{settings.port}",
+            mcp_url=f"{settings.effective_public_url}/mcp",
+            mode="hosted" if settings.hosted else "local",
+            meaning=HOSTED_MEANING if settings.hosted else LOCAL_MEANING,
         )
 
     async def stop(self) -> None:

@@ -1,4 +1,6 @@
-"""``GET /health``: is the service usable, and how full is the pool? Never takes a slot."""
+"""``GET /health``: is the service usable, which images are built, and how full is the pool?
+
+Never takes a slot."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ class HealthEndpoint:
             database = {"ok": False, "reason": exc.details["reason"]}
             reasons.append(exc.message)
         runtime = await self.probe_runtime()
-        status = "unavailable" if reasons else "ok" if runtime.reachable else "degraded"
+        ready = runtime.can_run_experiments  # the engine answers and the default image is built
+        status = "unavailable" if reasons else "ok" if ready else "degraded"
         body: dict[str, object] = {
             # "degraded": sign-in and files work, experiments cannot start.
             "status": status,
