@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from app.base_images import how_to_build
 from app.errors import DatabaseUnavailable
 from app.runtime.probe import DockerProbe
 from app.settings import Settings
@@ -58,17 +59,22 @@ async def check(settings: Settings) -> dict[str, object]:
         database = {"ok": False, "reason": exc.details["reason"]}
     finally:
         await engine.dispose()
-    probe = DockerProbe()
+    probe = DockerProbe(images=settings.image_list, default_image=settings.default_image)
     try:
         runtime = await probe()
     finally:
         probe.close()
-    ok = bool(state["ok"] and database["ok"] and runtime.reachable)
+    report = runtime.as_dict()
+    if runtime.reachable and not runtime.can_run_experiments:
+        report["reason"] = f"{runtime.reason}: {how_to_build(settings.default_image)}"
+    elif not runtime.reachable:
+        report["reason"] = f"{runtime.reason} (is Docker installed and started?)"
+    ok = bool(state["ok"] and database["ok"] and runtime.can_run_experiments)
     return {
         "version": service_version(),
         "state_dir": state,
         "database": database,
-        "runtime": runtime.as_dict(),
+        "runtime": report,
         "ok": ok,
     }
 

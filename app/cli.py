@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     # Internal: a child of `--workers` serves on the socket its parent bound.
     serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument(
+        "--build-images",
+        action="store_true",
+        help="build the default sandbox image first if it is missing "
+        "(deploy/build-base-image; needs root)",
+    )
     commands.add_parser(
         "check", help="print the effective configuration and whether Docker and the database answer"
     )
@@ -92,7 +98,16 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             _parser().error("--quota needs --zfs-parent (the dir backend has no quotas)")
         sys.exit(_provision(args.slots, args.zfs_parent, args.quota, args.owner))
     if args.command == "serve":
-        sys.exit(_serve(args.transport, args.host, args.port, args.workers, args.listen_fd))
+        sys.exit(
+            _serve(
+                args.transport,
+                args.host,
+                args.port,
+                args.workers,
+                args.listen_fd,
+                args.build_images,
+            )
+        )
     _parser().print_help(sys.stderr)
     sys.exit(EXIT_USAGE)
 
@@ -120,6 +135,7 @@ def _serve(
     port: int | None,
     workers: int | None = None,
     listen_fd: int | None = None,
+    build_images: bool = False,
 ) -> int:
     # stdio has no network front door: it is local mode by definition.
     settings = _load(
@@ -134,21 +150,37 @@ def _serve(
         return _fail(refused, EXIT_USAGE)
     if settings.workers > 1 and transport == "stdio":
         return _fail("--workers serves HTTP only; stdio is one local user", EXIT_USAGE)
+    from app.state_dir import prepare_state_dir
+    from app.state_lock import hold_state_dir
+
+    try:
+        # Before anything reads the state: a second process on a SQLite state dir is
+        # refused here, and this one keeps the lock to its end.
+        prepare_state_dir(settings)
+        hold_state_dir(settings)
+    except ServiceError as exc:
+        return _fail(exc.message)
     # Imported late: the heavy SDK imports only when serving.
     from app import admin
     from app import main as root
+    from app.base_images import ensure_default_image
 
     try:
         if transport == "stdio":
+            asyncio.run(ensure_default_image(settings, build=build_images))
             asyncio.run(root.run_stdio(settings))
             return EXIT_OK
         if settings.workers > 1 and listen_fd is None:
             asyncio.run(admin.preflight(settings))  # once: the schema, the state dir, the slots
+            asyncio.run(ensure_default_image(settings, build=build_images))
             sock = _bind(settings.host, settings.port)
             argv = processes.child_argv(["--host", settings.host, "--port", str(settings.port)])
             return processes.Supervisor(sock, settings.workers, argv).run()
         app = root.build_app(settings)
         asyncio.run(admin.preflight(settings))
+        if listen_fd is None:
+            # Docker and the default image: logged with what to do, built only when asked.
+            asyncio.run(ensure_default_image(settings, build=build_images))
         sock = _bind(settings.host, settings.port) if listen_fd is None else _inherited(listen_fd)
     except (ServiceError, PoolError) as exc:
         return _fail(exc.message)

@@ -271,7 +271,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         backend=backend,
         metrics=metrics,
         store=store,
-        docker_probe=DockerProbe(),
+        docker_probe=DockerProbe(images=settings.image_list, default_image=settings.default_image),
         egress=egress_proxy,
         disk_budget=disk_budget,
         warm=warm,
@@ -375,6 +375,7 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         try:
             # A mounted app's own lifespan never runs: enter the SDK's session manager here.
             async with services.mcp.session_manager.run():
+                services.announce_listening()
                 yield
         finally:
             await services.stop()

@@ -26,6 +26,7 @@ from app.runtime.warm import WarmPool
 from app.settings import Settings
 from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
+from app.state_lock import hold_state_dir, release_state_dir
 from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, upgrade_schema
@@ -42,6 +43,15 @@ from pool.slots import SlotStore
 from pool.watchdog import IdleWatchdog
 
 log = structlog.get_logger(__name__)
+
+HOSTED_MEANING = (
+    "anyone who reaches the URL signs in (OAuth) and gets a sandbox of their own; "
+    "the server's disk and environment stay out of reach"
+)
+LOCAL_MEANING = (
+    "one user, no sign-in (SANDBOX_MCP_AUTH=none, loopback only); that user may copy "
+    "this machine's folders in (project_path) and forward its environment"
+)
 
 
 @dataclass
@@ -79,6 +89,7 @@ class Services:
             PoolError: the slot storage cannot be opened.
         """
         prepare_state_dir(self.settings)
+        hold_state_dir(self.settings)  # StateDirInUse: another process serves it (SQLite)
         await upgrade_schema(self.engine)
         await open_slots(self.store, self.settings)
         await self.pool.open()
@@ -112,6 +123,18 @@ class Services:
         if isinstance(self.mcp, SandboxMCPServer) and self.mcp.listen_streams is not None:
             self.mcp.listen_streams.close()
 
+    def announce_listening(self) -> None:
+        """The line that says where to connect, once the HTTP server is ready."""
+        settings = self.settings
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        log.info(
+            "service.listening",
+            url=f"http://{host}:{settings.port}",
+            mcp_url=f"{settings.effective_public_url}/mcp",
+            mode="hosted" if settings.hosted else "local",
+            meaning=HOSTED_MEANING if settings.hosted else LOCAL_MEANING,
+        )
+
     async def stop(self) -> None:
         await self.watchdog.stop()
         if self.disk_budget is not None:
@@ -132,6 +155,7 @@ class Services:
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()
         await self.engine.dispose()
+        release_state_dir(self.settings)
 
     async def pool_stats(self) -> PoolStats:
         return await self.pool.current_stats()

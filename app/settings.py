@@ -26,6 +26,8 @@ from app.runtime.egress_rules import DEFAULT_ALLOWLIST, parse_allowlist
 from auth.client_address import parse_trusted_proxies
 
 ENV_PREFIX = "SANDBOX_MCP_"
+# Variables of the test harness, not settings (the image build's are SANDBOX_IMAGE_*).
+HARNESS_PREFIXES = (ENV_PREFIX + "TEST_", ENV_PREFIX + "CI_")
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
@@ -680,8 +682,9 @@ def load_settings(**overrides: object) -> Settings:
         for name in os.environ
         if name.startswith(ENV_PREFIX)
         and name[len(ENV_PREFIX) :].lower() not in Settings.model_fields
-        # The test suite passes its service addresses as SANDBOX_MCP_TEST_*.
-        and not name.startswith(ENV_PREFIX + "TEST_")
+        # Not ours: the test suite passes its service addresses as SANDBOX_MCP_TEST_*,
+        # and .ci/run takes its own knobs as SANDBOX_MCP_CI_*.
+        and not name.startswith(HARNESS_PREFIXES)
     )
     if unknown:
         raise SettingsError([f"{name} is not a setting of sandbox-mcp" for name in unknown])

@@ -71,14 +71,16 @@ def is_public_address(address: IPAddress) -> bool:
 
     Loopback, private, link-local (cloud metadata at 169.254.169.254), shared
     (100.64/10), documentation, multicast, reserved and unspecified addresses are
-    refused, and so are IPv6 forms that embed an IPv4 address (mapped, NAT64,
-    6to4), whatever the embedded address is.
+    refused, and so is every IPv6 form that embeds an IPv4 address (mapped
+    ``::ffff:a.b.c.d``, translated, compatible, NAT64, 6to4, Teredo), whatever the
+    embedded address is: one rule, with no per-form exceptions to get wrong, and a
+    public host that has an IPv4 address publishes it as such (an A record).
     """
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return is_public_address(address.ipv4_mapped)
-        if address not in _GLOBAL_UNICAST_V6 or any(address in net for net in _NEVER):
-            return False
+    # Mapped, translated and compatible forms all lie outside 2000::/3.
+    if isinstance(address, ipaddress.IPv6Address) and (
+        address not in _GLOBAL_UNICAST_V6 or any(address in net for net in _NEVER)
+    ):
+        return False
     return address.is_global and not address.is_multicast
 
 

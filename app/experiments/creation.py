@@ -216,8 +216,11 @@ class ExperimentCreator:
             for begun in started:  # the workspace failed after the container started
                 with contextlib.suppress(ServiceError):
                     await self._backend.remove(begun.container_id)
+            # Nothing is left (the container removed, the workspace too): the record ends
+            # DESTROYED, so a refused request never counts toward MAX_EXPERIMENTS, and
+            # its transition keeps why.
             await self._records.transition(
-                experiment_id, State.FAILED, f"creation failed: {type(exc).__name__}", self._clock()
+                experiment_id, State.DESTROYED, _refusal(exc), self._clock()
             )
             await workspace.remove(dirs)
             raise
@@ -297,6 +300,11 @@ class ExperimentCreator:
             wait_s=None,
         )
         return JobView.of(row)
+
+
+def _refusal(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    return f"creation failed: {code or type(exc).__name__}"
 
 
 def _count_files(root: Path) -> int:

@@ -1,4 +1,6 @@
-"""``GET /health``: is the service usable, and how full is the pool? Never takes a slot."""
+"""``GET /health``: is the service usable, which images are built, and how full is the pool?
+
+Never takes a slot."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ class HealthEndpoint:
             reasons.append(exc.message)
         runtime = await self.probe_runtime()
         egress = self.egress() if self.egress is not None else None
-        usable = runtime.reachable and (egress is None or egress["ok"])
+        # The engine answers, the default image is built, and the proxy (if offered) runs.
+        usable = runtime.can_run_experiments and (egress is None or egress["ok"])
         status = "unavailable" if reasons else "ok" if usable else "degraded"
         body: dict[str, object] = {
             # "degraded": sign-in and files work, experiments cannot start.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,16 +162,21 @@ async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
                 (await client.tokens(http))["access_token"],
             )
             busy_exp = (await tool(http, server, busy, "create_experiment", {}))["experiment_id"]
-            idle_exp = (await tool(http, server, idle, "create_experiment", {}))["experiment_id"]
+            # A job that outlives the test (cancelled at its end): no window to hit.
             job = await tool(
                 http,
                 server,
                 busy,
                 "execute_experiment",
-                {"experiment_id": busy_exp, "command": "sleep 25", "background": True},
+                {"experiment_id": busy_exp, "command": "sleep 600", "background": True},
             )
             assert job["status"] == "running"
-            await asyncio.sleep(20)  # past the 10 s idle timeout, with the job still running
+            # The idle sandbox's last call comes after the busy one's: once the watchdog
+            # has emptied it, the busy sandbox was past its idle timeout too (the watchdog
+            # takes the oldest first), and only its job kept it. Driven by that event, seen
+            # on /health (which is nobody's activity), not by a sleep.
+            idle_exp = (await tool(http, server, idle, "create_experiment", {}))["experiment_id"]
+            await wait_for_leases(http, server, 1)
             gone = await tool(http, server, idle, "get_experiment", {"experiment_id": idle_exp})
             assert gone["state"] == "DESTROYED"
             assert "idle" in gone["findings"]["reason"]
@@ -181,6 +187,19 @@ async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
             assert alive["state"] == "RUNNING", "a running job keeps its sandbox alive"
             fresh = await tool(http, server, idle, "create_experiment", {})
             assert any("emptied" in note for note in fresh["notes"])
+            await tool(http, server, busy, "cancel_job", {"job_id": job["job_id"]})
     finally:
         engine.close()
         stop_server(server)
+
+
+async def wait_for_leases(http: httpx2.AsyncClient, server: RunningServer, busy: int) -> None:
+    """Until /health counts ``busy`` leased slots (a minute at most: the watchdog ticks
+    every second with a 10 s idle timeout)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pool = (await http.get(f"{server.base_url}/health")).json()["pool"]
+        if pool["busy"] == busy:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the pool never came to {busy} leased slot(s): {pool}")

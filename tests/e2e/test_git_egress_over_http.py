@@ -22,7 +22,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         tmp_path_factory.mktemp("git-egress") / "state",
         SANDBOX_MCP_ALLOW_GIT_EGRESS="true",
         SANDBOX_MCP_POOL_SIZE="2",
-        SANDBOX_MCP_MAX_EXPERIMENTS="10",  # each refused creation is kept as a FAILED one
+        # The default MAX_EXPERIMENTS: the six refusals below must not use it up.
     )
     yield running
     stop_server(running)

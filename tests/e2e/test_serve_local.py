@@ -12,6 +12,8 @@ from e2e_server import RunningServer
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.settings import Settings
+
 pytestmark = pytest.mark.e2e
 
 
@@ -41,10 +43,26 @@ async def test_sandbox_status_over_http_in_both_protocol_eras(
 
 def test_health_needs_no_token_and_reports_everything(server: RunningServer) -> None:
     body = httpx2.get(f"{server.base_url}/health").json()
-    assert body["status"] in ("ok", "degraded")
+    assert body["status"] == "ok"  # .ci/run starts Docker and builds the images
     assert body["database"] == {"ok": True}
     assert set(body["pool"]) == {"size", "busy", "free", "reserved", "queued", "oldest_wait_s"}
-    assert set(body["runtime"]) == {"reachable", "version", "reason"}
+    assert set(body["runtime"]) == {"reachable", "version", "reason", "images"}
+    # Which images are ready, the default one first in the README's promise.
+    images = Settings.model_fields["images"].default.split(",")
+    assert body["runtime"]["images"] == {
+        "ready": images,
+        "missing": [],
+        "default": "sandbox-mcp/python:3",
+        "default_ready": True,
+    }
+
+
+def test_the_log_says_where_to_connect_and_what_the_mode_means(server: RunningServer) -> None:
+    [line] = [json.loads(line) for line in server.log().splitlines() if "service.listening" in line]
+    assert line["url"] == server.base_url
+    assert line["mcp_url"] == server.mcp_url
+    assert line["mode"] == "local"
+    assert "no sign-in" in line["meaning"]
 
 
 def test_malformed_json_rpc_gets_a_json_rpc_error_not_a_500(server: RunningServer) -> None:

@@ -10,20 +10,24 @@ frame. The browser is /usr/bin/chromium (`apt-get install -y chromium`, which
 from __future__ import annotations
 
 import contextlib
-import secrets
 import struct
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from html import escape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlencode
 
-import httpx2
 import pytest
+from browser_testkit import (
+    BUTTON,
+    CLIENT_NAME,
+    Authorization,
+    LoopbackSite,
+    authorization,
+    chromium,
+    exchange,
+    lands_on,
+)
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import pkce_pair, query_of
+from oauth_browser import query_of
 from playwright.sync_api import (
     APIResponse,
     Browser,
@@ -32,7 +36,6 @@ from playwright.sync_api import (
     Response,
     Route,
     expect,
-    sync_playwright,
 )
 from playwright.sync_api import Error as PlaywrightError
 
@@ -40,67 +43,7 @@ pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO_ROOT / "artifacts" / "screenshots" / "signin.png"
-CHROMIUM = Path("/usr/bin/chromium")
-# Without the background-networking flags Chromium keeps dialling Google's hosts, which
-# this machine's closed network refuses. Playwright gives every launch a new empty
-# user-data-dir of its own.
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-BUTTON = "Create my sandbox"
-CLIENT_NAME = "Browser E2E Client"
 CREATED = "oauth.sandbox_created"  # the server's log event for a new sandbox
-
-
-# -- a loopback web site the test owns ----------------------------------------------
-
-
-class LoopbackSite:
-    """An HTTP server on its own loopback port: serves `pages`, records every request path."""
-
-    def __init__(self) -> None:
-        self.pages: dict[str, str] = {"/callback": "<!doctype html><title>back</title>signed in"}
-        self.requests: list[str] = []
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                site.requests.append(self.path)
-                page = site.pages.get(self.path.partition("?")[0])
-                body = (page or "not found").encode()
-                self.send_response(200 if page is not None else 404)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), daemon=True
-        )
-        self._thread.start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}{path}"
-
-    def callbacks(self) -> list[dict[str, str]]:
-        """The query of every request that reached /callback, in order."""
-        return [query_of(path) for path in self.requests if path.startswith("/callback?")]
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -128,14 +71,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `apt-get install -y chromium` (or .ci/run)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
-        )
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture
@@ -143,55 +80,6 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context()  # its own cookie jar
     yield context.new_page()
     context.close()
-
-
-@dataclass
-class Authorization:
-    client_id: str
-    redirect_uri: str
-    state: str
-    verifier: str
-    url: str
-
-
-def authorization(server: RunningServer, redirect_uri: str) -> Authorization:
-    """Registers a public client for `redirect_uri` and builds its authorization request."""
-    registered = httpx2.post(
-        f"{server.base_url}/register",
-        json={"redirect_uris": [redirect_uri], "client_name": CLIENT_NAME},
-        timeout=30,
-    )
-    assert registered.status_code == 201, registered.text
-    client_id = registered.json()["client_id"]
-    verifier, challenge = pkce_pair()
-    # Printable ASCII that needs escaping: it must come back byte for byte.
-    state = f"st-{secrets.token_urlsafe(9)} /+=?&"
-    params = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": redirect_uri,
-        "state": state,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "resource": server.mcp_url,
-    }
-    url = f"{server.base_url}/authorize?{urlencode(params)}"
-    return Authorization(client_id, redirect_uri, state, verifier, url)
-
-
-def exchange(server: RunningServer, auth: Authorization, code: str) -> httpx2.Response:
-    return httpx2.post(
-        f"{server.base_url}/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "code_verifier": auth.verifier,
-            "client_id": auth.client_id,
-            "redirect_uri": auth.redirect_uri,
-            "resource": server.mcp_url,
-        },
-        timeout=30,
-    )
 
 
 def assert_real_code(server: RunningServer, auth: Authorization, code: str) -> None:
@@ -220,10 +108,6 @@ def wait_until(page: Page, condition: Callable[[], bool], timeout_ms: int = 5_00
             return
         page.wait_for_timeout(20)
     assert condition(), "timed out"
-
-
-def lands_on(redirect_uri: str) -> Callable[[str], bool]:
-    return lambda url: url.startswith(redirect_uri + "?")
 
 
 # -- (a) the sign-in -------------------------------------------------------------------
@@ -376,3 +260,16 @@ def test_two_submits_that_both_reach_the_server_get_the_same_code_and_one_sandbo
     assert query["state"] == auth.state
     assert server.log().count(CREATED) - created_before == 1
     assert_real_code(server, auth, query["code"])
+
+
+# -- (d) the e-mail field -----------------------------------------------------------------
+
+
+def test_without_smtp_the_page_asks_for_no_e_mail(
+    server: RunningServer, page: Page, site: LoopbackSite
+) -> None:
+    # This server has no SANDBOX_MCP_SMTP_HOST: nothing could send the message.
+    page.goto(authorization(server, site.url("/callback")).url)
+    expect(page.get_by_role("button", name=BUTTON)).to_be_visible()
+    expect(page.locator("input[type=email]")).to_have_count(0)
+    assert "E-mail me" not in page.content()

@@ -1,4 +1,5 @@
-"""The one way a test gets a database: a migrated SQLite file (PostgreSQL tests have theirs)."""
+"""The one way a test gets a database: a migrated SQLite file, or a new database of its
+own on the PostgreSQL that .ci/run starts (``SANDBOX_MCP_TEST_POSTGRES_URL``)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,18 @@ async def fresh_postgres() -> AsyncIterator[str]:
         yield url
     finally:
         await drop_postgres_database(name)
+
+
+@asynccontextmanager
+async def migrated_postgres() -> AsyncIterator[AsyncEngine]:
+    """A new PostgreSQL database with every migration applied, dropped afterwards."""
+    async with fresh_postgres() as url:
+        engine = create_engine(url)
+        try:
+            await upgrade_schema(engine)
+            yield engine
+        finally:
+            await engine.dispose()
 
 
 def an_experiment(experiment_id: str, sandbox_key: str = "k") -> Experiment:

@@ -23,8 +23,8 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 # A path into the repository, as pages name them: `tests/e2e/test_demo_*.py`.
 REPO_PATH = re.compile(r"(app|auth|pool|jail|tests|docs|deploy|examples|\.ci)/[\w./*-]*")
-# Names the docs may use that are not settings: the test suite's own variables.
-NOT_SETTINGS = re.compile(rf"{ENV_PREFIX}TEST(_\w*)?")
+# Names the server ignores: the test suite's (TEST_*) and .ci/run's (CI_*), as app.settings does.
+NOT_SETTINGS = re.compile(rf"{ENV_PREFIX}(TEST|CI)(_\w*)?")
 
 
 def documented_settings() -> list[str]:

@@ -39,6 +39,9 @@ NOT_PUBLIC = [
     "fc00::1",
     "::ffff:127.0.0.1",  # IPv4-mapped loopback
     "::ffff:169.254.169.254",
+    "::ffff:8.8.8.8",  # every embedding form is refused, even of a public address
+    "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
     "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
     "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
     "::a9fe:a9fe",  # IPv4-compatible 169.254.169.254
@@ -47,7 +50,7 @@ NOT_PUBLIC = [
     "fec0::1",  # site-local
     "100::1",  # discard-only
 ]
-PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
+PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"]
 
 
 @pytest.mark.parametrize("address", NOT_PUBLIC)
@@ -114,6 +117,8 @@ async def test_a_closed_port_reads_like_any_other_connection_failure(ca: Throwaw
     [
         ("https://169.254.169.254/latest/meta-data", {}),
         ("https://[::ffff:127.0.0.1]/x", {}),
+        ("https://[::ffff:8.8.8.8]/x", {}),
+        ("https://mapped.test/x", {"mapped.test": ["::ffff:8.8.8.8"]}),
         ("https://metadata.test/x", {"metadata.test": ["169.254.169.254"]}),
         ("https://rebind.test/x", {"rebind.test": ["8.8.8.8", "10.0.0.1"]}),
         ("https://intranet.test/x", {"intranet.test": ["fd00::1"]}),

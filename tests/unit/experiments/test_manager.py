@@ -332,8 +332,31 @@ async def test_a_failed_clone_fails_the_experiment_with_git_s_words(world: World
         )
     assert caught.value.code == "INVALID_PROJECT"
     assert "Remote branch bad not found" in caught.value.message
-    [failed] = await world.manager.list_all(world.call())
-    assert failed.state == "FAILED"
+    # Nothing was made, so the record ends DESTROYED (it does not count as live) and
+    # its last transition keeps the refusal's code.
+    [refused] = await world.manager.list_all(world.call())
+    assert refused.state == "DESTROYED"
+    assert (await world.records.transitions(refused.experiment_id))[-1] == (
+        "CREATING",
+        "DESTROYED",
+        "creation failed: INVALID_PROJECT",
+    )
+    assert not (world.slot / f"exp-{refused.experiment_id}").exists()
+
+
+async def test_refused_creations_never_count_toward_max_experiments(world: World) -> None:
+    limit = ExperimentOptions(hosted=True, default_image="img:1").max_experiments
+    for _ in range(limit + 2):
+        with pytest.raises(ServiceError):
+            await world.manager.create(
+                world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="bad")
+            )
+    for _ in range(limit):
+        created = await world.manager.create(world.call(), CreateRequest())
+        assert created.state == "READY"
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.create(world.call(), CreateRequest())
+    assert caught.value.code == "TOO_MANY_EXPERIMENTS"
 
 
 async def test_hosted_mode_refuses_a_local_repository_and_two_sources(world: World) -> None:

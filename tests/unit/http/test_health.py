@@ -79,3 +79,28 @@ async def test_unreachable_docker_is_degraded_not_down(tmp_path: Path) -> None:
     assert response.status_code == 200
     assert response.json()["status"] == "degraded"
     assert response.json()["runtime"]["reason"] == "connection refused"
+
+
+async def test_a_missing_default_image_is_degraded_and_named(tmp_path: Path) -> None:
+    from app.runtime.probe import ImagesStatus
+
+    async def image_missing() -> RuntimeStatus:
+        images = ImagesStatus(ready=("a:1",), missing=("b:1",), default="b:1")
+        return RuntimeStatus(True, "27.0", "the default image b:1 is not built", images)
+
+    engine = await migrated_sqlite(tmp_path)
+    try:
+        response = await get_health(
+            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, image_missing)
+        )
+    finally:
+        await engine.dispose()
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["runtime"]["images"] == {
+        "ready": ["a:1"],
+        "missing": ["b:1"],
+        "default": "b:1",
+        "default_ready": False,
+    }

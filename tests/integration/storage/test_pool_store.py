@@ -1,4 +1,4 @@
-"""The pool's bookkeeping on the real database (SQLite here; PostgreSQL in integration)."""
+"""The pool's bookkeeping on the real databases (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from pool.errors import StaleSlot
 from pool.leases import Queued, SlotPool
 from pool.state import NoteRecord, PoolChanges, QueueRecord, SlotRecord
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
-def state(sqlite_engine: AsyncEngine) -> SqlPoolState:
-    return SqlPoolState(sqlite_engine)
+def state(engine: AsyncEngine) -> SqlPoolState:
+    return SqlPoolState(engine)
 
 
 async def test_changes_round_trip(state: SqlPoolState) -> None:

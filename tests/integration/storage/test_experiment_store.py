@@ -1,0 +1,116 @@
+"""The experiment records on the real databases (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from db_testkit import an_experiment
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.experiments.errors import ExperimentNotFound, InvalidTransition
+from app.experiments.records import ArtifactRecord, JobOutcome, JobRecord
+from app.experiments.states import State
+from app.storage.experiment_store import ExperimentRecords
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def records(engine: AsyncEngine) -> ExperimentRecords:
+    return ExperimentRecords(engine)
+
+
+def a_job(job_id: str, experiment_id: str, started_at: float, key: str = "k") -> JobRecord:
+    return JobRecord(
+        job_id, experiment_id, key, "command", "echo hi", "running", False, 30, started_at
+    )
+
+
+def an_artifact(artifact_id: str, experiment_id: str, size: int, key: str = "k") -> ArtifactRecord:
+    return ArtifactRecord(
+        artifact_id, experiment_id, key, f"out/{artifact_id}", size, "0" * 64, artifact_id, 1.0
+    )
+
+
+async def test_experiments_are_scoped_to_their_sandbox_and_move_by_the_machine(
+    records: ExperimentRecords,
+) -> None:
+    await records.add(an_experiment("e1"), "created")
+    await records.add(an_experiment("e2", sandbox_key="other"), "created")
+    with pytest.raises(ExperimentNotFound):
+        await records.get("k", "e2")  # another sandbox's id reads like none at all
+    assert (
+        await records.transition(
+            "e1",
+            State.READY,
+            "started",
+            2.0,
+            container_id="c1",
+            isolation={"cpus": 1.5, "caps": ["CHOWN"]},
+            warnings=["clamped"],
+        )
+        is State.CREATING
+    )
+    ready = await records.get("k", "e1")
+    assert (ready.state, ready.container_id, ready.updated_at) == (State.READY, "c1", 2.0)
+    assert (ready.isolation, ready.warnings) == ({"cpus": 1.5, "caps": ["CHOWN"]}, ["clamped"])
+    with pytest.raises(InvalidTransition):
+        await records.transition("e1", State.CREATING, "back", 3.0)
+    await records.transition("e1", State.DESTROYED, "destroyed", 4.0)
+    assert await records.transitions("e1") == [
+        (None, "CREATING", "created"),
+        ("CREATING", "READY", "started"),
+        ("READY", "DESTROYED", "destroyed"),
+    ]
+    assert [e.experiment_id for e in await records.of_sandbox("k")] == ["e1"]
+    assert await records.of_sandbox("k", include_destroyed=False) == []
+    assert [e.experiment_id for e in await records.live()] == ["e2"]
+
+
+async def test_jobs_round_trip_and_the_running_ones_are_marked_lost(
+    records: ExperimentRecords,
+) -> None:
+    await records.add(an_experiment("e1"), "created")
+    await records.add_job(a_job("j2", "e1", 2.0))
+    await records.add_job(a_job("j1", "e1", 1.0))
+    summary = {"passed": 3, "failed": 1, "names": ["test_a"]}
+    outcome = JobOutcome("failed", 1, "out ✓", "err", True, False, 5.0, 4.0, None, summary)
+    await records.finish_job("j1", outcome)
+    done = await records.load_job("k", "j1")
+    assert done is not None
+    assert (done.status, done.exit_code, done.stdout, done.stdout_truncated) == (
+        "failed",
+        1,
+        "out ✓",
+        True,
+    )
+    assert done.test_summary == summary
+    assert await records.load_job("other", "j1") is None
+    assert [j.job_id for j in await records.jobs_of("e1")] == ["j1", "j2"]
+    assert await records.mark_lost_jobs(9.0) == 1
+    lost = await records.load_job("k", "j2")
+    assert lost is not None
+    assert (lost.status, lost.finished_at) == ("lost", 9.0)
+
+
+async def test_artifacts_weigh_expire_and_keep_their_experiment(
+    records: ExperimentRecords,
+) -> None:
+    for experiment_id in ("e1", "e2"):
+        await records.add(replace(an_experiment(experiment_id), updated_at=1.0), "created")
+    await records.add_artifacts([an_artifact("a1", "e1", 100), an_artifact("a2", "e1", 50)])
+    assert await records.artifact_bytes_of("k") == 150
+    assert await records.artifact_bytes_of("nobody") == 0
+    assert [a.artifact_id for a in await records.artifacts_of("k", "e1")] == ["a1", "a2"]
+    for experiment_id in ("e1", "e2"):
+        await records.transition(experiment_id, State.DESTROYED, "gone", 2.0)
+    # Destroyed long ago: e2 is forgotten, e1 stays while it keeps artifacts.
+    assert await records.forget_destroyed_before(10.0) == 1
+    assert [e.experiment_id for e in await records.of_sandbox("k")] == ["e1"]
+    await records.start_artifact_clock("k", expires_at=20.0)
+    assert await records.expired_artifacts(19.0) == []
+    assert sorted(a.artifact_id for a in await records.expired_artifacts(21.0)) == ["a1", "a2"]
+    await records.delete_artifacts(["a1", "a2"])
+    assert await records.artifact_bytes_of("k") == 0
+    assert await records.forget_destroyed_before(10.0) == 1
