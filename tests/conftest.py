@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,6 +12,24 @@ import pytest
 import structlog
 from db_testkit import migrated_sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from pool.mount_flags import mount_points
+
+
+def unmount_below(folder: Path) -> None:
+    """Undo the mounts a test's provisioning made (``provision`` as root seals the slots
+    with a bind mount): left mounted, pytest can never delete the folder."""
+    prefix = f"{folder.resolve()}/"
+    points = mount_points(Path("/proc/self/mountinfo").read_text())
+    for point in sorted((p for p in points if p.startswith(prefix)), reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Also what module- and session-scoped fixtures mounted, once they are done."""
+    yield
+    unmount_below(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +39,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterat
             monkeypatch.delenv(name)
     monkeypatch.setenv("SANDBOX_MCP_STATE_DIR", str(tmp_path / "state"))
     yield
+    unmount_below(tmp_path)
     # A test that configured logging onto its captured stream must not leave the
     # next test writing to a closed one.
     logging.getLogger().handlers.clear()

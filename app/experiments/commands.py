@@ -278,17 +278,8 @@ class CommandRunner:
             reason = f"The Docker engine could not start it ({exc.code}: {exc.message})."
         await self._records.finish_job(
             job_id,
-            JobOutcome(
-                status=status,
-                exit_code=None,
-                stdout="",
-                stderr="",
-                stdout_truncated=False,
-                stderr_truncated=False,
-                finished_at=now,
-                duration_s=round(now - started_at, 3),
-                reason=reason,
-                test_summary=None,
+            JobOutcome.without_output(
+                status, finished_at=now, duration_s=round(now - started_at, 3), reason=reason
             ),
         )
         others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
@@ -360,15 +351,9 @@ def _nothing() -> None:
 
 
 def _never_started(at: float) -> JobOutcome:
-    return JobOutcome(
-        status="failed",
-        exit_code=None,
-        stdout="",
-        stderr="",
-        stdout_truncated=False,
-        stderr_truncated=False,
+    return JobOutcome.without_output(
+        "failed",
         finished_at=at,
         duration_s=0.0,
         reason="The experiment stopped being live before the command could start.",
-        test_summary=None,
     )

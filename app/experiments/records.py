@@ -87,6 +87,24 @@ class JobOutcome:
     reason: str | None
     test_summary: dict[str, Any] | None
 
+    @classmethod
+    def without_output(
+        cls, status: str, *, finished_at: float, duration_s: float, reason: str
+    ) -> JobOutcome:
+        """A job that ended with no output of its own to keep: never started, or lost."""
+        return cls(
+            status=status,
+            exit_code=None,
+            stdout="",
+            stderr="",
+            stdout_truncated=False,
+            stderr_truncated=False,
+            finished_at=finished_at,
+            duration_s=duration_s,
+            reason=reason,
+            test_summary=None,
+        )
+
 
 @dataclass(frozen=True)
 class ArtifactRecord:

@@ -41,6 +41,10 @@ def spec_of(experiment: Experiment, slot_root: Path) -> ContainerSpec:
         image=str(isolation.get("image") or experiment.image),
         workspace=ExperimentDirs.of(slot_root, experiment.experiment_id).workspace,
         network=isolation.get("network", "none"),
+        # A restricted experiment keeps the names it was given (None: the whole ceiling).
+        egress_allowlist=tuple(isolation["egress_allowlist"])
+        if isolation.get("egress_allowlist")
+        else None,
         limits=limits,
     )
 

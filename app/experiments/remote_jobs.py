@@ -76,18 +76,12 @@ class RemoteJobs:
 
 
 def _cancelled_here(now: float, row: JobRecord) -> JobOutcome:
-    return JobOutcome(
-        status="cancelled",
-        exit_code=None,
-        stdout="",
-        stderr="",
-        stdout_truncated=False,
-        stderr_truncated=False,
+    return JobOutcome.without_output(
+        "cancelled",
         finished_at=now,
         duration_s=round(now - row.started_at, 3),
         reason=(
             "Cancelled; its whole process tree was killed. The server process that ran it "
             "had stopped, so its output is lost."
         ),
-        test_summary=None,
     )

@@ -11,7 +11,7 @@ from typing import Any
 import docker
 import httpx2
 import pytest
-from db_testkit import create_postgres_database, drop_postgres_database
+from db_testkit import fresh_postgres_blocking
 from docker_testkit import docker_client
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, run_command, tool
@@ -51,15 +51,12 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     """One pair for the module (starting two processes is most of its time)."""
-    name, url = asyncio.run(create_postgres_database())
-    running = None
-    try:
+    with fresh_postgres_blocking() as url:
         running = Pair(tmp_path_factory.mktemp("pair") / "state", url)
-        yield running
-    finally:
-        if running is not None:
+        try:
+            yield running
+        finally:
             running.stop()
-        asyncio.run(drop_postgres_database(name))
 
 
 def job_processes(engine: docker.DockerClient, experiment_id: str) -> list[str]:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import httpx2
 import pytest
 import sqlalchemy as sa
+from db_testkit import fresh_postgres_blocking
 from e2e_server import RunningServer, free_port, start_server, stop_server
 from mcp_http import call_tool
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
-from pg_testkit import fresh_database
 from sqlalchemy.ext.asyncio import create_async_engine
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state = tmp_path_factory.mktemp("cluster") / "state"
     first_port = free_port()
-    with fresh_database() as database_url:
+    with fresh_postgres_blocking() as database_url:
         env = {
             "SANDBOX_MCP_AUTH": "oauth",
             "SANDBOX_MCP_DATABASE_URL": database_url,

@@ -3,10 +3,11 @@ own on the PostgreSQL that .ci/run starts (``SANDBOX_MCP_TEST_POSTGRES_URL``).""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -66,6 +67,16 @@ async def fresh_postgres() -> AsyncIterator[str]:
         yield url
     finally:
         await drop_postgres_database(name)
+
+
+@contextmanager
+def fresh_postgres_blocking() -> Iterator[str]:
+    """``fresh_postgres`` for a synchronous fixture (no event loop running)."""
+    name, url = asyncio.run(create_postgres_database())
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_postgres_database(name))
 
 
 @asynccontextmanager

@@ -17,6 +17,23 @@ GIT_PREFIX = f"io.sandbox-mcp-git-test-{RUN}"
 UID, GID = 1000, 1000
 IMAGES = ("sandbox-mcp/python:3", "sandbox-mcp/base:bookworm")
 
+# Everything of a container's HostConfig that the hardening sets, but the bind's source
+# (tests compare the workspace on their own) and what the engine fills in itself.
+HOST_HARDENING = (
+    "ReadonlyRootfs",
+    "CapDrop",
+    "CapAdd",
+    "SecurityOpt",
+    "PidsLimit",
+    "Memory",
+    "NanoCpus",
+    "NetworkMode",
+    "Tmpfs",
+    "Init",
+    "Privileged",
+    "Ulimits",
+)
+
 
 def docker_client() -> docker.DockerClient:
     return docker.from_env(timeout=120)

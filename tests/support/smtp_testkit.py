@@ -5,6 +5,7 @@ session was secured."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import socket
 import time
@@ -54,6 +55,21 @@ class Inbox:
         while len(self.received) < count and time.monotonic() < deadline:
             time.sleep(0.1)
         return list(self.received)
+
+    def to(self, address: str) -> int:
+        """How many of the messages went to ``address``."""
+        return sum(address in message.recipients for message in self.received)
+
+    async def arrival(
+        self, count: int = 1, *, to: str | None = None, timeout_s: float = 10
+    ) -> None:
+        """Until ``count`` messages (to ``to``, if given) have arrived, without blocking the
+        event loop that sends them; AssertionError past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while (self.to(to) if to else len(self.received)) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{count} message(s) {f'to {to} ' if to else ''}never came")
+            await asyncio.sleep(0.05)
 
 
 def _authenticate(

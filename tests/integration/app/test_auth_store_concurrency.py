@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from pg_testkit import fresh_database
+from db_testkit import fresh_postgres_blocking
 
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import create_engine, upgrade_schema
@@ -20,7 +20,7 @@ NOW = 1_700_000_000.0
 
 @pytest.fixture
 def database_url() -> Iterator[str]:
-    with fresh_database() as url:
+    with fresh_postgres_blocking() as url:
         yield url
 
 

@@ -6,16 +6,11 @@ with their own relay connections stand for two processes; real PostgreSQL, real 
 
 from __future__ import annotations
 
-import asyncio
-import email
-import socket
 from collections.abc import AsyncIterator, Iterator
-from email.message import Message
 
 import pytest
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, Envelope, Session
-from pg_testkit import fresh_database
+from db_testkit import fresh_postgres_blocking
+from smtp_testkit import Inbox, smtp_server
 
 from app.shared_limits import SharedLimits
 from app.storage.db import create_engine, upgrade_schema
@@ -24,44 +19,15 @@ from pool.mailer import ReadyMailer, SmtpOptions
 pytestmark = pytest.mark.integration
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], Message]] = []
-        self.arrived = asyncio.Event()
-
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        content = envelope.content if isinstance(envelope.content, bytes) else b""
-        self.messages.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
-        return "250 OK"
-
-    def to(self, address: str) -> int:
-        return sum(address in rcpts for rcpts, _ in self.messages)
-
-    async def wait_for(self, address: str) -> None:
-        for _ in range(200):  # 10 s at most, done as soon as it arrives
-            if self.to(address):
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no message to {address}")
-
-
 @pytest.fixture
 def smtp() -> Iterator[tuple[Inbox, int]]:
-    inbox = Inbox()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield inbox, port
-    finally:
-        controller.stop()
+    with smtp_server("none") as running:
+        yield running
 
 
 @pytest.fixture
 def database_url() -> Iterator[str]:
-    with fresh_database() as url:
+    with fresh_postgres_blocking() as url:
         yield url
 
 
@@ -99,13 +65,13 @@ async def test_the_holder_sends_once_when_another_process_hands_the_slot_over(
         assert signed_in_here.remember("other-key", "other@example.org")
         assert not hands_over.has_address("waiter-key"), "the address stays where it was left"
         await hands_over.sandbox_ready("waiter-key")
-        await inbox.wait_for("waiter@example.org")
+        await inbox.arrival(to="waiter@example.org")
         await hands_over.sandbox_ready("waiter-key")  # handed over again: no second message
         await hands_over.sandbox_ready("other-key")
-        await inbox.wait_for("other@example.org")  # announced after the repeat: it passed
+        await inbox.arrival(to="other@example.org")  # announced after the repeat: it passed
         assert inbox.to("waiter@example.org") == 1
         assert not signed_in_here.has_address("waiter-key"), "deleted once sent"
-        _, message = inbox.messages[0]
+        message = inbox.received[0].message
         assert message["Subject"] == "Your sandbox is ready"
 
 
@@ -119,4 +85,4 @@ async def test_the_hourly_cap_holds_across_processes(
             await mailer.sandbox_ready(f"key-{number}")
         await first.close()
         await second.close()  # waits for the messages in flight
-        assert len(inbox.messages) == 2, "two processes together sent at most the cap"
+        assert len(inbox.received) == 2, "two processes together sent at most the cap"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = [
-    *sorted((ROOT / "deploy").iterdir()),
+    *sorted(p for p in (ROOT / "deploy").rglob("*") if p.is_file()),
     *sorted(p for p in (ROOT / ".ci").rglob("*") if p.is_file()),
     ROOT / "Dockerfile",
 ]

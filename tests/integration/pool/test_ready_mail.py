@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import email
-import socket
 from collections.abc import AsyncIterator, Iterator
-from email.message import Message
 
 import pytest
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, Envelope, Session
 from pool_fakes import FakeSlotStore, MemoryPoolState
+from smtp_testkit import Inbox, smtp_server
 
 from pool.leases import Queued, SlotPool
 from pool.mailer import ReadyMailer, SmtpOptions
@@ -19,28 +15,10 @@ from pool.mailer import ReadyMailer, SmtpOptions
 pytestmark = pytest.mark.integration
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], Message]] = []
-
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        content = envelope.content if isinstance(envelope.content, bytes) else b""
-        self.messages.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
-        return "250 OK"
-
-
 @pytest.fixture
 def smtp() -> Iterator[tuple[Inbox, int]]:
-    inbox = Inbox()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield inbox, port
-    finally:
-        controller.stop()
+    with smtp_server("none") as running:
+        yield running
 
 
 @pytest.fixture
@@ -64,13 +42,6 @@ async def pool_and_mailer(
     await mailer.close()
 
 
-async def wait_for(inbox: Inbox, count: int) -> None:
-    for _ in range(100):
-        if len(inbox.messages) >= count:
-            return
-        await asyncio.sleep(0.05)
-
-
 async def test_queued_user_gets_exactly_one_ready_message(
     pool_and_mailer: tuple[SlotPool, ReadyMailer, Inbox],
 ) -> None:
@@ -80,11 +51,11 @@ async def test_queued_user_gets_exactly_one_ready_message(
         await pool.acquire("waiter")
     assert mailer.remember("waiter", "waiter@example.org")
     await pool.release("holder")
-    await wait_for(inbox, 1)
+    await inbox.arrival(1)
     await mailer.close()
-    assert len(inbox.messages) == 1
-    recipients, message = inbox.messages[0]
-    assert recipients == ["waiter@example.org"]
+    assert len(inbox.received) == 1
+    message = inbox.received[0].message
+    assert inbox.received[0].recipients == ["waiter@example.org"]
     assert message["Subject"] == "Your sandbox is ready"
     assert "https://mcp.example.test" in message.get_payload()  # type: ignore[operator]
     assert not mailer.has_address("waiter")  # deleted once sent
@@ -98,7 +69,7 @@ async def test_queued_user_gets_exactly_one_ready_message(
     await pool.release("holder")
     assert (await pool.acquire("waiter")).notes == ("ready",)
     await asyncio.sleep(0.3)
-    assert len(inbox.messages) == 1
+    assert len(inbox.received) == 1
 
 
 async def test_at_most_max_per_hour_messages_leave(smtp: tuple[Inbox, int]) -> None:
@@ -112,7 +83,7 @@ async def test_at_most_max_per_hour_messages_leave(smtp: tuple[Inbox, int]) -> N
         assert mailer.remember(f"k{i}", f"u{i}@example.org")
         await mailer.sandbox_ready(f"k{i}")
     await mailer.close()
-    assert len(inbox.messages) == 3
+    assert len(inbox.received) == 3
 
 
 def test_addresses_are_validated_and_expire_after_a_day() -> None:

@@ -88,10 +88,11 @@ async def test_jobs_round_trip_and_the_running_ones_are_marked_lost(
     assert done.test_summary == summary
     assert await records.load_job("other", "j1") is None
     assert [j.job_id for j in await records.jobs_of("e1")] == ["j1", "j2"]
-    assert await records.mark_lost_jobs(9.0) == 1
+    marked = await records.mark_lost_jobs(9.0, live_processes=set(), reason="its process died")
+    assert [job.job_id for job in marked] == ["j2"]  # j1 has finished
     lost = await records.load_job("k", "j2")
     assert lost is not None
-    assert (lost.status, lost.finished_at) == ("lost", 9.0)
+    assert (lost.status, lost.finished_at, lost.reason) == ("lost", 9.0, "its process died")
 
 
 async def test_artifacts_weigh_expire_and_keep_their_experiment(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from db_testkit import migrated_sqlite
+from db_testkit import an_experiment, migrated_sqlite
 from runtime_fakes import FakeBackend
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -427,12 +427,16 @@ async def test_refused_creations_stop_counting_and_stopped_containers_come_back(
         await world.manager.create(
             world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="bad")
         )
+    # The refused one is DESTROYED at once; a creation a dead server left FAILED with no
+    # container (the engine went away under it) is retired by recovery.
+    await world.records.add(an_experiment("exp_left", sandbox_key="alice"), "created")
+    await world.records.transition("exp_left", State.FAILED, "engine gone", 1.0)
     world.backend.stopped.add(f"c-{kept.experiment_id}")
     report = await world.manager.recover(leased_keys={"alice"})
     assert report["refused_creations_retired"] == 1
     assert report["containers_revived"] == 1
     states = sorted(e.state for e in await world.manager.list_all(world.call()))
-    assert states == ["DESTROYED", "READY"]
+    assert states == ["DESTROYED", "DESTROYED", "READY"]
     assert world.backend.stopped == set()
 
 
