@@ -146,8 +146,8 @@ async def test_pip_and_npm_install_from_the_registry_unconfigured(
         server,
         "",
         python,
-        "python3 /opt/pip.whl/pip install --user tinypkg && "
-        "python3 -c 'import tinypkg; print(\"value\", tinypkg.VALUE)'",
+        # The image's own pip, as an agent types it: no flag, no configuration.
+        "pip install tinypkg && python3 -c 'import tinypkg; print(\"value\", tinypkg.VALUE)'",
     )
     assert pip["exit_code"] == 0, (pip["stdout"], pip["stderr"])
     assert "value 42" in pip["stdout"]

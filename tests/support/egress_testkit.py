@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ensurepip
 import hashlib
 import io
 import json
@@ -209,20 +208,18 @@ def _npm_tarball() -> bytes:
 
 
 def _build_images(folder: Path, ca_pem: Path) -> None:
-    """Images that trust the test CA; the Python one with pip (its image has none)."""
+    """The sandbox images, trusting the test CA (nothing else added: pip is the image's)."""
     folder.mkdir()
     shutil.copy(ca_pem, folder / "test-ca.pem")
-    wheels = Path(ensurepip.__file__).parent / "_bundled"
-    shutil.copy(next(wheels.glob("pip-*.whl")), folder / "pip.whl")
     trust = (
         "COPY test-ca.pem /etc/ssl/certs/ca-certificates.crt\n"
         "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt "
         "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
         "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt "
-        "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1\n"
+        "PIP_DISABLE_PIP_VERSION_CHECK=1\n"
     )
     for image, base, extra in (
-        (PYTHON_IMAGE, "sandbox-mcp/python:3", "COPY pip.whl /opt/pip.whl\n"),
+        (PYTHON_IMAGE, "sandbox-mcp/python:3", ""),
         (NODE_IMAGE, "sandbox-mcp/node:22", ""),
     ):
         (folder / "Dockerfile").write_text(f"FROM {base}\n{trust}{extra}")
