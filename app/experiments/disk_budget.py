@@ -187,6 +187,9 @@ class DiskBudget:
         if tool not in WRITING_TOOLS or self._slot_root_of(sandbox_key) is None:
             return
         self._watched.add(sandbox_key)
+        # What was measured before this call is out of date: the next writing call waits
+        # for this measurement (or makes its own), never admits itself on the old one.
+        self._last.pop(sandbox_key, None)
         task = asyncio.create_task(self.enforce(sandbox_key), name="disk-budget")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
