@@ -1,0 +1,56 @@
+"""``sandbox-mcp serve --transport stdio``: what the README's
+``claude mcp add sandbox -- uv run ... serve --transport stdio`` starts. Local mode
+by definition (no sign-in), and stdout carries nothing but JSON-RPC, so a log line
+there would break the client."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_stdio_serves_one_local_user_through_an_experiment(tmp_path: Path) -> None:
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "app", "serve", "--transport", "stdio"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "SANDBOX_MCP_STATE_DIR": str(tmp_path / "state"),
+            "SANDBOX_MCP_POOL_SIZE": "2",
+            "SANDBOX_MCP_WARM_CONTAINERS": "0",
+        },
+    )
+    with (tmp_path / "stderr.log").open("w") as stderr:
+        async with Client(stdio_client(server, errlog=stderr)) as client:  # type: ignore[arg-type]
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            status = await client.call_tool("sandbox_status", {})
+            created = await client.call_tool("create_experiment", {"name": "over stdio"})
+            assert not created.is_error, created
+            assert created.structured_content is not None
+            experiment_id = created.structured_content["experiment_id"]
+            ran = await client.call_tool(
+                "execute_experiment", {"experiment_id": experiment_id, "command": "echo via-stdio"}
+            )
+            gone = await client.call_tool("destroy_experiment", {"experiment_id": experiment_id})
+    assert "execute_experiment" in names
+    assert not status.is_error
+    assert status.structured_content is not None
+    assert status.structured_content["holds_slot"] is False  # nothing taken by connecting
+    assert ran.structured_content is not None, ran
+    assert (ran.structured_content["exit_code"], ran.structured_content["stdout"]) == (
+        0,
+        "via-stdio\n",
+    )
+    assert not gone.is_error, gone
+    # The logs went to stderr (JSON events), never into the protocol's stream.
+    assert '"event": "service.started"' in (tmp_path / "stderr.log").read_text()
