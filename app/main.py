@@ -57,6 +57,7 @@ from app.state_dir import deployment_id, prepare_state_dir
 from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine
+from app.storage.egress_store import EgressUsageStore
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_pg import leadership_for, pool_state_for
 from app.storage.process_store import ProcessRecords
@@ -155,7 +156,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     ceilings = options.ceilings(settings)
     jobs = JobRegistry()
     registry = ProcessRegistry(ProcessRecords(engine), stale_s=settings.process_stale_s)
-    egress_proxy = build_egress_proxy(settings, metrics)
+    egress_proxy = build_egress_proxy(settings, metrics, EgressUsageStore(engine))
     backend = build_backend(settings, store, ceilings, registry.process_id, egress_proxy)
     records = ExperimentRecords(engine)
     # The pool is built after the manager (its reset hook tears experiments down); the
@@ -291,7 +292,9 @@ class _Hooks:
         self.memory.drop(sandbox_key)
 
 
-def build_egress_proxy(settings: Settings, metrics: Metrics) -> EgressProxy | None:
+def build_egress_proxy(
+    settings: Settings, metrics: Metrics, usage: EgressUsageStore
+) -> EgressProxy | None:
     """The proxy of network "restricted", when the operator offers it."""
     if not settings.egress_proxy:
         return None
@@ -305,6 +308,7 @@ def build_egress_proxy(settings: Settings, metrics: Metrics) -> EgressProxy | No
     )
     return EgressProxy(
         config,
+        usage=usage,  # the byte cap, per experiment, across restarts and processes
         client_factory=lambda: docker.from_env(timeout=60),
         on_refused=metrics.egress_refused,
         on_bytes=metrics.egress_bytes,

@@ -20,41 +20,34 @@ The layout, and why it is the simplest safe one:
 * Squid's access log tells who was refused and who moved how many bytes
   (:mod:`app.runtime.egress_usage`): a client address is a container of one
   experiment (mapped when the container starts). Refusals are handed to that
-  experiment's next command result; bytes are counted against its cap (then it is
-  blocked) and in ``/metrics``.
+  experiment's next command result; bytes are counted in ``/metrics`` and against
+  its cap, recorded in the database and enforced while a transfer runs
+  (:mod:`app.runtime.egress_meter`).
 
 The iptables chain stays when the server stops: experiment containers outlive a
 restart, and must not reach the host meanwhile. It is removed with the network,
 once no container is left on it. Squid is started with the server, stopped with it
 (and killed with it: the parent-death signal), and its death is reported by
-``/health``.
+``/health`` (:mod:`app.runtime.egress_squid`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import hashlib
-import json
 import os
-import pwd
 import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import docker
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
-from app.runtime import egress_acl_helper
+from app.runtime.egress_meter import POLL_S, EgressMeter, MemoryUsage, UsageRecords
 from app.runtime.egress_network import (
     ensure_network,
     host_addresses,
@@ -62,23 +55,15 @@ from app.runtime.egress_network import (
     network_containers,
     remove_if_unused,
 )
-from app.runtime.egress_rules import (
-    ACCESS_LOG,
-    SquidPlan,
-    clamp_allowlist,
-    matches,
-    not_public_ranges,
-    squid_conf,
-)
-from app.runtime.egress_usage import Client, Ledger, LogLine, open_connections, read_new_lines
+from app.runtime.egress_rules import clamp_allowlist, matches, not_public_ranges
+from app.runtime.egress_sockets import open_connections
+from app.runtime.egress_squid import SquidFolder, SquidProcess, make_folder
+from app.runtime.egress_usage import Client, Ledger
 
 log = structlog.get_logger(__name__)
 
 ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's list
-READY_TIMEOUT_S: Final = 20.0
-POLL_S: Final = 1.0
 SETTLE_S: Final = 0.5
-SQUID_USER: Final = "proxy"  # Debian's squid user
 
 
 @dataclass(frozen=True)
@@ -124,6 +109,7 @@ class EgressProxy:
         self,
         config: EgressConfig,
         *,
+        usage: UsageRecords | None = None,
         client_factory: Callable[[], docker.DockerClient] = docker.from_env,
         on_refused: Callable[[str], None] = lambda reason: None,
         on_bytes: Callable[[int], None] = lambda size: None,
@@ -131,13 +117,14 @@ class EgressProxy:
         self.config = config
         self._client_factory = client_factory
         self._ledger = Ledger(config.max_bytes, on_refused=on_refused, on_bytes=on_bytes)
+        self._meter = EgressMeter(
+            self._ledger, usage or MemoryUsage(), write_state=self._write_state
+        )
         self._gateway: str | None = None
-        self._workdir: Path | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._folder: SquidFolder | None = None
+        self._squid: SquidProcess | None = None
         self._watcher: asyncio.Task[None] | None = None
-        self._offset = 0
         self._stopping = False
-        self._read_lock = asyncio.Lock()
 
     # -- what experiments see ---------------------------------------------------------
 
@@ -207,30 +194,23 @@ class EgressProxy:
                 f"network 'restricted' needs Squid ({self.config.squid} was not found): "
                 "apt-get install squid, or unset SANDBOX_MCP_EGRESS_PROXY."
             )
-        conf = await asyncio.to_thread(self._prepare)
-        self._process = await asyncio.create_subprocess_exec(
-            squid,
-            "-N",
-            "-f",
-            str(conf),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
+        folder = await asyncio.to_thread(self._prepare)
+        assert self._gateway is not None
+        # Containers that outlived a restart continue from their recorded bytes.
+        await self._meter.load(self._ledger.experiments())
+        self._squid = SquidProcess(squid, folder, self._gateway, self.config.port)
         try:
-            await self._wait_ready()
+            await self._squid.start()
         except BaseException:
-            self._process.kill()
-            await self._process.wait()
             await asyncio.to_thread(self._cleanup)
             raise
+        self._meter.open(folder.access_log, self._gateway, self.config.port)
         self._watcher = asyncio.create_task(self._watch(), name="egress-proxy-watch")
         log.info(
             "egress.started",
             proxy=self.proxy_url,
             network=self.network,
-            pid=self._process.pid,
+            pid=self._squid.pid,
             allowlist=len(self.config.ceiling),
         )
 
@@ -240,26 +220,23 @@ class EgressProxy:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        process = self._process
-        if process is not None and process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        if self._squid is not None:
+            await self._squid.stop()  # it logs the connections it still held
+        with contextlib.suppress(Exception):  # their bytes, recorded for the next start
+            await self._meter.read_log()
         await asyncio.to_thread(self._cleanup)
         log.info("egress.stopped")
 
     def health(self) -> dict[str, Any]:
-        process = self._process
-        if process is None or process.returncode is None:
-            return {"ok": process is not None, "proxy": "squid"}
+        squid = self._squid
+        code = None if squid is None else squid.exit_code
+        if code is None:
+            return {"ok": squid is not None, "proxy": "squid"}
         return {
             "ok": False,
             "proxy": "squid",
             "reason": (
-                f"the egress proxy (squid) exited with code {process.returncode}; "
+                f"the egress proxy (squid) exited with code {code}; "
                 "experiments in network 'restricted' have no network until the server "
                 "restarts"
             ),
@@ -270,22 +247,26 @@ class EgressProxy:
     async def attach(self, api: docker.APIClient, container_id: str) -> None:
         """Map a started restricted container's address to it (its list is its label)."""
         info = await asyncio.to_thread(api.inspect_container, container_id)
-        self._register(info)
+        client = self._register(info)
+        if client is not None and client.experiment_id:
+            await self._meter.load([client.experiment_id])  # a recreated container: same cap
         await asyncio.to_thread(self._write_state)
 
     async def detach(self, container_id: str) -> None:
         """Forget a removed container (after its last log lines are read)."""
         if self._ledger.get(container_id) is None:
             return
-        await self._read_log()
+        await self._meter.read_log()
         client = self._ledger.remove(container_id)
-        assert client is not None
-        # Each experiment's egress, recorded once when its container goes.
+        if client is None:
+            return
+        # Each container's egress, recorded once when it goes (its experiment's total too).
         log.info(
             "egress.usage",
             experiment_id=client.experiment_id,
             container_id=container_id[:12],
             bytes=client.bytes,
+            experiment_bytes=self._ledger.usage_of(client.experiment_id),
             refused=client.refusals,
             capped=client.blocked,
         )
@@ -297,7 +278,7 @@ class EgressProxy:
         if client is None:
             return None
         await self._settle(client.address)
-        await self._read_log()
+        await self._meter.read_log()
         return self._ledger.notice(container_id)
 
     async def _settle(self, address: str) -> None:
@@ -321,7 +302,7 @@ class EgressProxy:
 
     # -- internals --------------------------------------------------------------------
 
-    def _prepare(self) -> Path:
+    def _prepare(self) -> SquidFolder:
         """The network, its firewall, Squid's folder and configuration (blocking)."""
         client = self._client_factory()
         try:
@@ -329,41 +310,22 @@ class EgressProxy:
             labels = {f"{config.label_prefix}.role": "egress-restricted"}
             self._gateway = ensure_network(api, config.network, config.bridge, labels)
             install_firewall(config.bridge, config.chain, self._gateway, config.port)
-            self._workdir = Path(tempfile.mkdtemp(prefix="sandbox-mcp-egress-"))
-            logs = self._workdir / "log"
-            logs.mkdir()
-            self._workdir.chmod(0o755)
-            user = SQUID_USER if _has_user(SQUID_USER) else None
-            if user is not None:
-                entry = pwd.getpwnam(user)
-                os.chown(logs, entry.pw_uid, entry.pw_gid)
-            helper = self._workdir / "acl_helper.py"
-            shutil.copyfile(egress_acl_helper.__file__, helper)
-            hosts = None
-            if self.config.test_hosts:
-                hosts = self._workdir / "hosts"
-                hosts.write_text("".join(f"{a} {n}\n" for n, a in self.config.test_hosts))
-            plan = SquidPlan(
-                listen=f"{self._gateway}:{self.config.port}",
-                workdir=logs,
-                ceiling=self.config.ceiling,
+            self._folder = make_folder(
+                listen=f"{self._gateway}:{config.port}",
+                ceiling=config.ceiling,
                 not_public=not_public_ranges(host_addresses()),
-                helper=(_system_python(), str(helper), str(self._workdir / "state.json")),
-                hosts_file=hosts,
-                user=user,
+                test_hosts=config.test_hosts,
             )
-            conf = self._workdir / "squid.conf"
-            conf.write_text(squid_conf(plan))
             for found in network_containers(api, config.network):
                 self._register(found)
             self._write_state()
-            return conf
+            return self._folder
         finally:
             client.close()
 
     def _cleanup(self) -> None:
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        if self._folder is not None:
+            self._folder.remove()
         client = self._client_factory()
         try:
             config = self.config
@@ -371,99 +333,41 @@ class EgressProxy:
         finally:
             client.close()
 
-    def _register(self, info: dict[str, Any]) -> None:
+    def _register(self, info: dict[str, Any]) -> Client | None:
         container_id = str(info["Id"])
         networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
         address = (networks.get(self.network) or {}).get("IPAddress")
         if not address:
-            return
+            return None
         labels = (info.get("Config") or {}).get("Labels") or {}
         label = labels.get(self.allow_label(), "")
         experiment_id = labels.get(f"{self.config.label_prefix}.experiment", "")
         allow = tuple(
             n for n in label.split(",") if n and matches(n.lstrip("."), self.config.ceiling)
         )
-        self._ledger.add(Client(container_id, address, allow, experiment_id))
+        client = Client(container_id, address, allow, experiment_id)
+        self._ledger.add(client)
+        return client
 
     def _write_state(self) -> None:
-        if self._workdir is None:
-            return
-        state = self._ledger.state()
-        target = self._workdir / "state.json"
-        scratch = target.with_suffix(".tmp")
-        scratch.write_text(json.dumps(state))
-        scratch.chmod(0o644)
-        scratch.replace(target)
-
-    async def _wait_ready(self) -> None:
-        assert self._process is not None
-        assert self._gateway is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self._process.returncode is not None:
-                raise ConfigurationError(
-                    f"Squid exited at start ({self._process.returncode}): {self._squid_log()}"
-                )
-            try:
-                _, writer = await asyncio.open_connection(self._gateway, self.config.port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise ConfigurationError(
-            f"Squid did not listen in {READY_TIMEOUT_S:g} s: {self._squid_log()}"
-        )
-
-    def _squid_log(self) -> str:
-        if self._workdir is None:
-            return ""
-        with contextlib.suppress(OSError):
-            return (self._workdir / "log" / "cache.log").read_text(errors="replace")[-1500:]
-        return ""
+        if self._folder is not None:
+            self._folder.write_state(self._ledger.state())
 
     async def _watch(self) -> None:
-        """Count bytes and refusals as they come; say once when Squid died."""
-        assert self._process is not None
+        """Count bytes and refusals as they come, stop who reaches the cap mid-transfer;
+        say once when Squid died."""
+        assert self._squid is not None
         while True:
             await asyncio.sleep(POLL_S)
-            if self._process.returncode is not None and not self._stopping:
-                log.error("egress.proxy_died", code=self._process.returncode, log=self._squid_log())
+            if self._squid.exit_code is not None and not self._stopping:
+                log.error(
+                    "egress.proxy_died",
+                    code=self._squid.exit_code,
+                    log=self._folder.cache_log() if self._folder else "",
+                )
                 return
             try:
-                await self._read_log()
+                await self._meter.read_log()
+                await self._meter.check_live()
             except Exception:
                 log.exception("egress.log_failed")
-
-    async def _read_log(self) -> None:
-        if self._workdir is None:
-            return
-        async with self._read_lock:
-            lines, self._offset = await asyncio.to_thread(
-                read_new_lines, self._workdir / "log" / ACCESS_LOG, self._offset
-            )
-            changed = False
-            for text in lines:
-                line = LogLine.parse(text)
-                if line is not None:
-                    changed |= self._ledger.account(line)
-            if changed:
-                await asyncio.to_thread(self._write_state)
-
-
-def _has_user(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
-def _system_python() -> str:
-    # Squid's user must be able to run it: not a virtualenv in root's home.
-    return shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the server dies, however it dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

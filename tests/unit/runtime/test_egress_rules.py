@@ -20,6 +20,7 @@ from app.runtime.egress_rules import (
     squid_conf,
     squid_domains,
 )
+from app.runtime.egress_sockets import parse_ss
 from app.runtime.egress_usage import Client, Ledger, LogLine, read_new_lines
 
 
@@ -144,37 +145,86 @@ def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:22\n"
         "1 172.30.0.9 TCP_DENIED/403 100 0 CONNECT pypi.org:443\n"  # no experiment's
         "1 172.30.0.2 TCP_TUNNEL/200 20000 0 CONNECT pypi.org:443\n"
-        "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:443\n"
         "1 172.30.0.2 TCP_TUNNEL/200 5 0 CONNECT pyp"  # a line being written
     )
     lines, offset = read_new_lines(log, 0)
-    assert len(lines) == 6
+    assert len(lines) == 5
     assert offset < log.stat().st_size, "the unfinished line waits"
-    changed = [ledger.account(line) for text in lines if (line := LogLine.parse(text))]
-    assert changed == [False, False, False, False, True, False]  # blocked once
+    assert ledger.account(lines) == {"exp_1": 20_300}  # for the database
+    # The database's total (this and earlier runs) decides the cap: blocked once.
+    assert ledger.set_usage({"exp_1": (20_300, False)}) == {"exp_1"}
+    assert ledger.set_usage({"exp_1": (20_301, False)}) == set()
+    assert ledger.account(["1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:443"]) == {
+        "exp_1": 100
+    }
     notice = ledger.notice("c1")
     assert notice is not None
     assert "evil.com:443: not on this experiment's allow-list" in notice
     assert "pypi.org:443: it resolves to an address that is not public" in notice
     assert "pypi.org:22: only https on port 443" in notice
-    assert "the egress byte cap (10,000 bytes) is used up" in notice
+    assert "EGRESS_CAP_REACHED: the egress byte cap (10,000 bytes) is used up" in notice
     assert "pypi.org:443: this experiment has used its egress byte cap" in notice
     assert refused == ["not_allowed", "not_public", "port", "cap"]
-    assert sum(moved) == 20_400
+    assert sum(moved) == 20_500
     assert ledger.state() == {"172.30.0.2": {"allow": ["pypi.org"], "blocked": True}}
     assert ledger.notice("c1") is None, "told once"
+
+
+def test_an_experiment_capped_before_a_restart_stays_blocked_untold() -> None:
+    ledger = Ledger(10_000)
+    ledger.add(Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"))
+    # Recorded capped (the cut transfer was logged a little under the cap).
+    assert ledger.set_usage({"exp_1": (9_000, True)}) == {"exp_1"}
+    assert ledger.state()["172.30.0.2"]["blocked"] is True
+    assert ledger.notice("c1") is None, "it was told before the restart"
+    # A new container of the same experiment is blocked from the start.
+    ledger.add(Client("c2", "172.30.0.3", ("pypi.org",), "exp_1"))
+    assert ledger.state()["172.30.0.3"]["blocked"] is True
+
+
+def test_open_connections_count_against_the_cap_of_their_experiment() -> None:
+    ledger = Ledger(10_000)
+    ledger.add(Client("a1", "172.30.0.2", (), "exp_a"))
+    ledger.add(Client("a2", "172.30.0.3", (), "exp_a"))  # two containers, one experiment
+    ledger.add(Client("b1", "172.30.0.4", (), "exp_b"))
+    ledger.set_usage({"exp_a": (4_000, False), "exp_b": (9_000, False)})
+    # exp_a: 4,000 recorded + 3,000 + 2,999 open; exp_b: 9,000 + 999; an unknown address.
+    live = {"172.30.0.2": 3_000, "172.30.0.3": 2_999, "172.30.0.4": 999, "172.30.0.9": 10**9}
+    assert ledger.over_cap(live) == set()
+    live["172.30.0.3"] = 3_000
+    assert ledger.over_cap(live) == {"exp_a"}
+    assert ledger.over_cap(live) == set(), "stopped once"
+    assert sorted(ledger.addresses_of("exp_a")) == ["172.30.0.2", "172.30.0.3"]
+    assert ledger.state()["172.30.0.4"]["blocked"] is False
+    notice = ledger.notice("a1")
+    assert notice is not None
+    assert "EGRESS_CAP_REACHED" in notice
+    assert "cut this experiment's open connections" in notice
 
 
 def test_an_address_reused_by_a_new_container_belongs_to_it() -> None:
     ledger = Ledger(10_000)
     ledger.add(Client("old", "172.30.0.2", ("pypi.org",)))
     ledger.add(Client("new", "172.30.0.2", ()))
-    ledger.account(LogLine("172.30.0.2", True, 10, "CONNECT", "pypi.org", 443))
+    ledger.account(["1 172.30.0.2 TCP_DENIED/403 10 0 CONNECT pypi.org:443"])
     assert ledger.get("old") is None
     new = ledger.get("new")
     assert new is not None
     assert new.refusals == 1
     assert ledger.state() == {"172.30.0.2": {"allow": [], "blocked": False}}
+
+
+def test_ss_output_gives_each_container_its_bytes_both_ways() -> None:
+    text = (
+        "0      0      172.30.0.1:3128 172.30.0.2:45678\n"
+        "\t cubic wscale:7,7 rto:204 bytes_sent:5100 bytes_acked:5000 "
+        "bytes_received:700 segs_out:9\n"
+        "0      0      172.30.0.1:3128 172.30.0.2:45680\n"
+        "\t cubic bytes_acked:100 segs_out:1\n"
+        "0      0      172.30.0.1:3128 172.30.0.3:40000\n"
+        "\t cubic rto:204 segs_out:1\n"
+    )
+    assert parse_ss(text) == {"172.30.0.2": 5_800, "172.30.0.3": 0}
 
 
 def test_names_a_dot_entry_covers_are_left_to_it_for_squid() -> None:
