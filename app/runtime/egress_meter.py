@@ -19,6 +19,7 @@ The log is read and parsed in a thread (a big log never holds the event loop).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, Protocol
@@ -127,8 +128,14 @@ class EgressMeter:
             if self._proxy is not None:
                 gateway, port = self._proxy
                 for address in self._ledger.addresses_of(experiment_id):
-                    if not await asyncio.to_thread(cut, gateway, port, address):
-                        log.error("egress.cut_failed", experiment_id=experiment_id, address=address)
+                    closed = await asyncio.to_thread(cut, gateway, port, address)
+                    log.log(
+                        logging.ERROR if closed is None else logging.INFO,
+                        "egress.cut_failed" if closed is None else "egress.cut",
+                        experiment_id=experiment_id,
+                        address=address,
+                        connections=closed,
+                    )
             await self._records.mark_capped(experiment_id)
 
 

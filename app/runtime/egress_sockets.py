@@ -47,15 +47,15 @@ def parse_ss(text: str) -> dict[str, int]:
     return dict(moved)
 
 
-def cut(gateway: str, port: int, client: str) -> bool:
-    """Close every connection of ``client`` to the proxy; whether the kernel could."""
+def cut(gateway: str, port: int, client: str) -> int | None:
+    """Close every connection of ``client`` to the proxy: how many (None: ``ss`` failed)."""
     done = subprocess.run(  # noqa: S603
         ["ss", "-KH", "state", "established", "src", f"{gateway}:{port}", "dst", client],  # noqa: S607
         capture_output=True,
         text=True,
         check=False,
     )
-    return done.returncode == 0
+    return len(done.stdout.splitlines()) if done.returncode == 0 else None
 
 
 def open_connections(gateway: str, port: int, client: str) -> bool:

@@ -3,8 +3,10 @@
 Serves ``<root>/<Host header>/<path>`` (``index.html`` for a folder), with the
 certificate given, on 443, and the same over plain http on 80; paths of
 ``*.git`` repositories under ``<root>/<host>/`` go to ``git http-backend`` (smart
-http, so shallow clones work). Started by ``tests/support/egress_testkit.py``
-inside a network namespace of its own, so it owns a public-looking address.
+http, so shallow clones work); ``/slow/<n>`` on any host sends ``n`` bytes at
+2.5 MiB/s (a download that lasts, for the byte cap). Started by
+``tests/support/egress_testkit.py`` inside a network namespace of its own, so it
+owns a public-looking address.
 
 Usage: python egress_registry.py ROOT CERT KEY
 """
@@ -16,10 +18,13 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(sys.argv[1])
+SLOW_CHUNK = 64 * 1024
+SLOW_PAUSE_S = 0.025  # 2.5 MiB/s
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -41,6 +46,9 @@ class Handler(BaseHTTPRequestHandler):
         if ".git/" in path:
             self._git(site, path, query)
             return
+        if path.startswith("/slow/") and path[6:].isdecimal():
+            self._slow(int(path[6:]))
+            return
         target = (site / path.lstrip("/")).resolve()
         if target.is_dir():
             target = target / "index.html"
@@ -60,6 +68,20 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _slow(self, size: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        chunk = os.urandom(SLOW_CHUNK)
+        try:
+            while size > 0:
+                self.wfile.write(chunk[:size])
+                size -= len(chunk)
+                time.sleep(SLOW_PAUSE_S)
+        except OSError:
+            self.close_connection = True  # the proxy cut it: the point of the test
 
     def _git(self, site: Path, path: str, query: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)

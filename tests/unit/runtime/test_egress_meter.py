@@ -73,7 +73,7 @@ async def test_the_log_reaching_the_cap_blocks_records_and_cuts(
 ) -> None:
     cuts: list[str] = []
     monkeypatch.setattr(
-        "app.runtime.egress_meter.cut", lambda gateway, port, client: cuts.append(client) or True
+        "app.runtime.egress_meter.cut", lambda gateway, port, client: cuts.append(client) or 1
     )
     log = tmp_path / "access.log"
     log.write_text("1 172.30.0.2 TCP_TUNNEL/200 6000 0 CONNECT pypi.org:443\n")
