@@ -145,7 +145,9 @@ def _serve(
         return EXIT_USAGE
     from app import workers as processes
 
-    refused = processes.refusal(settings.workers, settings.effective_database_url)
+    refused = processes.refusal(
+        settings.workers, settings.effective_database_url, egress_proxy=settings.egress_proxy
+    )
     if refused is not None:
         return _fail(refused, EXIT_USAGE)
     if settings.workers > 1 and transport == "stdio":

@@ -26,8 +26,16 @@ LISTEN_FD_FLAG = "--listen-fd"
 RESTART_PAUSE_S = 1.0
 
 
-def refusal(workers: int, database_url: str) -> str | None:
+def refusal(workers: int, database_url: str, *, egress_proxy: bool = False) -> str | None:
     """Why ``workers`` processes cannot serve this database, or None if they can."""
+    if workers > 1 and egress_proxy:
+        # Each process would start its own Squid on the one proxy address: all but
+        # the first exit at once ("Unable to open HTTP Socket").
+        return (
+            f"--workers {workers} cannot offer network 'restricted' (SANDBOX_MCP_EGRESS_PROXY): "
+            "its proxy listens on one address of the host, so one process runs it; serve "
+            "with --workers 1, or unset SANDBOX_MCP_EGRESS_PROXY"
+        )
     if workers > 1 and not database_url.startswith("postgresql"):
         return (
             f"--workers {workers} needs PostgreSQL: several processes share their state "

@@ -20,7 +20,8 @@
 #   postgresql       server binaries for a private throwaway cluster
 #   debootstrap      deploy/build-base-image builds the sandbox images with it
 #   chromium         e2e browser tests (headless)
-#   iproute2         ip netns for network tests
+#   iproute2         ip netns for network tests; ss for the egress byte cap (live
+#                    bytes of the proxy's connections, ss -K to cut them)
 #   squid            the allow-listing forward proxy of network "restricted"
 #   ca-certificates  TLS to the package registries
 #   git procps xz-utils  used by scripts and tests

@@ -181,7 +181,7 @@ class EgressProxy:
         """Create the network and its firewall, start Squid, wait until it listens.
 
         Raises:
-            ConfigurationError: not root, no squid, or Squid would not start.
+            ConfigurationError: not root, no squid or ss, or Squid would not start.
         """
         if os.geteuid() != 0:
             raise ConfigurationError(
@@ -193,6 +193,11 @@ class EgressProxy:
             raise ConfigurationError(
                 f"network 'restricted' needs Squid ({self.config.squid} was not found): "
                 "apt-get install squid, or unset SANDBOX_MCP_EGRESS_PROXY."
+            )
+        if shutil.which("ss") is None:
+            raise ConfigurationError(
+                "network 'restricted' needs ss (iproute2) to enforce the egress byte cap "
+                "during a transfer: apt-get install iproute2."
             )
         folder = await asyncio.to_thread(self._prepare)
         assert self._gateway is not None

@@ -209,6 +209,19 @@ def test_several_workers_on_sqlite_are_refused_in_one_sentence(
     assert "--workers 2 needs PostgreSQL" in err
 
 
+def test_several_workers_with_the_egress_proxy_are_refused_in_one_sentence(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each process would start a Squid on the one proxy address; all but one would die.
+    monkeypatch.setenv("SANDBOX_MCP_DATABASE_URL", "postgresql+asyncpg://u@localhost/db")
+    monkeypatch.setenv("SANDBOX_MCP_EGRESS_PROXY", "true")
+    code, _, err = run(["serve", "--workers", "2"], capsys)
+    assert code == 2
+    assert "--workers 2 cannot offer network 'restricted'" in err
+    assert "serve with --workers 1, or unset SANDBOX_MCP_EGRESS_PROXY" in err
+    assert_no_traceback(err)
+
+
 def test_a_bad_worker_count_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["serve", "--workers", "0"], capsys)
     assert code == 2
