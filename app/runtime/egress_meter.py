@@ -43,27 +43,6 @@ class UsageRecords(Protocol):
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]: ...
 
 
-class MemoryUsage:
-    """Usage kept in this process only: for a proxy run without a database (the
-    benchmark); the server always passes the database's store."""
-
-    def __init__(self) -> None:
-        self._rows: dict[str, Usage] = {}
-
-    async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
-        for key, size in moved.items():
-            row = self._rows.get(key, Usage(0, False))
-            self._rows[key] = Usage(row.bytes + size, row.capped)
-        return {key: self._rows[key] for key in moved}
-
-    async def mark_capped(self, experiment_id: str) -> None:
-        row = self._rows.get(experiment_id, Usage(0, False))
-        self._rows[experiment_id] = Usage(row.bytes, True)
-
-    async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]:
-        return {key: self._rows[key] for key in experiment_ids if key in self._rows}
-
-
 class EgressMeter:
     """Counts one Squid's log into ``records`` and stops experiments at the cap."""
 

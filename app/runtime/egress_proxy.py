@@ -47,7 +47,7 @@ import docker
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
-from app.runtime.egress_meter import POLL_S, EgressMeter, MemoryUsage, UsageRecords
+from app.runtime.egress_meter import POLL_S, EgressMeter, UsageRecords
 from app.runtime.egress_network import (
     ensure_network,
     host_addresses,
@@ -109,7 +109,7 @@ class EgressProxy:
         self,
         config: EgressConfig,
         *,
-        usage: UsageRecords | None = None,
+        usage: UsageRecords,
         client_factory: Callable[[], docker.DockerClient] = docker.from_env,
         on_refused: Callable[[str], None] = lambda reason: None,
         on_bytes: Callable[[int], None] = lambda size: None,
@@ -117,9 +117,7 @@ class EgressProxy:
         self.config = config
         self._client_factory = client_factory
         self._ledger = Ledger(config.max_bytes, on_refused=on_refused, on_bytes=on_bytes)
-        self._meter = EgressMeter(
-            self._ledger, usage or MemoryUsage(), write_state=self._write_state
-        )
+        self._meter = EgressMeter(self._ledger, usage, write_state=self._write_state)
         self._gateway: str | None = None
         self._folder: SquidFolder | None = None
         self._squid: SquidProcess | None = None

@@ -33,6 +33,7 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
+from egress_fakes import MemoryUsage
 from egress_testkit import PYTHON_IMAGE, outside_world
 
 from app.runtime.egress_proxy import EgressConfig, EgressProxy
@@ -62,7 +63,8 @@ async def main(samples: int) -> None:
                 max_bytes=1 << 40,
                 deployment="bench-egress",
                 test_hosts=(("pypi.org", world.registry),),
-            )
+            ),
+            usage=MemoryUsage(),  # no database here: the bytes are only shown
         )
         await proxy.start()
         client = docker.from_env()

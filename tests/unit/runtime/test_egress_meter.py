@@ -8,9 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from egress_fakes import MemoryUsage
 
 from app.runtime import egress_usage
-from app.runtime.egress_meter import EgressMeter, MemoryUsage
+from app.runtime.egress_meter import EgressMeter
 from app.runtime.egress_usage import Client, Ledger, LogLine
 
 LINES = 120_000  # about 9 MB: more than two reads of the log
