@@ -96,8 +96,7 @@ class EgressMeter:
             return
         gateway, port = self._proxy
         live = await asyncio.to_thread(live_bytes, gateway, port)
-        if live:
-            await self._stop(self._ledger.over_cap(live))
+        await self._stop(self._ledger.over_cap(live))
 
     async def _stop(self, experiments: set[str]) -> None:
         if not experiments:

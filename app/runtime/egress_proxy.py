@@ -260,6 +260,8 @@ class EgressProxy:
         if self._ledger.get(container_id) is None:
             return
         await self._meter.read_log()
+        client = self._ledger.get(container_id)
+        total = self._ledger.usage_of(client.experiment_id) if client else 0
         client = self._ledger.remove(container_id)
         if client is None:
             return
@@ -269,7 +271,7 @@ class EgressProxy:
             experiment_id=client.experiment_id,
             container_id=container_id[:12],
             bytes=client.bytes,
-            experiment_bytes=self._ledger.usage_of(client.experiment_id),
+            experiment_bytes=total,
             refused=client.refusals,
             capped=client.blocked,
         )

@@ -174,7 +174,9 @@ def squid_domains(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 ACCESS_LOG: Final = "access.log"
-LOG_FORMAT: Final = "%ts.%03tu %>a %Ss/%03>Hs %<st %>st %rm %ru"
+# The client's port last: a kept-alive http connection logs each request while it
+# stays open, and the live count must not add those bytes twice (egress_usage).
+LOG_FORMAT: Final = "%ts.%03tu %>a %Ss/%03>Hs %<st %>st %rm %ru %>p"
 
 
 def squid_conf(plan: SquidPlan) -> str:

@@ -23,7 +23,8 @@ _COUNTER = re.compile(r"\b(bytes_acked|bytes_received):(\d+)")
 
 
 def live_bytes(gateway: str, port: int) -> dict[str, int]:
-    """Bytes moved so far by the proxy's open connections, by container address."""
+    """Bytes moved so far by each open connection to the proxy, by its client end
+    (``address:port``)."""
     done = subprocess.run(  # noqa: S603
         ["ss", "-tinH", "state", "established", "src", f"{gateway}:{port}"],  # noqa: S607
         capture_output=True,
@@ -40,7 +41,9 @@ def parse_ss(text: str) -> dict[str, int]:
     for line in text.splitlines():
         if not line[:1].isspace():
             fields = line.split()
-            peer = fields[-1].rpartition(":")[0] if len(fields) >= 4 else None
+            peer = fields[-1] if len(fields) >= 4 else None
+            if peer:
+                moved[peer] += 0
             continue
         if peer:
             moved[peer] += sum(int(n) for _, n in _COUNTER.findall(line))

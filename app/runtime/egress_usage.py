@@ -56,6 +56,7 @@ class LogLine:
     method: str
     host: str
     port: int
+    client_port: int = 0  # 0: not logged
 
     @classmethod
     def parse(cls, line: str) -> LogLine | None:
@@ -68,7 +69,14 @@ class LogLine:
         except ValueError:
             return None
         host, port = _host_port(method, url)
-        return cls(client, status.startswith("TCP_DENIED"), size, method, host, port)
+        source = parts[7] if len(parts) > 7 and parts[7].isdecimal() else "0"
+        denied = status.startswith("TCP_DENIED")
+        return cls(client, denied, size, method, host, port, int(source))
+
+    @property
+    def connection(self) -> str:
+        """The client's end of the connection, as ``ss`` names it."""
+        return f"{self.client}:{self.client_port}"
 
 
 def _host_port(method: str, url: str) -> tuple[str, int]:
@@ -103,6 +111,7 @@ class _Sums:
 
     bytes: int = 0
     denied: list[LogLine] = field(default_factory=list)
+    by_connection: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
 class Ledger:
@@ -123,6 +132,9 @@ class Ledger:
         self._by_address: dict[str, str] = {}  # container address -> container id
         self._usage: dict[str, int] = {}  # experiment id -> its recorded bytes
         self._capped: set[str] = set()  # experiments the cap stopped
+        # Bytes logged for connections that may still be open (kept-alive http logs
+        # each request): subtracted from the kernel's count of those connections.
+        self._logged: dict[str, int] = defaultdict(int)
 
     def get(self, container_id: str) -> Client | None:
         return self._clients.get(container_id)
@@ -140,8 +152,14 @@ class Ledger:
     def remove(self, container_id: str) -> Client | None:
         with self._lock:
             client = self._clients.pop(container_id, None)
-            if client is not None and self._by_address.get(client.address) == container_id:
+            if client is None:
+                return None
+            if self._by_address.get(client.address) == container_id:
                 del self._by_address[client.address]
+            if not any(c.experiment_id == client.experiment_id for c in self._clients.values()):
+                # Its last container: the database keeps its count for a recreated one.
+                self._usage.pop(client.experiment_id, None)
+                self._capped.discard(client.experiment_id)
             return client
 
     def experiments(self) -> set[str]:
@@ -171,6 +189,8 @@ class Ledger:
             if line is not None:
                 entry = sums[line.client]
                 entry.bytes += line.bytes
+                if line.client_port:
+                    entry.by_connection[line.connection] += line.bytes
                 if line.denied:
                     entry.denied.append(line)
         moved: dict[str, int] = defaultdict(int)
@@ -182,6 +202,8 @@ class Ledger:
                 if client is None:
                     continue
                 client.bytes += entry.bytes
+                for connection, size in entry.by_connection.items():
+                    self._logged[connection] += size
                 if client.experiment_id:
                     moved[client.experiment_id] += entry.bytes
                 for line in entry.denied:
@@ -214,11 +236,16 @@ class Ledger:
         return stopped
 
     def over_cap(self, live: Mapping[str, int]) -> set[str]:
-        """Stop the experiments whose recorded bytes and open connections (``live``,
-        by container address) reach the cap; those it newly stops."""
+        """Stop the experiments whose recorded bytes and open connections reach the cap;
+        those it newly stops. ``live``: each open connection's bytes so far, by its
+        client end (``address:port``), whether logged in part already or not."""
         open_bytes: dict[str, int] = defaultdict(int)
         with self._lock:
-            for address, size in live.items():
+            for gone in self._logged.keys() - live.keys():
+                del self._logged[gone]  # closed: its whole count is the log's now
+            for connection, moved in live.items():
+                size = max(0, moved - self._logged.get(connection, 0))
+                address = connection.rpartition(":")[0]
                 container_id = self._by_address.get(address)
                 client = self._clients.get(container_id) if container_id else None
                 if client is not None and client.experiment_id:

@@ -131,6 +131,9 @@ def test_log_lines_are_read_for_who_what_and_how_much() -> None:
     )
     assert denied == LogLine("172.30.0.2", True, 4080, "GET", "example.com", 8080)
     assert LogLine.parse("garbage") is None
+    kept = LogLine.parse("1.0 172.30.0.2 TCP_MISS/200 10 5 GET http://a.example/ 40123")
+    assert kept is not None
+    assert kept.connection == "172.30.0.2:40123"
 
 
 def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None:
@@ -189,9 +192,15 @@ def test_open_connections_count_against_the_cap_of_their_experiment() -> None:
     ledger.add(Client("b1", "172.30.0.4", (), "exp_b"))
     ledger.set_usage({"exp_a": (4_000, False), "exp_b": (9_000, False)})
     # exp_a: 4,000 recorded + 3,000 + 2,999 open; exp_b: 9,000 + 999; an unknown address.
-    live = {"172.30.0.2": 3_000, "172.30.0.3": 2_999, "172.30.0.4": 999, "172.30.0.9": 10**9}
+    live = {
+        "172.30.0.2:40000": 2_000,
+        "172.30.0.2:40002": 1_000,
+        "172.30.0.3:40000": 2_999,
+        "172.30.0.4:40000": 999,
+        "172.30.0.9:40000": 10**9,
+    }
     assert ledger.over_cap(live) == set()
-    live["172.30.0.3"] = 3_000
+    live["172.30.0.3:40000"] = 3_000
     assert ledger.over_cap(live) == {"exp_a"}
     assert ledger.over_cap(live) == set(), "stopped once"
     assert sorted(ledger.addresses_of("exp_a")) == ["172.30.0.2", "172.30.0.3"]
@@ -200,6 +209,33 @@ def test_open_connections_count_against_the_cap_of_their_experiment() -> None:
     assert notice is not None
     assert "EGRESS_CAP_REACHED" in notice
     assert "cut this experiment's open connections" in notice
+
+
+def test_requests_logged_on_a_kept_alive_connection_are_not_counted_twice() -> None:
+    ledger = Ledger(10_000)
+    ledger.add(Client("c1", "172.30.0.2", ("deb.debian.org",), "exp_1"))
+    # Plain http kept alive: two requests logged while the connection stays open.
+    moved = ledger.account(
+        [
+            "1 172.30.0.2 TCP_MISS/200 3000 100 GET http://deb.debian.org/a 40000",
+            "1 172.30.0.2 TCP_MISS/200 3000 100 GET http://deb.debian.org/b 40000",
+        ]
+    )
+    assert moved == {"exp_1": 6_200}
+    ledger.set_usage({"exp_1": (6_200, False)})
+    # The kernel counts the connection's whole life: 6,200 logged + 3,700 of a third.
+    assert ledger.over_cap({"172.30.0.2:40000": 9_900}) == set(), "not 6,200 twice"
+    assert ledger.over_cap({"172.30.0.2:40000": 10_000}) == {"exp_1"}
+
+
+def test_a_closed_connections_logged_bytes_are_forgotten() -> None:
+    ledger = Ledger(10_000)
+    ledger.add(Client("c1", "172.30.0.2", (), "exp_1"))
+    ledger.account(["1 172.30.0.2 TCP_MISS/200 5000 0 GET http://a.example/ 40000"])
+    ledger.set_usage({"exp_1": (5_000, False)})
+    assert ledger.over_cap({}) == set()  # 40000 closed meanwhile
+    # A new connection on the same port: all of its bytes are new.
+    assert ledger.over_cap({"172.30.0.2:40000": 5_000}) == {"exp_1"}
 
 
 def test_an_address_reused_by_a_new_container_belongs_to_it() -> None:
@@ -224,7 +260,11 @@ def test_ss_output_gives_each_container_its_bytes_both_ways() -> None:
         "0      0      172.30.0.1:3128 172.30.0.3:40000\n"
         "\t cubic rto:204 segs_out:1\n"
     )
-    assert parse_ss(text) == {"172.30.0.2": 5_800, "172.30.0.3": 0}
+    assert parse_ss(text) == {
+        "172.30.0.2:45678": 5_700,
+        "172.30.0.2:45680": 100,
+        "172.30.0.3:40000": 0,
+    }
 
 
 def test_names_a_dot_entry_covers_are_left_to_it_for_squid() -> None:
