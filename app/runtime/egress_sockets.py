@@ -51,18 +51,27 @@ def parse_ss(text: str) -> dict[str, int]:
 
 
 def cut(gateway: str, port: int, client: str) -> int | None:
-    """Close every connection of ``client`` to the proxy: how many (None: ``ss`` failed)."""
+    """Close every connection of ``client`` to the proxy: how many (None: some stay
+    open, as on a kernel without ``CONFIG_INET_DIAG_DESTROY``)."""
     done = subprocess.run(  # noqa: S603
         ["ss", "-KH", "state", "established", "src", f"{gateway}:{port}", "dst", client],  # noqa: S607
         capture_output=True,
         text=True,
         check=False,
     )
-    return len(done.stdout.splitlines()) if done.returncode == 0 else None
+    if done.returncode != 0 or _established(gateway, port, client):
+        return None
+    return len(done.stdout.splitlines())
 
 
 def open_connections(gateway: str, port: int, client: str) -> bool:
     """Whether Squid still holds a connection from ``client`` (``/proc/net/tcp``)."""
+    return _established(gateway, port, client, _OPEN_STATES)
+
+
+def _established(
+    gateway: str, port: int, client: str, states: frozenset[str] = frozenset({"01"})
+) -> bool:
     local = f"{_hex_address(gateway)}:{port:04X}"
     remote = _hex_address(client) + ":"
     try:
@@ -70,11 +79,7 @@ def open_connections(gateway: str, port: int, client: str) -> bool:
             next(table, None)
             for row in table:
                 fields = row.split()
-                if (
-                    fields[1] == local
-                    and fields[2].startswith(remote)
-                    and fields[3] in _OPEN_STATES
-                ):
+                if fields[1] == local and fields[2].startswith(remote) and fields[3] in states:
                     return True
     except OSError:
         return False

@@ -23,6 +23,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from egress_testkit import (
+    BIG_BYTES,
     BIG_FILE,
     GIT_REPO,
     NODE_IMAGE,
@@ -404,11 +405,32 @@ async def test_byte_cap_and_the_proxy_lives_and_dies_with_the_server(
     assert not os.path.exists(f"/proc/{pid}"), "squid is stopped with the server"  # noqa: ASYNC240
 
 
+KEPT_ALIVE = (
+    "python3 - <<'EOF'\n"
+    "import http.client, os, time, urllib.parse\n"
+    "proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])\n"
+    "conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=10)\n"
+    "for url, pause in (({big!r}, 2.5), ('http://pypi.org/simple/tinypkg/', 0)):\n"
+    "    conn.request('GET', url)\n"
+    "    print(len(conn.getresponse().read()), flush=True)\n"
+    "    time.sleep(pause)\n"
+    "EOF"
+)
+
+
 async def test_the_byte_cap_cuts_a_download_in_progress(
     http: httpx2.AsyncClient, tmp_path: Path, world: OutsideWorld
 ) -> None:
     running = restricted_server(tmp_path / "state", world, SANDBOX_MCP_EGRESS_MAX_BYTES=str(CAP))
     try:
+        # Plain http kept alive: Squid logs the 1.5 MiB while the connection stays
+        # open (two polls pass); counted once, they leave room for the next request.
+        kept = await create(http, running)
+        big = f"http://files.pythonhosted.org/packages/{BIG_FILE}"
+        alive = await run_command(http, running, "", kept, KEPT_ALIVE.format(big=big))
+        assert alive["stdout"].split()[0] == str(BIG_BYTES), alive
+        assert len(alive["stdout"].split()) == 2, (alive["stdout"], alive["stderr"])
+        assert "EGRESS_CAP_REACHED" not in alive["stderr"], alive["stderr"]
         experiment = await create(http, running)
         url = f"https://files.pythonhosted.org/slow/{SLOW_BYTES}"
         result = await run_command(http, running, "", experiment, DOWNLOAD.format(url=url))
