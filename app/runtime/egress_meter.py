@@ -26,6 +26,7 @@ from typing import Final, Protocol
 
 import structlog
 
+from app.errors import DatabaseUnavailable
 from app.runtime.egress_sockets import cut, live_bytes
 from app.runtime.egress_usage import Ledger, read_new_lines
 from app.storage.egress_store import Usage
@@ -59,6 +60,7 @@ class EgressMeter:
         self._log: Path | None = None
         self._proxy: tuple[str, int] | None = None
         self._offset = 0
+        self._unrecorded: dict[str, int] = {}  # counted, not yet in the database
         self._lock = asyncio.Lock()
 
     def open(self, access_log: Path, gateway: str, port: int) -> None:
@@ -76,9 +78,18 @@ class EgressMeter:
             return
         async with self._lock:
             moved, self._offset = await asyncio.to_thread(self._account, self._log, self._offset)
-            if moved:
-                totals = await self._records.add(moved)
-                await self._stop(self._ledger.set_usage(_pairs(totals)))
+            for experiment_id, size in moved.items():
+                self._unrecorded[experiment_id] = self._unrecorded.get(experiment_id, 0) + size
+            if not self._unrecorded:
+                return
+            try:
+                totals = await self._records.add(self._unrecorded)
+            except DatabaseUnavailable as exc:
+                # Kept for the next read: a command's result never fails for it.
+                log.warning("egress.record_failed", reason=str(exc))
+                return
+            self._unrecorded = {}
+            await self._stop(self._ledger.set_usage(_pairs(totals)))
 
     def _account(self, path: Path, offset: int) -> tuple[dict[str, int], int]:
         """Every new line to its container, chunk by chunk, to the end (blocking)."""
@@ -114,7 +125,10 @@ class EgressMeter:
                         address=address,
                         connections=closed,
                     )
-            await self._records.mark_capped(experiment_id)
+            try:
+                await self._records.mark_capped(experiment_id)
+            except DatabaseUnavailable as exc:  # blocked here still; its bytes will say it
+                log.warning("egress.record_failed", experiment_id=experiment_id, reason=str(exc))
 
 
 def _pairs(usage: Mapping[str, Usage]) -> dict[str, tuple[int, bool]]:

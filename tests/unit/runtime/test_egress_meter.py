@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from egress_fakes import MemoryUsage
 
+from app.errors import DatabaseUnavailable
 from app.runtime import egress_usage
 from app.runtime.egress_meter import EgressMeter
 from app.runtime.egress_usage import Client, Ledger, LogLine
+from app.storage.egress_store import Usage
 
 LINES = 120_000  # about 9 MB: more than two reads of the log
 
@@ -92,3 +95,32 @@ async def test_the_log_reaching_the_cap_blocks_records_and_cuts(
     assert (await usage.load(["exp_1"]))["exp_1"].capped is True
     assert states[-1] == {"172.30.0.2": {"allow": ["pypi.org"], "blocked": True}}
     assert cuts == ["172.30.0.2"]
+
+
+class FailingOnce(MemoryUsage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = True
+
+    async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
+        if self.fail:
+            self.fail = False
+            raise DatabaseUnavailable("the database is restarting")
+        return await super().add(moved)
+
+
+async def test_bytes_counted_while_the_database_is_down_are_recorded_later(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "access.log"
+    log.write_text("1 172.30.0.2 TCP_TUNNEL/200 6000 0 CONNECT pypi.org:443\n")
+    ledger = Ledger(10_000)
+    ledger.add(Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"))
+    usage = FailingOnce()
+    meter = EgressMeter(ledger, usage, write_state=lambda: None)
+    meter.open(log, "172.30.0.1", 3128)
+    await meter.read_log()  # the database refuses: nothing raised, nothing lost
+    with log.open("a") as file:
+        file.write("1 172.30.0.2 TCP_TUNNEL/200 1000 0 CONNECT pypi.org:443\n")
+    await meter.read_log()
+    assert (await usage.load(["exp_1"]))["exp_1"] == Usage(7_000, False)
