@@ -308,7 +308,7 @@ def build_egress_proxy(
     )
     return EgressProxy(
         config,
-        usage=usage,  # the byte cap, per experiment, across restarts and processes
+        usage=usage,  # the byte cap, per experiment, kept across restarts
         client_factory=lambda: docker.from_env(timeout=60),
         on_refused=metrics.egress_refused,
         on_bytes=metrics.egress_bytes,
