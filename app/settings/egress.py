@@ -90,7 +90,7 @@ class EgressSettings(Group):
         """The proxy's configuration, when the operator offers network "restricted"."""
         if not self.proxy:
             return None
-        from app.runtime.egress_proxy import EgressConfig
+        from app.runtime.egress_proxy import EgressConfig  # Docker's SDK only when serving
 
         return EgressConfig(
             ceiling=self.ceiling,

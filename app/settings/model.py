@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from app.settings.auth import AuthSettings
-from app.settings.base import ENV_PREFIX, Group, variable_key
+from app.settings.base import ENV_PREFIX, Group, is_loopback_host, variable_key
 from app.settings.egress import EgressSettings
 from app.settings.experiments import ExperimentSettings
 from app.settings.mcp import McpSettings
@@ -87,8 +87,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _auth_none_only_on_loopback(self) -> Settings:
-        from app.settings.base import is_loopback_host
-
         host = self.server.host
         if self.auth.mode == "none" and not is_loopback_host(host):
             raise ValueError(

@@ -109,7 +109,7 @@ class RuntimeSettings(Group):
 
     def ceilings(self) -> Ceilings:
         """The most one experiment may get; the runtime clamps to it and the agent is told."""
-        from app.runtime.limits import Ceilings
+        from app.runtime.limits import Ceilings  # the runtime's modules only when serving
 
         return Ceilings(
             cpus=self.max_cpus,

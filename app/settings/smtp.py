@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
 from app.settings.base import Group, is_loopback_host
-from pool.mailer import SmtpOptions
+
+if TYPE_CHECKING:
+    from pool.mailer import SmtpOptions
 
 
 class SmtpSettings(Group):
@@ -52,6 +54,8 @@ class SmtpSettings(Group):
         """How the mailer reaches the SMTP server; None: no e-mail is sent."""
         if not self.host:
             return None
+        from pool.mailer import SmtpOptions  # the mail client only when serving
+
         return SmtpOptions(
             host=self.host,
             port=self.port,
