@@ -36,8 +36,8 @@ async def preflight(settings: Settings) -> None:
 
 async def prepare_storage(settings: Settings) -> None:
     """Create the state dir and bring the schema up to date."""
-    prepare_state_dir(settings)
-    engine = create_engine(settings.effective_database_url)
+    prepare_state_dir(settings.storage)
+    engine = create_engine(settings.storage.effective_database_url)
     try:
         await upgrade_schema(engine)
     finally:
@@ -46,27 +46,29 @@ async def prepare_storage(settings: Settings) -> None:
 
 async def check(settings: Settings) -> dict[str, object]:
     """What `sandbox-mcp check` reports: can this configuration serve? (changes nothing)."""
-    state: dict[str, object] = {"path": str(settings.state_dir), "ok": True}
+    state: dict[str, object] = {"path": str(settings.storage.state_dir), "ok": True}
     try:
-        prepare_state_dir(settings)
+        prepare_state_dir(settings.storage)
     except StateDirUnusable as exc:
-        state = {"path": str(settings.state_dir), "ok": False, "reason": exc.message}
+        state = {"path": str(settings.storage.state_dir), "ok": False, "reason": exc.message}
     database: dict[str, object] = {"ok": True}
-    engine = create_engine(settings.effective_database_url)
+    engine = create_engine(settings.storage.effective_database_url)
     try:
         await Repository(engine).ping()
     except DatabaseUnavailable as exc:
         database = {"ok": False, "reason": exc.details["reason"]}
     finally:
         await engine.dispose()
-    probe = DockerProbe(images=settings.image_list, default_image=settings.default_image)
+    probe = DockerProbe(
+        images=settings.runtime.image_list, default_image=settings.runtime.default_image
+    )
     try:
         runtime = await probe()
     finally:
         probe.close()
     report = runtime.as_dict()
     if runtime.reachable and not runtime.can_run_experiments:
-        report["reason"] = f"{runtime.reason}: {how_to_build(settings.default_image)}"
+        report["reason"] = f"{runtime.reason}: {how_to_build(settings.runtime.default_image)}"
     elif not runtime.reachable:
         report["reason"] = f"{runtime.reason} (is Docker installed and started?)"
     ok = bool(state["ok"] and database["ok"] and runtime.can_run_experiments)
@@ -89,7 +91,7 @@ async def provision(
         PoolError: provisioning failed (no pool, unknown owner, bad quota, ...).
     """
     await prepare_storage(settings)
-    engine = create_engine(settings.effective_database_url)
+    engine = create_engine(settings.storage.effective_database_url)
     try:
         snapshot = await SqlPoolState(engine).load()
     finally:
@@ -99,6 +101,6 @@ async def provision(
         report = await provision_zfs(zfs_parent, slots, quota=quota, owner=owner, leased=leased)
     else:
         report = await provision_dir(
-            settings.state_dir, slots, owner=owner, leased=leased, seal=True
+            settings.storage.state_dir, slots, owner=owner, leased=leased, seal=True
         )
     return {"backend": "zfs" if zfs_parent else "dir", "slots": slots, **asdict(report)}

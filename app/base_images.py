@@ -20,7 +20,7 @@ import structlog
 
 from app.errors import ConfigurationError
 from app.runtime.probe import DockerProbe, RuntimeStatus
-from app.settings import Settings
+from app.settings import RuntimeSettings
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +53,7 @@ def how_to_build(image: str) -> str:
 
 
 async def ensure_default_image(
-    settings: Settings,
+    runtime: RuntimeSettings,
     *,
     build: bool,
     script: Path = BUILD_SCRIPT,
@@ -68,8 +68,8 @@ async def ensure_default_image(
     Raises:
         ImageBuildFailed: ``build`` was asked and the image could not be built.
     """
-    status = await _probe(settings)
-    image = settings.default_image
+    status = await _probe(runtime)
+    image = runtime.default_image
     if not status.reachable:
         log.warning(
             "runtime.unreachable",
@@ -98,11 +98,11 @@ async def ensure_default_image(
         )
         return status
     await _build(image, script, targets)
-    return await _probe(settings)
+    return await _probe(runtime)
 
 
-async def _probe(settings: Settings) -> RuntimeStatus:
-    probe = DockerProbe(images=settings.image_list, default_image=settings.default_image)
+async def _probe(runtime: RuntimeSettings) -> RuntimeStatus:
+    probe = DockerProbe(images=runtime.image_list, default_image=runtime.default_image)
     try:
         return await probe()
     finally:

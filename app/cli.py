@@ -125,7 +125,7 @@ def _load(**overrides: object) -> Settings | None:
             _fail(line)
         return None
     # Logs go to stderr from the start, so stdout carries only a command's JSON.
-    configure_logging(settings.log_level)
+    configure_logging(settings.server.log_level)
     return settings
 
 
@@ -146,11 +146,13 @@ def _serve(
     from app import workers as processes
 
     refused = processes.refusal(
-        settings.workers, settings.effective_database_url, egress_proxy=settings.egress_proxy
+        settings.server.workers,
+        settings.storage.effective_database_url,
+        egress_proxy=settings.egress.proxy,
     )
     if refused is not None:
         return _fail(refused, EXIT_USAGE)
-    if settings.workers > 1 and transport == "stdio":
+    if settings.server.workers > 1 and transport == "stdio":
         return _fail("--workers serves HTTP only; stdio is one local user", EXIT_USAGE)
     from app.state_dir import prepare_state_dir
     from app.state_lock import hold_state_dir
@@ -158,8 +160,8 @@ def _serve(
     try:
         # Before anything reads the state: a second process on a SQLite state dir is
         # refused here, and this one keeps the lock to its end.
-        prepare_state_dir(settings)
-        hold_state_dir(settings)
+        prepare_state_dir(settings.storage)
+        hold_state_dir(settings.storage)
     except ServiceError as exc:
         return _fail(exc.message)
     # Imported late: the heavy SDK imports only when serving.
@@ -169,26 +171,32 @@ def _serve(
 
     try:
         if transport == "stdio":
-            asyncio.run(ensure_default_image(settings, build=build_images))
+            asyncio.run(ensure_default_image(settings.runtime, build=build_images))
             asyncio.run(root.run_stdio(settings))
             return EXIT_OK
-        if settings.workers > 1 and listen_fd is None:
+        if settings.server.workers > 1 and listen_fd is None:
             asyncio.run(admin.preflight(settings))  # once: the schema, the state dir, the slots
-            asyncio.run(ensure_default_image(settings, build=build_images))
-            sock = _bind(settings.host, settings.port)
-            argv = processes.child_argv(["--host", settings.host, "--port", str(settings.port)])
-            return processes.Supervisor(sock, settings.workers, argv).run()
+            asyncio.run(ensure_default_image(settings.runtime, build=build_images))
+            sock = _bind(settings.server.host, settings.server.port)
+            argv = processes.child_argv(
+                ["--host", settings.server.host, "--port", str(settings.server.port)]
+            )
+            return processes.Supervisor(sock, settings.server.workers, argv).run()
         app = root.build_app(settings)
         asyncio.run(admin.preflight(settings))
         if listen_fd is None:
             # Docker and the default image: logged with what to do, built only when asked.
-            asyncio.run(ensure_default_image(settings, build=build_images))
-        sock = _bind(settings.host, settings.port) if listen_fd is None else _inherited(listen_fd)
+            asyncio.run(ensure_default_image(settings.runtime, build=build_images))
+        sock = (
+            _bind(settings.server.host, settings.server.port)
+            if listen_fd is None
+            else _inherited(listen_fd)
+        )
     except (ServiceError, PoolError) as exc:
         return _fail(exc.message)
     except OSError as exc:
         return _fail(
-            f"cannot listen on {settings.host}:{settings.port} ({exc.strerror}); "
+            f"cannot listen on {settings.server.host}:{settings.server.port} ({exc.strerror}); "
             "choose another with --port or SANDBOX_MCP_PORT"
         )
     except KeyboardInterrupt:
@@ -203,7 +211,7 @@ def _serve(
         log_config=None,
         lifespan="on",
         proxy_headers=False,
-        http=guard_for(settings),
+        http=guard_for(settings.server),
         backlog=ACCEPT_BACKLOG,
     )
     server = GracefulServer(config, getattr(app.state, "begin_shutdown", None))
@@ -268,9 +276,9 @@ def _provision(slots: int, zfs_parent: str | None, quota: str | None, owner: str
 
 def public_config(settings: Settings) -> dict[str, object]:
     """The effective configuration with every secret value masked."""
-    config = settings.model_dump(mode="json")
-    config["database_url"] = make_url(settings.effective_database_url).render_as_string(
+    config = settings.by_variable(mode="json")
+    config["database_url"] = make_url(settings.storage.effective_database_url).render_as_string(
         hide_password=True
     )
-    config["public_url"] = settings.effective_public_url
+    config["public_url"] = settings.server.effective_public_url
     return config

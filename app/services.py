@@ -6,7 +6,6 @@ transport call ``start`` and ``stop``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import structlog
@@ -19,6 +18,7 @@ from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
 from app.mcp.server import SandboxMCPServer
+from app.oauth_server import AuthParts
 from app.runtime.backend import SandboxBackend
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.probe import DockerProbe
@@ -28,14 +28,8 @@ from app.slot_storage import open_slots
 from app.state_dir import prepare_state_dir
 from app.state_lock import hold_state_dir, release_state_dir
 from app.storage.audit import AuditTrail
-from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, upgrade_schema
 from app.version import service_version
-from auth.config import AuthConfig
-from auth.grants import TokenService
-from auth.ratelimit import Budget
-from auth.registration import Registrar
-from auth.signin import SigninFlow
 from jail.context import SandboxMemory
 from pool.leases import PoolStats, SlotPool
 from pool.mailer import ReadyMailer
@@ -88,8 +82,8 @@ class Services:
             SlotsMissing: slots of the pool were never provisioned.
             PoolError: the slot storage cannot be opened.
         """
-        prepare_state_dir(self.settings)
-        hold_state_dir(self.settings)  # StateDirInUse: another process serves it (SQLite)
+        prepare_state_dir(self.settings.storage)
+        hold_state_dir(self.settings.storage)  # StateDirInUse: another process serves it (SQLite)
         await upgrade_schema(self.engine)
         await open_slots(self.store, self.settings)
         await self.pool.open()
@@ -99,23 +93,23 @@ class Services:
             await self.egress.start()  # before recovery: live containers get their lists
         recovered = await self.manager.recover(self.pool.holders())
         # What destroys left half-deleted when the server stopped (in the background).
-        self.manager.trash.sweep(self.store.slot(i).root for i in range(self.settings.pool_size))
+        self.manager.trash.sweep(self.store.slot(i).root for i in range(self.settings.pool.size))
         log.info("experiments.recovered", **recovered)
         self.manager.recovery.start()  # heartbeat, and takeover of dead processes' work
         if self.warm is not None:
             # Handed-over warm containers keep counting in their sandbox's share.
             for container_id, label in (await self.manager.live_containers()).items():
                 self.warm.claim(container_id, label)
-            self.warm.start(self.store.slot(i).root for i in range(self.settings.pool_size))
+            self.warm.start(self.store.slot(i).root for i in range(self.settings.pool.size))
         self.watchdog.start()
         if self.disk_budget is not None:
             self.disk_budget.start()
         log.info(
             "service.started",
             version=service_version(),
-            auth=self.settings.auth,
-            slots=self.settings.slot_backend,
-            pool_size=self.settings.pool_size,
+            auth=self.settings.auth.mode,
+            slots=self.settings.pool.slot_backend,
+            pool_size=self.settings.pool.size,
         )
 
     def begin_shutdown(self) -> None:
@@ -125,14 +119,13 @@ class Services:
 
     def announce_listening(self) -> None:
         """The line that says where to connect, once the HTTP server is ready."""
-        settings = self.settings
-        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        server, hosted = self.settings.server, self.settings.auth.hosted
         log.info(
             "service.listening",
-            url=f"http://{host}:{settings.port}",
-            mcp_url=f"{settings.effective_public_url}/mcp",
-            mode="hosted" if settings.hosted else "local",
-            meaning=HOSTED_MEANING if settings.hosted else LOCAL_MEANING,
+            url=server.listening_url,
+            mcp_url=f"{server.effective_public_url}/mcp",
+            mode="hosted" if hosted else "local",
+            meaning=HOSTED_MEANING if hosted else LOCAL_MEANING,
         )
 
     async def stop(self) -> None:
@@ -155,24 +148,7 @@ class Services:
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()
         await self.engine.dispose()
-        release_state_dir(self.settings)
+        release_state_dir(self.settings.storage)
 
     async def pool_stats(self) -> PoolStats:
         return await self.pool.current_stats()
-
-
-@dataclass
-class AuthParts:
-    """The anonymous OAuth 2.1 authorization server (``SANDBOX_MCP_AUTH=oauth``)."""
-
-    config: AuthConfig
-    store: SqlAuthStore
-    registrar: Registrar
-    flow: SigninFlow
-    tokens: TokenService
-    registrations: Budget  # /register's budget, shared by every process
-
-    async def housekeeping(self) -> None:
-        now = time.time()
-        await self.store.delete_expired(now)
-        await self.store.delete_stale_clients(now - self.config.client_ttl_without_grant_s)

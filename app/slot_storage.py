@@ -26,10 +26,10 @@ class SharedDisk(ServiceError):
 
 def slot_store(settings: Settings) -> SlotStore:
     """The store ``SANDBOX_MCP_SLOT_BACKEND`` names; nothing is read until it is opened."""
-    if settings.slot_backend == "dir":
-        return DirSlotStore(settings.state_dir)
-    assert settings.zfs_parent is not None  # validated by Settings
-    return ZfsSlotStore(settings.zfs_parent)
+    if settings.pool.slot_backend == "dir":
+        return DirSlotStore(settings.storage.state_dir)
+    assert settings.pool.zfs_parent is not None  # validated by Settings
+    return ZfsSlotStore(settings.pool.zfs_parent)
 
 
 async def open_slots(store: SlotStore, settings: Settings) -> None:
@@ -44,9 +44,9 @@ async def open_slots(store: SlotStore, settings: Settings) -> None:
         SharedDisk: a hosted pool of dir slots shares the database's filesystem.
         PoolError: the slot storage cannot be opened.
     """
-    size = settings.pool_size
-    if settings.slot_backend == "dir":
-        await provision_dir(settings.state_dir, size, owner=None)
+    size, parent = settings.pool.size, settings.pool.zfs_parent
+    if settings.pool.slot_backend == "dir":
+        await provision_dir(settings.storage.state_dir, size, owner=None)
         refuse_shared_disk(settings, store.base)
     await store.open()
     missing = await store.missing(size)
@@ -56,7 +56,7 @@ async def open_slots(store: SlotStore, settings: Settings) -> None:
         )
         raise SlotsMissing(
             f"{len(missing)} of {size} slots are missing or unusable ({shown}); run "
-            f"`sandbox-mcp provision --slots {size} --zfs-parent {settings.zfs_parent}` as root "
+            f"`sandbox-mcp provision --slots {size} --zfs-parent {parent}` as root "
             "(it repairs, and never touches a leased slot)."
         )
 
@@ -76,10 +76,14 @@ def refuse_shared_disk(settings: Settings, slots: Path) -> None:
             slots, and the SQLite file on the slots' filesystem, unless
             ``SANDBOX_MCP_ACCEPT_SHARED_DISK`` says it is a trial.
     """
-    public_host = urlsplit(settings.effective_public_url).hostname or ""
-    if not settings.hosted or settings.accept_shared_disk or is_loopback_host(public_host):
+    public_host = urlsplit(settings.server.effective_public_url).hostname or ""
+    if (
+        not settings.auth.hosted
+        or settings.pool.accept_shared_disk
+        or is_loopback_host(public_host)
+    ):
         return  # only this machine's users can reach a loopback server
-    database = make_url(settings.effective_database_url)
+    database = make_url(settings.storage.effective_database_url)
     if not database.drivername.startswith("sqlite") or not database.database:
         return  # a database server keeps its own disk
     folder = Path(database.database).parent

@@ -7,20 +7,20 @@ import os
 import secrets
 
 from app.errors import ServiceError
-from app.settings import Settings
+from app.settings import StorageSettings
 
 
 class StateDirUnusable(ServiceError):
     code = "STATE_DIR_UNUSABLE"
 
 
-def prepare_state_dir(settings: Settings) -> None:
+def prepare_state_dir(storage: StorageSettings) -> None:
     """Create the state dir (0700) if needed and prove it can be written.
 
     Raises:
         StateDirUnusable: it cannot be created or written.
     """
-    state_dir = settings.state_dir
+    state_dir = storage.state_dir
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         probe = state_dir / f".write-test-{os.getpid()}-{secrets.token_hex(4)}"
@@ -37,7 +37,7 @@ def prepare_state_dir(settings: Settings) -> None:
 DEPLOYMENT_FILE = "deployment-id"
 
 
-def deployment_id(settings: Settings) -> str:
+def deployment_id(storage: StorageSettings) -> str:
     """The id of this deployment (every process on this state dir shares it), made once.
 
     Containers carry it in their managed label, so one deployment's start-up sweep
@@ -46,13 +46,13 @@ def deployment_id(settings: Settings) -> str:
     Raises:
         StateDirUnusable: the state dir cannot be written.
     """
-    prepare_state_dir(settings)
-    path = settings.state_dir / DEPLOYMENT_FILE
+    prepare_state_dir(storage)
+    path = storage.state_dir / DEPLOYMENT_FILE
     if path.exists():
         return path.read_text().strip()
     # Written whole under a private name, then linked into place: a reader never sees a
     # half-written id, and of processes starting together the first link wins.
-    draft = settings.state_dir / f".{DEPLOYMENT_FILE}-{os.getpid()}-{secrets.token_hex(4)}"
+    draft = storage.state_dir / f".{DEPLOYMENT_FILE}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         draft.write_text(secrets.token_hex(8) + "\n")
         draft.chmod(0o600)
@@ -62,6 +62,6 @@ def deployment_id(settings: Settings) -> str:
         return path.read_text().strip()
     except OSError as exc:
         raise StateDirUnusable(
-            f"The state dir {settings.state_dir} cannot be written ({exc.strerror}).",
+            f"The state dir {storage.state_dir} cannot be written ({exc.strerror}).",
             reason=exc.strerror,
         ) from exc

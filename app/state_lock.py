@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from app.errors import ServiceError
-from app.settings import Settings
+from app.settings import StorageSettings
 
 LOCK_FILE = "server.lock"
 
@@ -33,19 +33,19 @@ class StateDirInUse(ServiceError):
     code = "STATE_DIR_IN_USE"
 
 
-def needs_lock(settings: Settings) -> bool:
-    return settings.effective_database_url.startswith("sqlite")
+def needs_lock(storage: StorageSettings) -> bool:
+    return storage.effective_database_url.startswith("sqlite")
 
 
-def hold_state_dir(settings: Settings) -> None:
+def hold_state_dir(storage: StorageSettings) -> None:
     """Take the state dir's lock (a no-op on PostgreSQL, or if this process holds it).
 
     Raises:
         StateDirInUse: another process serves this state dir.
     """
-    if not needs_lock(settings):
+    if not needs_lock(storage):
         return
-    path = (settings.state_dir / LOCK_FILE).resolve()
+    path = (storage.state_dir / LOCK_FILE).resolve()
     if path in _held:
         fd, count = _held[path]
         _held[path] = (fd, count + 1)
@@ -58,7 +58,7 @@ def hold_state_dir(settings: Settings) -> None:
         os.close(fd)
         raise StateDirInUse(
             f"Another sandbox-mcp process{holder} already serves the state dir "
-            f"{settings.state_dir} (its database is SQLite, which one process serves); "
+            f"{storage.state_dir} (its database is SQLite, which one process serves); "
             "stop that one first, or give this one its own SANDBOX_MCP_STATE_DIR "
             "(several processes need PostgreSQL: SANDBOX_MCP_DATABASE_URL)."
         ) from None
@@ -67,11 +67,11 @@ def hold_state_dir(settings: Settings) -> None:
     _held[path] = (fd, 1)
 
 
-def release_state_dir(settings: Settings) -> None:
+def release_state_dir(storage: StorageSettings) -> None:
     """Drop one hold taken by ``hold_state_dir``; the last one unlocks."""
-    if not needs_lock(settings):
+    if not needs_lock(storage):
         return
-    path = (settings.state_dir / LOCK_FILE).resolve()
+    path = (storage.state_dir / LOCK_FILE).resolve()
     if path not in _held:
         return
     fd, count = _held.pop(path)

@@ -1,4 +1,4 @@
-"""What the operator configured for experiments (built from Settings in app/main.py)."""
+"""What the operator configured for experiments (built in app/experiments/assembly.py)."""
 
 from __future__ import annotations
 

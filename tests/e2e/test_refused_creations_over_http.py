@@ -15,7 +15,7 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 
-from app.settings import Settings
+from app.settings import ExperimentSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
 async def test_refused_creations_leave_the_limit_whole(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    limit = Settings.model_fields["max_experiments"].default
+    limit = ExperimentSettings.model_fields["max_experiments"].default
     assert len(REFUSED) > limit, "more refusals than the limit, or the test proves nothing"
     for arguments, code in REFUSED:
         refused = await tool(http, server, "", "create_experiment", arguments)

@@ -12,7 +12,7 @@ from e2e_server import RunningServer
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from app.settings import Settings
+from app.settings import RuntimeSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +48,7 @@ def test_health_needs_no_token_and_reports_everything(server: RunningServer) -> 
     assert set(body["pool"]) == {"size", "busy", "free", "reserved", "queued", "oldest_wait_s"}
     assert set(body["runtime"]) == {"reachable", "version", "reason", "images"}
     # Which images are ready, the default one first in the README's promise.
-    images = Settings.model_fields["images"].default.split(",")
+    images = RuntimeSettings.model_fields["images"].default.split(",")
     assert body["runtime"]["images"] == {
         "ready": images,
         "missing": [],

@@ -50,7 +50,7 @@ def main() -> None:
     settings = load_settings()
     asyncio.run(preflight(settings))
     app = build_app(settings, extra_tools=register_probe)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None)
+    uvicorn.run(app, host=settings.server.host, port=settings.server.port, log_config=None)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from app.base_images import ImageBuildFailed, ensure_default_image, how_to_build
-from app.settings import Settings, load_settings
+from app.settings import RuntimeSettings, load_settings
 
 pytestmark = pytest.mark.integration
 
@@ -33,10 +33,10 @@ def absent_image() -> Iterator[str]:
         client.close()
 
 
-def settings_with_default(image: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def settings_with_default(image: str, monkeypatch: pytest.MonkeyPatch) -> RuntimeSettings:
     monkeypatch.setenv("SANDBOX_MCP_IMAGES", f"sandbox-mcp/python:3,{image}")
     monkeypatch.setenv("SANDBOX_MCP_DEFAULT_IMAGE", image)
-    return load_settings()
+    return load_settings().runtime
 
 
 def fake_build_script(folder: Path) -> Path:
@@ -128,7 +128,7 @@ async def test_build_images_with_the_default_built_builds_nothing(tmp_path: Path
     never.write_text('#!/bin/sh\ntouch "$0.ran"\nexit 1\n')
     never.chmod(0o755)
     with capture_logs() as logs:
-        status = await ensure_default_image(load_settings(), build=True, script=never)
+        status = await ensure_default_image(load_settings().runtime, build=True, script=never)
     assert status.can_run_experiments
     assert not never.with_name("must-not-run.ran").exists()
     [ready] = [e for e in logs if e["event"] == "images.ready"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from app import options as main
+from app.runtime import assembly
 from app.settings import load_settings
 
 
@@ -21,12 +21,12 @@ from app.settings import load_settings
 def test_the_warning_names_the_fix(
     monkeypatch: pytest.MonkeyPatch, euid: int, capable: bool, sandbox_user: str, warned: bool
 ) -> None:
-    monkeypatch.setattr(main, "can_chown", lambda: capable)
+    monkeypatch.setattr(assembly, "can_chown", lambda: capable)
     monkeypatch.setenv("SANDBOX_MCP_SANDBOX_USER", sandbox_user)
-    monkeypatch.setattr(main.os, "geteuid", lambda: euid)
-    monkeypatch.setattr(main.os, "getegid", lambda: euid)
+    monkeypatch.setattr(assembly.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(assembly.os, "getegid", lambda: euid)
     with capture_logs() as logs:
-        main.warn_if_sandboxes_cannot_write(load_settings())
+        assembly.warn_if_sandboxes_cannot_write(load_settings().runtime)
     events = [e for e in logs if e["event"] == "config.sandbox_user_cannot_write"]
     assert bool(events) is warned
     if warned:

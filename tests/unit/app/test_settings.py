@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import SettingsError, load_settings
+from app.settings import SettingsError, load_settings, variables
 
 
 def errors_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> list[str]:
@@ -18,14 +18,14 @@ def errors_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> list[str]:
 def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOX_MCP_STATE_DIR")
     settings = load_settings()
-    assert settings.state_dir == Path("~/.sandbox-mcp").expanduser()
-    assert settings.pool_size == 500
-    assert settings.slot_backend == "dir"
-    assert settings.idle_timeout_s == 600
-    assert settings.auth == "oauth"
-    assert settings.effective_database_url.endswith("/.sandbox-mcp/sandbox-mcp.db")
-    assert settings.effective_database_url.startswith("sqlite+aiosqlite:///")
-    assert settings.effective_public_url == "http://127.0.0.1:8000"
+    assert settings.storage.state_dir == Path("~/.sandbox-mcp").expanduser()
+    assert settings.pool.size == 500
+    assert settings.pool.slot_backend == "dir"
+    assert settings.pool.idle_timeout_s == 600
+    assert settings.auth.mode == "oauth"
+    assert settings.storage.effective_database_url.endswith("/.sandbox-mcp/sandbox-mcp.db")
+    assert settings.storage.effective_database_url.startswith("sqlite+aiosqlite:///")
+    assert settings.server.effective_public_url == "http://127.0.0.1:8000"
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_auth_none_is_refused_off_loopback(monkeypatch: pytest.MonkeyPatch) -> N
 def test_auth_none_is_allowed_on_loopback(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
     monkeypatch.setenv("SANDBOX_MCP_AUTH", "none")
     monkeypatch.setenv("SANDBOX_MCP_HOST", host)
-    assert load_settings().auth == "none"
+    assert load_settings().auth.mode == "none"
 
 
 def test_an_unknown_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,22 +88,103 @@ def test_every_bad_variable_is_reported_at_once(monkeypatch: pytest.MonkeyPatch)
     assert len(lines) == 2
 
 
+def test_bad_values_in_every_group_and_a_broken_rule_are_told_in_one_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One bad value in each of several groups, a secret among them, and a rule inside a
+    # group whose fields are valid (SMTP): the operator reads all of them at once.
+    lines = errors_for(
+        monkeypatch,
+        PORT="x",
+        POOL_SIZE="-1",
+        MAX_CPUS="0",
+        SYNC_WAIT_S="99",
+        EGRESS_ALLOWLIST="https://evil.example/",
+        TOKEN_KEY="abcd",
+        QUEUE_WAIT_S="-3",
+        DATABASE_URL="mysql://x",
+        SMTP_HOST="mail.example.com",
+        SMTP_SECURITY="none",
+    )
+    named = sorted(line.split("=", 1)[0] for line in lines)
+    assert named == [
+        "SANDBOX_MCP_DATABASE_URL",
+        "SANDBOX_MCP_EGRESS_ALLOWLIST",
+        "SANDBOX_MCP_MAX_CPUS",
+        "SANDBOX_MCP_POOL_SIZE",
+        "SANDBOX_MCP_PORT",
+        "SANDBOX_MCP_QUEUE_WAIT_S",
+        "SANDBOX_MCP_SMTP_SECURITY",
+        "SANDBOX_MCP_SYNC_WAIT_S",
+        "SANDBOX_MCP_TOKEN_KEY",
+    ]
+    assert "SANDBOX_MCP_TOKEN_KEY='<hidden>' is invalid" in "\n".join(lines)
+    assert any(
+        line.startswith("SANDBOX_MCP_SMTP_SECURITY='none' is allowed only") for line in lines
+    )
+
+
+def test_rules_inside_two_groups_are_both_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = errors_for(
+        monkeypatch,
+        SLOT_BACKEND="zfs",
+        DEFAULT_IMAGE="sandbox-mcp/other:1",
+        SMTP_HOST="mail.example.com",
+        SMTP_SECURITY="none",
+    )
+    assert [line.split("=", 1)[0] for line in sorted(lines)] == [
+        "SANDBOX_MCP_DEFAULT_IMAGE",
+        "SANDBOX_MCP_SLOT_BACKEND",
+        "SANDBOX_MCP_SMTP_SECURITY",
+    ]
+
+
+def test_each_variable_feeds_one_field_of_one_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = variables()
+    assert len(names) == len(set(names))
+    # The names operators know, read into the group that uses them.
+    monkeypatch.setenv("SANDBOX_MCP_SMTP_HOST", "127.0.0.1")
+    monkeypatch.setenv("SANDBOX_MCP_SMTP_PORT", "2525")
+    monkeypatch.setenv("SANDBOX_MCP_EGRESS_PROXY", "true")
+    monkeypatch.setenv("SANDBOX_MCP_ALLOW_GIT_EGRESS", "1")
+    monkeypatch.setenv("SANDBOX_MCP_AUTH", "none")
+    monkeypatch.setenv("SANDBOX_MCP_POOL_SIZE", "7")
+    monkeypatch.setenv("SANDBOX_MCP_MAX_CPUS", "2.5")
+    settings = load_settings()
+    assert (settings.smtp.host, settings.smtp.port) == ("127.0.0.1", 2525)
+    assert (settings.egress.proxy, settings.egress.allow_git, settings.egress.allow) == (
+        True,
+        True,
+        False,
+    )
+    assert (settings.auth.mode, settings.auth.hosted) == ("none", False)
+    assert settings.pool.size == 7
+    assert settings.runtime.ceilings().cpus == 2.5
+    assert settings.by_variable()["smtp_port"] == 2525
+    assert settings.with_overrides() == settings
+
+
+def test_an_override_that_is_no_setting_is_a_programming_error() -> None:
+    with pytest.raises(TypeError, match="'poolsize' is not a setting"):
+        load_settings(poolsize=3)
+
+
 def test_public_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
     # RFC 8414: the issuer derived from it must not end with a slash.
     monkeypatch.setenv("SANDBOX_MCP_PUBLIC_URL", "https://mcp.example.com/")
-    assert load_settings().effective_public_url == "https://mcp.example.com"
+    assert load_settings().server.effective_public_url == "https://mcp.example.com"
 
 
 def test_overrides_win_and_are_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOX_MCP_PORT", "9000")
-    assert load_settings(port=9100).port == 9100
+    assert load_settings(port=9100).server.port == 9100
     with pytest.raises(SettingsError):
         load_settings().with_overrides(port=0)
 
 
 def test_log_level_is_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOX_MCP_LOG_LEVEL", "debug")
-    assert load_settings().log_level == "DEBUG"
+    assert load_settings().server.log_level == "DEBUG"
 
 
 def test_max_containers_defaults_to_twice_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,7 +209,8 @@ def test_fewer_containers_than_slots_is_refused_with_what_to_set(
 
 def test_the_job_caps_have_defaults_and_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
-    assert (settings.max_jobs_per_sandbox, settings.max_jobs_per_experiment) == (8, 4)
+    experiments = settings.experiments
+    assert (experiments.max_jobs_per_sandbox, experiments.max_jobs_per_experiment) == (8, 4)
     lines = errors_for(monkeypatch, MAX_JOBS_PER_SANDBOX="0")
     assert lines[0].startswith("SANDBOX_MCP_MAX_JOBS_PER_SANDBOX='0' is invalid")
 
@@ -149,12 +231,12 @@ def test_trusted_proxies_and_the_header_are_parsed(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SANDBOX_MCP_TRUSTED_PROXIES", "127.0.0.1,10.0.0.0/8")
     monkeypatch.setenv("SANDBOX_MCP_PROXY_HEADER", "Forwarded")
     settings = load_settings()
-    assert settings.trusted_proxy_networks == (
+    assert settings.auth.trusted_proxy_networks == (
         ipaddress.ip_network("127.0.0.1/32"),
         ipaddress.ip_network("10.0.0.0/8"),
     )
-    assert settings.proxy_header == "forwarded"
-    assert load_settings().with_overrides(trusted_proxies="").trusted_proxy_networks == ()
+    assert settings.auth.proxy_header == "forwarded"
+    assert load_settings().with_overrides(trusted_proxies="").auth.trusted_proxy_networks == ()
 
 
 def test_the_egress_allowlist_is_checked_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,4 +245,4 @@ def test_the_egress_allowlist_is_checked_at_start(monkeypatch: pytest.MonkeyPatc
     assert "SANDBOX_MCP_EGRESS_ALLOWLIST" in lines[0]
     assert "'https://evil.example/' is not a host name" in lines[0]
     monkeypatch.setenv("SANDBOX_MCP_EGRESS_ALLOWLIST", "PyPI.org, .example.org")
-    assert load_settings().egress_ceiling == ("pypi.org", ".example.org")
+    assert load_settings().egress.ceiling == ("pypi.org", ".example.org")

@@ -25,7 +25,7 @@ def test_a_public_server_on_dir_slots_beside_its_sqlite_is_refused(
     monkeypatch.setenv("SANDBOX_MCP_PUBLIC_URL", "https://mcp.example.test")
     settings = load_settings()
     with pytest.raises(SharedDisk) as refused:
-        refuse_shared_disk(settings, slots(settings.state_dir))
+        refuse_shared_disk(settings, slots(settings.storage.state_dir))
     assert "SANDBOX_MCP_SLOT_BACKEND=zfs" in refused.value.message
     assert "SANDBOX_MCP_ACCEPT_SHARED_DISK=true" in refused.value.message
 
@@ -56,7 +56,7 @@ def test_what_may_share_or_not_share_a_disk(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     settings = load_settings()
-    folder = slots(settings.state_dir)
+    folder = slots(settings.storage.state_dir)
     assert os.stat("/dev/shm").st_dev != os.stat(folder).st_dev
     refuse_shared_disk(settings, folder)  # does not raise
 

@@ -10,7 +10,7 @@ from app.state_dir import deployment_id
 
 
 def test_the_deployment_id_is_made_once_and_shared() -> None:
-    settings = load_settings()
+    settings = load_settings().storage
     with ThreadPoolExecutor(max_workers=8) as pool:
         ids = set(pool.map(lambda _: deployment_id(settings), range(32)))
     assert len(ids) == 1  # processes starting together agree

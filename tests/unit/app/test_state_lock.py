@@ -13,7 +13,7 @@ from app.state_lock import LOCK_FILE, StateDirInUse, hold_state_dir, release_sta
 
 
 def test_one_process_may_hold_it_twice_and_the_last_release_unlocks(tmp_path: Path) -> None:
-    settings = load_settings()
+    settings = load_settings().storage
     settings.state_dir.mkdir(parents=True)
     hold_state_dir(settings)  # the CLI
     hold_state_dir(settings)  # the service's start
@@ -26,7 +26,7 @@ def test_one_process_may_hold_it_twice_and_the_last_release_unlocks(tmp_path: Pa
 
 
 def test_a_lock_held_elsewhere_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    settings = load_settings()
+    settings = load_settings().storage
     settings.state_dir.mkdir(parents=True)
     other = os.open(settings.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT)
     try:
@@ -42,7 +42,7 @@ def test_a_lock_held_elsewhere_is_refused_with_what_to_do(tmp_path: Path) -> Non
 
 def test_postgresql_takes_no_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOX_MCP_DATABASE_URL", "postgresql+asyncpg://u:p@127.0.0.1:1/d")
-    settings = load_settings()
+    settings = load_settings().storage
     hold_state_dir(settings)
     assert not (settings.state_dir / LOCK_FILE).exists()
     release_state_dir(settings)

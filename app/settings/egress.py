@@ -1,0 +1,102 @@
+"""Network egress: whether experiments may reach the network or clone, and network
+"restricted" (the allow-listed names through the Squid proxy the server starts)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator
+
+from app.runtime.egress_rules import DEFAULT_ALLOWLIST, parse_allowlist
+from app.settings.base import Group
+
+if TYPE_CHECKING:
+    from app.runtime.egress_proxy import EgressConfig
+
+
+class EgressSettings(Group):
+    allow: bool = Field(
+        default=False,
+        alias="allow_egress",
+        description="Whether experiments may ask for network egress.",
+    )
+    allow_git: bool = Field(
+        default=False,
+        alias="allow_git_egress",
+        description="Whether create_experiment may clone https repositories (egress for a helper).",
+    )
+    proxy: bool = Field(
+        default=False,
+        alias="egress_proxy",
+        description=(
+            "Offer network 'restricted': experiments reach only the allow-listed names, "
+            "through a Squid proxy the server starts (needs squid, iptables and root)."
+        ),
+    )
+    allowlist: str = Field(
+        default=",".join(DEFAULT_ALLOWLIST),
+        alias="egress_allowlist",
+        description=(
+            "Names network 'restricted' may reach, comma-separated (.example.org: it and "
+            "every name below it); the most an experiment may ask for."
+        ),
+    )
+    max_bytes: int = Field(
+        default=2 * 1024**3,
+        ge=1024**2,
+        alias="egress_max_bytes",
+        description="Bytes one restricted experiment may move through the proxy (both ways).",
+    )
+    proxy_port: int = Field(
+        default=3128,
+        ge=1,
+        le=65535,
+        alias="egress_proxy_port",
+        description="The proxy's port on the restricted network.",
+    )
+    test_hosts: str = Field(
+        default="",
+        alias="egress_test_hosts",
+        description="Tests only: name=address pairs the proxy resolves before DNS.",
+    )
+
+    @field_validator("allowlist")
+    @classmethod
+    def _check_allowlist(cls, value: str) -> str:
+        return ",".join(parse_allowlist(value))  # raises ValueError naming the bad entry
+
+    @property
+    def ceiling(self) -> tuple[str, ...]:
+        """The names network "restricted" may reach at most."""
+        return parse_allowlist(self.allowlist)
+
+    @property
+    def test_host_pairs(self) -> tuple[tuple[str, str], ...]:
+        pairs = [item.split("=", 1) for item in self.test_hosts.split(",") if "=" in item]
+        return tuple((name.strip(), str(ipaddress.ip_address(a.strip()))) for name, a in pairs)
+
+    @property
+    def reaches_network(self) -> bool:
+        """Some experiment may reach the open world (network "restricted" reaches part of it)."""
+        return self.allow or self.proxy
+
+    @property
+    def clones(self) -> bool:
+        """create_experiment may clone a repository over the network."""
+        return self.allow_git or self.proxy
+
+    def proxy_config(self, *, deployment: str, label_prefix: str) -> EgressConfig | None:
+        """The proxy's configuration, when the operator offers network "restricted"."""
+        if not self.proxy:
+            return None
+        from app.runtime.egress_proxy import EgressConfig  # Docker's SDK only when serving
+
+        return EgressConfig(
+            ceiling=self.ceiling,
+            max_bytes=self.max_bytes,
+            deployment=deployment,
+            port=self.proxy_port,
+            test_hosts=self.test_host_pairs,
+            label_prefix=label_prefix,
+        )

@@ -1,0 +1,72 @@
+"""The tool layer: how long a call waits in the queue, how often it reports progress, the
+MCP tasks kept, and the caps on listen streams."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from app.settings.base import Group
+
+
+class McpSettings(Group):
+    queue_wait_s: float = Field(
+        default=20,
+        ge=0,
+        le=50,
+        description=(
+            "How long a call waits in the queue (sending progress) before it returns its "
+            "position; MCP clients give up after about 60 s."
+        ),
+    )
+    progress_interval_s: float = Field(
+        default=15,
+        ge=1,
+        le=30,
+        description=(
+            "How often a long call (a synchronous command, a wait for a job's result) tells "
+            "a client that asked for progress that it is alive."
+        ),
+    )
+    task_keep_s: int = Field(
+        default=3600,
+        ge=60,
+        le=86_400,
+        description=(
+            "How long a finished MCP task (its final result) is kept for tasks/get; then it "
+            "reads as unknown (its command's job stays in the records)."
+        ),
+    )
+    max_tasks_per_sandbox: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description=(
+            "MCP tasks one sandbox holds, running and finished; a new one forgets the "
+            "sandbox's oldest finished task, and a call finding them all running is served "
+            "without a task."
+        ),
+    )
+    max_tasks: int = Field(
+        default=2000,
+        ge=1,
+        le=100_000,
+        description=(
+            "MCP tasks the server holds in memory, all sandboxes together; beyond it calls "
+            "are served without a task (no sandbox's results are dropped for another's)."
+        ),
+    )
+    max_listen_streams_per_sandbox: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description=(
+            "Open subscriptions/listen streams per sandbox (Claude Code holds one per "
+            "running client); past it the new one is refused with TOO_MANY_LISTEN_STREAMS."
+        ),
+    )
+    max_listen_streams: int = Field(
+        default=1024,
+        ge=1,
+        le=100_000,
+        description="Open subscriptions/listen streams, all sandboxes together.",
+    )

@@ -1,0 +1,73 @@
+"""Where the service keeps its state: the state dir, the database, and how long records stay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from app.settings.base import Group
+
+
+class StorageSettings(Group):
+    state_dir: Path = Field(
+        default=Path("~/.sandbox-mcp"),
+        description="Where the database, slots (dir backend), keys and artifacts live.",
+    )
+    host_state_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Where the state dir is on the Docker host, when this server runs in a container "
+            "that mounts it under another path; unset: the same path."
+        ),
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy async URL; default: SQLite file `sandbox-mcp.db` in the state dir.",
+    )
+    record_retention_days: float = Field(
+        default=7,
+        gt=0,
+        le=3650,
+        description=(
+            "How long tool-call audit rows and destroyed experiments (with their jobs' output) "
+            "are kept."
+        ),
+    )
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand_state_dir(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("host_state_dir")
+    @classmethod
+    def _check_host_state_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError("must be an absolute path on the Docker host")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError(
+                "must start with sqlite+aiosqlite:// or postgresql+asyncpg:// "
+                "(the service talks to its database asynchronously)"
+            )
+        return value
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.state_dir / 'sandbox-mcp.db'}"
+
+    @property
+    def host_paths(self) -> tuple[Path, Path] | None:
+        """(our path, the Docker host's path) of the state dir, when they differ."""
+        return (self.state_dir, self.host_state_dir) if self.host_state_dir else None
+
+    @property
+    def record_retention_s(self) -> float:
+        return self.record_retention_days * 86_400
