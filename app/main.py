@@ -61,6 +61,7 @@ from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_pg import leadership_for, pool_state_for
 from app.storage.process_store import ProcessRecords
 from app.storage.task_records import TaskRecords
+from app.storage.warm_store import WarmClaims
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -166,6 +167,10 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         count=settings.warm_containers,
         image=settings.default_image,
         owner=settings.sandbox_ids if os.geteuid() == 0 else None,
+        # Several processes place theirs in the slots they share: claims in the database.
+        claims=WarmClaims(engine) if engine.dialect.name == "postgresql" else None,
+        process_id=registry.process_id,
+        live_processes=registry.live,
     )
     manager = ExperimentManager(
         records,
