@@ -171,6 +171,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         claims=WarmClaims(engine) if engine.dialect.name == "postgresql" else None,
         process_id=registry.process_id,
         live_processes=registry.live,
+        refresh_free=lambda: pool.refresh(),
     )
     manager = ExperimentManager(
         records,

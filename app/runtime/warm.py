@@ -51,6 +51,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ class WarmPool:
         claims: The slots' claims every process sees (default: this process's only).
         process_id: This process, as its claims and heartbeat name it.
         live_processes: The processes whose heartbeat is fresh (default: this one).
+        refresh_free: Re-reads which slots are free, when other processes change them.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class WarmPool:
         claims: WarmClaimLedger | None = None,
         process_id: str = "this-process",
         live_processes: Callable[[], Awaitable[set[str]]] | None = None,
+        refresh_free: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._backend = backend
         self._next_free = next_free
@@ -121,8 +124,10 @@ class WarmPool:
         self._claims: WarmClaimLedger = claims or LocalWarmClaims()
         self._me = process_id
         self._live = live_processes
+        self._refresh_free = refresh_free
         self._ready: dict[Path, WarmContainer] = {}  # by slot root
         self._pending: dict[Path, asyncio.Event] = {}
+        self._awaited: set[Path] = set()  # slots whose lessee waits for their creation
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
@@ -163,8 +168,12 @@ class WarmPool:
         """
         pending = self._pending.get(slot_root)
         if pending is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pending.wait(), PENDING_WAIT_S)
+            self._awaited.add(slot_root)  # its lessee waits here: it stays when made
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pending.wait(), PENDING_WAIT_S)
+            finally:
+                self._awaited.discard(slot_root)
         claim = await self._claims.of_slot(slot_root.name)
         warm = self._ready.pop(slot_root, None)  # taken: no second caller can have it
         if claim is None:
@@ -219,6 +228,8 @@ class WarmPool:
         want = self.count - len(self._ready) - len(self._pending)
         if want <= 0:
             return 0
+        if self._refresh_free is not None:
+            await self._refresh_free()  # another process may have leased one meanwhile
         taken = set(claims) | {root.name for root in self._pending}
         free = [s for s in self._next_free(self.count + len(taken)) if s.root.name not in taken]
         chosen = free[:want]
@@ -234,6 +245,12 @@ class WarmPool:
         if started:
             log.info("warm.filled", started=started, ready=len(self._ready))
         return started
+
+    async def _still_free(self, slot: Slot) -> bool:
+        if self._refresh_free is None or slot.root in self._awaited:
+            return True  # one process: its own view is current; or its lessee waits for it
+        await self._refresh_free()
+        return slot.root in {free.root for free in self._next_free(sys.maxsize)}
 
     async def _claims_of_dead(self, claims: list[WarmClaim]) -> list[WarmClaim]:
         others = [claim for claim in claims if claim.process_id != self._me]
@@ -276,6 +293,10 @@ class WarmPool:
             if not await self._claims.started(claim, made.container_id):
                 # Its slot's sandbox reached another process, which gave it up meanwhile.
                 raise LookupError("the slot was taken while its warm container started")
+            if not await self._still_free(slot):
+                # Leased through another process, whose create may have gone cold before
+                # this claim: a warm container must not sit beside its sandbox's.
+                raise LookupError("the slot was leased while its warm container started")
         except (OSError, ServiceError, LookupError) as exc:
             # Full, or Docker is down: try again at the next pass.
             log.info("warm.create_refused", slot=slot.name, reason=str(exc))
