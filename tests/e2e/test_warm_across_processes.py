@@ -92,7 +92,14 @@ async def test_two_processes_keep_their_warm_containers_apart_and_clean_up_a_dea
             first_id = next(iter(before.values()))[1]
             servers.append(start_server(state, **env))
             second = servers[1]
-            wait_for(lambda: '"warm.filled"' in second.log(), "the second process's fill")
+            wait_for(
+                lambda: any(
+                    owner != first_id
+                    for held in warm_by_slot(engine).values()
+                    for _, owner, _ in held
+                ),
+                "the second process's warm container",
+            )
             # The second placed one, in the slot left free; the first's were spared.
             held = one_each(engine)
             assert len(held) == POOL
