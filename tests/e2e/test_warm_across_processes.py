@@ -38,8 +38,9 @@ def warm_by_slot(engine: docker.DockerClient) -> dict[str, list[tuple[str, str, 
     """The running warm containers by slot: (id, owning process, workspace folder)."""
     slots: dict[str, list[tuple[str, str, Path]]] = {}
     for found in engine.api.containers(filters={"label": f"{PREFIX}.managed"}):
-        labels = found["Labels"]
-        if labels[f"{PREFIX}.sandbox"].startswith("warm-"):
+        labels, [name] = found["Labels"], found["Names"]
+        # A handed-over one keeps its warm label; its name says whose it is now.
+        if labels[f"{PREFIX}.sandbox"].startswith("warm-") and "smcp-handed-" not in name:
             [mount] = [m for m in found["Mounts"] if m["Destination"] == "/workspace"]
             folder = Path(mount["Source"])  # <slot root>/.warm-<token>/workspace
             slots.setdefault(folder.parent.parent.name, []).append(
