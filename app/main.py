@@ -27,6 +27,7 @@ from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.process_registry import ProcessRegistry
+from app.experiments.slot_mounts import SlotMounts
 from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
@@ -78,6 +79,7 @@ from jail.context import SandboxMemory
 from pool.leases import SlotPool
 from pool.mailer import ReadyMailer
 from pool.slots import SlotStore
+from pool.slots_zfs import ZfsSlotStore
 from pool.watchdog import IdleWatchdog
 
 log = structlog.get_logger(__name__)
@@ -192,6 +194,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     )
     # A container recreated by recovery goes on its sandbox's slot (whichever process leased it).
     manager.recovery.slot_of = pool.holding
+    if isinstance(store, ZfsSlotStore):  # a dataset can go away under live experiments
+        mounts = SlotMounts(records, backend, store.dataset, pool.holding)
+        manager.recovery.check_mounts = mounts.repair
     disk_budget = (
         DiskBudget(
             slot_root_of=lambda key: slot.root if (slot := pool.lease_of(key)) else None,

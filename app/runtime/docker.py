@@ -403,6 +403,12 @@ class DockerBackend:
         missing = [i for i in container_ids if i and not any(c.startswith(i) for c in present)]
         return Revival(revived, missing)
 
+    async def stop(self, container_id: str) -> None:
+        api = await self._api()
+        with translated(container_id):
+            await self._offload.call(api.stop, container_id, timeout=2)  # its work is lost anyway
+        log.info("runtime.stop", container_id=container_id[:12])
+
     async def remove(self, container_id: str) -> None:
         self._claimed.pop(container_id, None)
         api = await self._api()

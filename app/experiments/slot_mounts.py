@@ -1,0 +1,156 @@
+"""Live experiments' workspaces after their slot's storage went away under them (ZFS).
+
+A ZFS slot is a dataset mounted at the slot's root. When zfs-fuse restarts, or a
+dataset is unmounted behind the server's back, the root is left stale (ENOTCONN)
+or a plain empty folder of the parent dataset: a tool reading it would find an
+empty workspace, and a container started on it would write outside the slot's
+quota. Each recovery round checks the slots holding live experiments and, for one
+whose dataset is not mounted there:
+
+1. stops its experiments' containers: their bind mounts keep the dataset busy, and
+   zfs-fuse refuses to mount it again while they do (measured);
+2. lazily unmounts a stale mount, mounts the dataset again (``zfs mount``) and
+   seals it ``nosuid,nodev`` again (``pool.mount_flags``: a new mount has no flags);
+3. leaves the revive step of the same round to start the same containers again,
+   hardened as before, on the workspace as the dataset kept it (what their
+   commands were doing when they stopped is lost).
+
+When the dataset cannot be mounted again its experiments fail with a reason saying
+so, rather than run on an empty folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import structlog
+
+from app.errors import ServiceError
+from app.experiments.errors import InvalidTransition
+from app.experiments.states import State
+from app.runtime.backend import SandboxBackend
+from app.storage.experiment_store import ExperimentRecords
+from pool import _zfs
+from pool.errors import PoolError
+from pool.mount_flags import seal
+from pool.slots import Slot
+
+log = structlog.get_logger(__name__)
+
+LOST_STORAGE = (
+    "its slot's storage (ZFS dataset {dataset}) went away and could not be mounted "
+    "again ({reason}); its files are kept in the dataset. Create a new experiment."
+)
+
+
+class WorkspaceUnavailable(ServiceError):
+    """The workspace's storage is away (being mounted again): never shown as empty."""
+
+    code = "WORKSPACE_UNAVAILABLE"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This experiment's workspace storage is not reachable right now (it is being "
+            "mounted again); its files are kept. Retry in a few seconds, or see "
+            "get_experiment if it stays so."
+        )
+
+
+async def check_workspace(workspace: Path) -> Path:
+    """``workspace`` if it is there; WorkspaceUnavailable if its slot's storage went
+    away (an unmounted dataset leaves an empty folder in its place, never the files)."""
+    if not await asyncio.to_thread(os.path.isdir, workspace):
+        raise WorkspaceUnavailable()
+    return workspace
+
+
+def mount_problem(root: Path) -> str | None:
+    """Why ``root`` is not the mount of its own dataset, or None if it is (blocking)."""
+    try:
+        here, parent = os.stat(root), os.stat(root.parent)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            return "stale"  # the FUSE daemon that served it is gone (zfs-fuse restarted)
+        return f"unreadable ({exc.strerror})"
+    return "not mounted" if here.st_dev == parent.st_dev else None
+
+
+class SlotMounts:
+    def __init__(
+        self,
+        records: ExperimentRecords,
+        backend: SandboxBackend,
+        dataset_of: Callable[[Slot], str],
+        slot_of: Callable[[str], Awaitable[Slot | None]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._records = records
+        self._backend = backend
+        self._dataset_of = dataset_of
+        self._slot_of = slot_of
+        self._clock = clock
+
+    async def repair(self) -> int:
+        """One round: remount the slots of live experiments whose dataset is gone; how
+        many were mounted again."""
+        by_slot: dict[Path, tuple[Slot, list[tuple[str, str | None]]]] = {}
+        for experiment in await self._records.live():
+            slot = await self._slot_of(experiment.sandbox_key)
+            if slot is not None:
+                entry = by_slot.setdefault(slot.root, (slot, []))
+                entry[1].append((experiment.experiment_id, experiment.container_id))
+        remounted = 0
+        for slot, experiments in by_slot.values():
+            problem = await asyncio.to_thread(mount_problem, slot.root)
+            if problem is None:
+                continue
+            dataset = self._dataset_of(slot)
+            log.warning("slot.mount_lost", slot=slot.name, dataset=dataset, problem=problem)
+            for _, container_id in experiments:
+                if container_id:
+                    with contextlib.suppress(ServiceError):
+                        await self._backend.stop(container_id)  # they keep the dataset busy
+            try:
+                await self._remount(slot, dataset, stale=problem == "stale")
+            except PoolError as exc:
+                log.error(
+                    "slot.remount_failed", slot=slot.name, dataset=dataset, reason=exc.message
+                )
+                for experiment_id, _ in experiments:
+                    with contextlib.suppress(InvalidTransition):
+                        await self._records.transition(
+                            experiment_id,
+                            State.FAILED,
+                            LOST_STORAGE.format(dataset=dataset, reason=exc.message),
+                            self._clock(),
+                        )
+                continue
+            log.warning("slot.remounted", slot=slot.name, dataset=dataset)
+            remounted += 1
+        return remounted
+
+    async def _remount(self, slot: Slot, dataset: str, *, stale: bool) -> None:
+        if stale:
+            await asyncio.to_thread(_lazy_unmount, slot.root)
+        await _zfs.run("zfs", "mount", dataset)
+        problem = await asyncio.to_thread(mount_problem, slot.root)
+        if problem is not None:
+            raise PoolError("SLOT_MISSING", f"{slot.root} is still {problem}", {})
+        if os.geteuid() == 0:
+            await asyncio.to_thread(seal, slot.root)  # a new mount has no nosuid,nodev
+
+
+def _lazy_unmount(root: Path) -> None:
+    subprocess.run(  # noqa: S603 - fixed program, our own path
+        ["umount", "-l", str(root)],  # noqa: S607 - util-linux's, on PATH like zfs
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
