@@ -101,7 +101,8 @@ async def test_an_unmounted_slot_dataset_is_mounted_again_under_its_live_experim
         )
         assert ran["exit_code"] == 0, ran
         assert ran["stdout"].startswith("kept\nwritten\n"), ran
-        assert "nosuid" in ran["stdout"] and "nodev" in ran["stdout"], ran["stdout"]
+        assert "nosuid" in ran["stdout"], ran["stdout"]
+        assert "nodev" in ran["stdout"], ran["stdout"]
         shown = await tool(http, server, "", "get_experiment", {"experiment_id": experiment})
         assert shown["state"] != "FAILED", shown
     finally:
