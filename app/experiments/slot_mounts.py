@@ -15,6 +15,11 @@ whose dataset is not mounted there:
    hardened as before, on the workspace as the dataset kept it (what their
    commands were doing when they stopped is lost).
 
+A slot mounted again outside the server (zfs-fuse restarted and its pool imported
+by the operator) is mounted but unsealed, and running containers' bind mounts still
+point at the old, dead mount: a root server takes a mount without ``nosuid,nodev``
+for such a one, stops its containers, seals it, and the revive step starts them.
+
 When the dataset cannot be mounted again its experiments fail with a reason saying
 so, rather than run on an empty folder.
 """
@@ -39,7 +44,7 @@ from app.runtime.backend import SandboxBackend
 from app.storage.experiment_store import ExperimentRecords
 from pool import _zfs
 from pool.errors import PoolError
-from pool.mount_flags import seal
+from pool.mount_flags import missing_flags, seal
 from pool.slots import Slot
 
 log = structlog.get_logger(__name__)
@@ -109,14 +114,22 @@ class SlotMounts:
         remounted = 0
         for slot, experiments in by_slot.values():
             problem = await asyncio.to_thread(mount_problem, slot.root)
-            if problem is None:
-                continue
             dataset = self._dataset_of(slot)
+            if problem is None:
+                if await self._renewed(slot.root):
+                    # Mounted again outside the server (zfs-fuse restarted, its pool
+                    # imported): unsealed, and the containers' binds hold the old mount.
+                    try:
+                        await asyncio.to_thread(seal, slot.root)
+                    except PoolError as exc:
+                        log.error("slot.seal_failed", slot=slot.name, reason=exc.message)
+                        continue
+                    log.warning("slot.mount_renewed", slot=slot.name, dataset=dataset)
+                    await self._stop(experiments)
+                    remounted += 1
+                continue
             log.warning("slot.mount_lost", slot=slot.name, dataset=dataset, problem=problem)
-            for _, container_id in experiments:
-                if container_id:
-                    with contextlib.suppress(ServiceError):
-                        await self._backend.stop(container_id)  # they keep the dataset busy
+            await self._stop(experiments)  # their bind mounts keep the dataset busy
             try:
                 await self._remount(slot, dataset, stale=problem == "stale")
             except PoolError as exc:
@@ -135,6 +148,16 @@ class SlotMounts:
             log.warning("slot.remounted", slot=slot.name, dataset=dataset)
             remounted += 1
         return remounted
+
+    async def _renewed(self, root: Path) -> bool:
+        """A mount without nosuid,nodev: not the one provisioning (or this) sealed."""
+        return os.geteuid() == 0 and bool(await asyncio.to_thread(missing_flags, root))
+
+    async def _stop(self, experiments: list[tuple[str, str | None]]) -> None:
+        for _, container_id in experiments:
+            if container_id:
+                with contextlib.suppress(ServiceError):
+                    await self._backend.stop(container_id)  # revive starts it again
 
     async def _remount(self, slot: Slot, dataset: str, *, stale: bool) -> None:
         if stale:

@@ -8,6 +8,7 @@ starts it), a dataset of this test's own (no other test's dataset is touched).""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
@@ -108,3 +110,52 @@ async def test_an_unmounted_slot_dataset_is_mounted_again_under_its_live_experim
     finally:
         stop_server(server)
     assert '"slot.mount_lost"' in server.log()
+
+
+async def test_a_slot_mounted_again_outside_the_server_is_sealed_before_its_container_runs(
+    http: httpx2.AsyncClient, tmp_path: Path, dataset: str
+) -> None:
+    """As after a zfs-fuse restart whose pool the operator imported again: the dataset
+    is mounted, but by a new mount without nosuid,nodev, and the experiment's
+    container is not running on it. The server seals it before starting the container."""
+    slot = f"{dataset}/slot-000"
+    root = Path(zfs("get", "-H", "-o", "value", "mountpoint", slot))
+    server = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_SLOT_BACKEND="zfs",
+        SANDBOX_MCP_ZFS_PARENT=dataset,
+        SANDBOX_MCP_POOL_SIZE="1",
+        SANDBOX_MCP_PROCESS_STALE_S="3",
+    )
+    try:
+        made = await tool(http, server, "", "create_experiment", {"files": {"a.txt": "kept\n"}})
+        assert not made["is_error"], made
+        experiment = made["experiment_id"]
+        container = made["runtime"]["container_id"] if "runtime" in made else None
+        # Held still while its storage changes under it, so no round sees half of it.
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            engine = docker.from_env()
+            [found] = [
+                c
+                for c in engine.api.containers()
+                if any(str(root) in m["Source"] for m in c["Mounts"])
+            ]
+            assert container is None or found["Id"].startswith(container)
+            engine.api.stop(found["Id"], timeout=2)
+            zfs("unmount", slot)
+            zfs("mount", slot)
+            assert missing_flags(root) == ["nosuid", "nodev"]
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: '"slot.mount_renewed"' in server.log(), "the renewed mount noticed")
+        assert missing_flags(root) == []
+        ran = await run_command(
+            http, server, "", experiment, "cat a.txt; grep ' /workspace ' /proc/mounts"
+        )
+        assert ran["exit_code"] == 0, ran
+        assert ran["stdout"].startswith("kept\n"), ran
+        assert "nosuid" in ran["stdout"], ran["stdout"]
+        assert "nodev" in ran["stdout"], ran["stdout"]
+    finally:
+        stop_server(server)
