@@ -40,7 +40,14 @@ def dataset(tmp_path: Path) -> Iterator[str]:
         [sys.executable, "-m", "app", "provision", "--slots", "1", "--zfs-parent", name],
         check=True, env=env, capture_output=True, timeout=120,
     )  # fmt: skip
+    mountpoint = zfs("get", "-H", "-o", "value", "mountpoint", name)
     yield name
+    # The stopped server leaves its containers to its next start's sweep: removed here,
+    # since their bind mounts keep the dataset busy.
+    engine = docker.from_env()
+    for found in engine.api.containers(all=True):
+        if any(m["Source"].startswith(f"{mountpoint}/") for m in found["Mounts"]):
+            engine.api.remove_container(found["Id"], force=True)
     for _ in range(10):
         if subprocess.run(["zfs", "destroy", "-r", name], capture_output=True).returncode == 0:
             break
