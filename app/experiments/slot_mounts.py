@@ -131,7 +131,9 @@ class SlotMounts:
             log.warning("slot.mount_lost", slot=slot.name, dataset=dataset, problem=problem)
             await self._stop(experiments)  # their bind mounts keep the dataset busy
             try:
-                await self._remount(slot, dataset, stale=problem == "stale")
+                if problem == "stale":
+                    await asyncio.to_thread(_lazy_unmount, slot.root)
+                await self._remount(slot, dataset)
             except PoolError as exc:
                 log.error(
                     "slot.remount_failed", slot=slot.name, dataset=dataset, reason=exc.message
@@ -159,10 +161,21 @@ class SlotMounts:
                 with contextlib.suppress(ServiceError):
                     await self._backend.stop(container_id)  # revive starts it again
 
-    async def _remount(self, slot: Slot, dataset: str, *, stale: bool) -> None:
-        if stale:
-            await asyncio.to_thread(_lazy_unmount, slot.root)
-        await _zfs.run("zfs", "mount", dataset)
+    async def _remount(self, slot: Slot, dataset: str) -> None:
+        # Top down: a dataset mounts only where its parent is (a mount over a folder
+        # holding the child's mountpoint would be refused as not empty). After a
+        # zfs-fuse restart every one of them is stale or unmounted.
+        parts = dataset.split("/")
+        for depth in range(1, len(parts) + 1):
+            name = "/".join(parts[:depth])
+            found = await _zfs.get_one(name, ("mountpoint", "mounted"))
+            mountpoint = found.get("mountpoint")
+            if found.get("mounted") == "yes" or not mountpoint.startswith("/"):
+                continue
+            if await asyncio.to_thread(mount_problem, Path(mountpoint)) == "stale":
+                await asyncio.to_thread(_lazy_unmount, Path(mountpoint))
+            await _zfs.run("zfs", "mount", name)
+            log.info("slot.dataset_mounted", dataset=name)
         problem = await asyncio.to_thread(mount_problem, slot.root)
         if problem is not None:
             raise PoolError("SLOT_MISSING", f"{slot.root} is still {problem}", {})
