@@ -11,7 +11,9 @@ whose dataset is not mounted there:
    zfs-fuse refuses to mount it again while they do (measured);
 2. lazily unmounts a stale mount, mounts the dataset again (``zfs mount``) and
    seals it ``nosuid,nodev`` again (``pool.mount_flags``: a new mount has no flags);
-3. leaves the revive step of the same round to start the same containers again,
+3. leaves the revive step of the same round to start the same containers again
+   (until then it cannot: a workspace lies below its slot's root, so its bind
+   source is missing while the dataset is away, and the engine refuses it),
    hardened as before, on the workspace as the dataset kept it (what their
    commands were doing when they stopped is lost).
 
@@ -20,8 +22,9 @@ by the operator) is mounted but unsealed, and running containers' bind mounts st
 point at the old, dead mount: a root server takes a mount without ``nosuid,nodev``
 for such a one, stops its containers, seals it, and the revive step starts them.
 
-When the dataset cannot be mounted again its experiments fail with a reason saying
-so, rather than run on an empty folder.
+While ZFS itself is away (zfs-fuse restarting) it tries again every round; when the
+dataset cannot be mounted again, or ZFS stays away past ``GIVE_UP_S``, its
+experiments fail with a reason saying so, rather than run on an empty folder.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from pool.slots import Slot
 
 log = structlog.get_logger(__name__)
 
+# What passes: the daemon restarting, or answering before it is ready.
+TRANSIENT = frozenset({"ZFS_UNAVAILABLE", "ZFS_COMMAND_FAILED", "ZFS_DATASET_BUSY"})
+GIVE_UP_S = 300.0  # then an operator's matter: the experiments fail with a reason
 LOST_STORAGE = (
     "its slot's storage (ZFS dataset {dataset}) went away and could not be mounted "
     "again ({reason}); its files are kept in the dataset. Create a new experiment."
@@ -101,6 +107,9 @@ class SlotMounts:
         self._dataset_of = dataset_of
         self._slot_of = slot_of
         self._clock = clock
+        self._away: dict[Path, float] = {}  # slot root -> when its storage went away
+        self._retrying: set[Path] = set()
+        self._failed: set[Path] = set()
 
     async def repair(self) -> int:
         """One round: remount the slots of live experiments whose dataset is gone; how
@@ -128,28 +137,47 @@ class SlotMounts:
                     await self._stop(experiments)
                     remounted += 1
                 continue
-            log.warning("slot.mount_lost", slot=slot.name, dataset=dataset, problem=problem)
-            await self._stop(experiments)  # their bind mounts keep the dataset busy
+            if slot.root not in self._away:
+                log.warning("slot.mount_lost", slot=slot.name, dataset=dataset, problem=problem)
+                await self._stop(experiments)  # their bind mounts keep the dataset busy
+                self._away[slot.root] = self._clock()
             try:
                 if problem == "stale":
                     await asyncio.to_thread(_lazy_unmount, slot.root)
                 await self._remount(slot, dataset)
             except PoolError as exc:
-                log.error(
-                    "slot.remount_failed", slot=slot.name, dataset=dataset, reason=exc.message
-                )
-                for experiment_id, _ in experiments:
-                    with contextlib.suppress(InvalidTransition):
-                        await self._records.transition(
-                            experiment_id,
-                            State.FAILED,
-                            LOST_STORAGE.format(dataset=dataset, reason=exc.message),
-                            self._clock(),
-                        )
+                await self._not_yet(slot, dataset, experiments, exc)
                 continue
+            self._away.pop(slot.root, None)
+            self._retrying.discard(slot.root)
+            self._failed.discard(slot.root)
             log.warning("slot.remounted", slot=slot.name, dataset=dataset)
             remounted += 1
         return remounted
+
+    async def _not_yet(
+        self, slot: Slot, dataset: str, experiments: list[tuple[str, str | None]], exc: PoolError
+    ) -> None:
+        """ZFS away (zfs-fuse restarting) is tried again every round for a while; a
+        dataset that cannot be mounted, or an outage past ``GIVE_UP_S``, fails them."""
+        waited = self._clock() - self._away[slot.root]
+        if exc.code in TRANSIENT and waited < GIVE_UP_S:
+            if slot.root not in self._retrying:
+                self._retrying.add(slot.root)
+                log.warning("slot.remount_retrying", slot=slot.name, reason=exc.message)
+            return
+        if slot.root in self._failed:
+            return  # said once; tried again every round all the same
+        self._failed.add(slot.root)
+        log.error("slot.remount_failed", slot=slot.name, dataset=dataset, reason=exc.message)
+        for experiment_id, _ in experiments:
+            with contextlib.suppress(InvalidTransition):
+                await self._records.transition(
+                    experiment_id,
+                    State.FAILED,
+                    LOST_STORAGE.format(dataset=dataset, reason=exc.message),
+                    self._clock(),
+                )
 
     async def _renewed(self, root: Path) -> bool:
         """A mount without nosuid,nodev: not the one provisioning (or this) sealed."""
