@@ -25,6 +25,7 @@ from app.experiments.assembly import (
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.process_registry import ProcessRegistry
+from app.experiments.slot_mounts import SlotMounts
 from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
@@ -52,10 +53,12 @@ from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_pg import leadership_for, pool_state_for
 from app.storage.process_store import ProcessRecords
 from app.storage.task_records import TaskRecords
+from app.storage.warm_store import WarmClaims
 from app.version import service_version
 from jail.context import SandboxMemory
 from pool.leases import SlotPool
 from pool.mailer import ReadyMailer
+from pool.slots_zfs import ZfsSlotStore
 from pool.watchdog import IdleWatchdog
 
 
@@ -93,7 +96,15 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     # The experiments. The pool is built after the manager (its reset hook tears
     # experiments down); the warm pool asks it for free slots only once the service runs.
     records = ExperimentRecords(engine)
-    warm = build_warm_pool(settings.runtime, backend, lambda n: pool.next_free(n))
+    warm = build_warm_pool(
+        settings.runtime,
+        backend,
+        lambda n: pool.next_free(n),
+        # Several processes place theirs in the slots they share: claims in the database.
+        claims=WarmClaims(engine) if engine.dialect.name == "postgresql" else None,
+        processes=registry,
+        refresh_free=lambda: pool.refresh(),
+    )
     options = experiment_options(settings)
     manager = ExperimentManager(records, backend, jobs, options, registry, warm=warm)
     pool = SlotPool(
@@ -106,6 +117,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     )
     # A container recreated by recovery goes on its sandbox's slot (whichever process leased it).
     manager.recovery.slot_of = pool.holding
+    if isinstance(store, ZfsSlotStore):  # a dataset can go away under live experiments
+        mounts = SlotMounts(records, backend, store.dataset, pool.holding)
+        manager.recovery.check_mounts = mounts.repair
     disk_budget = build_disk_budget(settings.pool, pool, records, jobs, backend)
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.
     auth = build_auth(settings, engine, mailer, shared) if settings.auth.hosted else None

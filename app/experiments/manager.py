@@ -47,6 +47,7 @@ from app.experiments.records import ArtifactRecord, Experiment, JobRecord
 from app.experiments.recovery import Recovery
 from app.experiments.remote_jobs import RemoteJobs
 from app.experiments.shelf import ArtifactShelf, fingerprint
+from app.experiments.slot_mounts import check_workspace
 from app.experiments.states import RUNNABLE, State
 from app.experiments.testing import TestPlan
 from app.experiments.trash import Trash
@@ -341,7 +342,11 @@ class ExperimentManager:
                 "(get_experiment).",
                 state=State.DESTROYED.value,
             )
-        return ExperimentDirs.of(call.slot_root, experiment_id).workspace
+        workspace = ExperimentDirs.of(call.slot_root, experiment_id).workspace
+        if experiment.container_id is None:
+            return workspace  # being created, or refused before it had a workspace
+        # One that got a container has its workspace: missing, its storage went away.
+        return await check_workspace(workspace)
 
     # -- changes, comparison, artifacts ----------------------------------------------
 

@@ -14,6 +14,8 @@ process; every step is idempotent, so processes running it at once agree:
 * experiments whose creation was refused before they got a container (for example
   while the engine was down) are retired, so they no longer count toward the
   live-experiment limit;
+* a ZFS slot whose dataset went away under live experiments (zfs-fuse restarted) is
+  mounted again before the revive step (``app.experiments.slot_mounts``);
 * a cancel asked for through another process reaches the job's owner here too;
 * the sandboxes with a job running in any process are noted for the idle check.
 """
@@ -54,6 +56,10 @@ async def _no_slot(_key: str) -> Slot | None:
     return None
 
 
+async def _nothing() -> None:
+    return None
+
+
 class Recovery:
     def __init__(
         self,
@@ -74,6 +80,8 @@ class Recovery:
         self.busy: frozenset[str] = frozenset()
         # Where a sandbox's slot is (set by the composition root); None: not leased.
         self.slot_of: Callable[[str], Awaitable[Slot | None]] = _no_slot
+        # Remounts the slots whose storage went away (set for ZFS slots: slot_mounts).
+        self.check_mounts: Callable[[], Awaitable[object]] = _nothing
         self._missing: set[str] = set()  # containers missing at the last round
         self._task: asyncio.Task[None] | None = None
 
@@ -153,6 +161,7 @@ class Recovery:
             self.answer_cancel_requests,
             self.take_over_dead,
             self.retire_refused_creations,
+            self.check_mounts,  # before revive: it starts the containers it stopped
             self.revive_containers,
             self._refresh_busy,
         )

@@ -9,7 +9,8 @@ modules (``docker.py``, ``egress_proxy.py``, ``warm.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import docker
 import structlog
@@ -22,6 +23,10 @@ from app.runtime.warm import WarmPool
 from app.settings import RuntimeSettings, Settings
 from jail.privilege import can_chown
 from pool.slots import Slot, SlotsRoot
+
+if TYPE_CHECKING:  # wiring only: the runtime itself never imports the stores or the domain
+    from app.experiments.process_registry import ProcessRegistry
+    from app.storage.warm_store import WarmClaims
 
 log = structlog.get_logger(__name__)
 
@@ -88,15 +93,26 @@ def build_backend(
 
 
 def build_warm_pool(
-    runtime: RuntimeSettings, backend: DockerBackend, next_free: Callable[[int], list[Slot]]
+    runtime: RuntimeSettings,
+    backend: DockerBackend,
+    next_free: Callable[[int], list[Slot]],
+    *,
+    claims: WarmClaims | None,
+    processes: ProcessRegistry,
+    refresh_free: Callable[[], Awaitable[None]],
 ) -> WarmPool:
-    """Containers of the default image kept started in the free slots handed out next."""
+    """Containers of the default image kept started in the free slots handed out next;
+    ``claims`` (PostgreSQL) keep two processes out of one slot."""
     return WarmPool(
         backend,
         next_free,
         count=runtime.warm_containers,
         image=runtime.default_image,
         owner=runtime.sandbox_ids if os.geteuid() == 0 else None,
+        claims=claims,
+        process_id=processes.process_id,
+        live_processes=processes.live,
+        refresh_free=refresh_free,
     )
 
 

@@ -179,6 +179,10 @@ class SandboxBackend(Protocol):
         """
         ...
 
+    async def stop(self, container_id: str) -> None:
+        """Stop a container, keeping it (``revive`` starts it again, on fresh mounts)."""
+        ...
+
     async def remove(self, container_id: str) -> None:
         """Kill and remove a container; removing a missing one is not an error."""
         ...

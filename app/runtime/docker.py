@@ -116,6 +116,8 @@ _USER = re.compile(r"([0-9]+):([0-9]+)")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 _NAME_SAFE = re.compile(r"[A-Za-z0-9-]{1,64}")
+# The name a warm container takes when handed over: it carries its new sandbox label.
+HANDED_OVER = "smcp-handed-"
 
 
 def _default_client() -> docker.DockerClient:
@@ -401,6 +403,12 @@ class DockerBackend:
         missing = [i for i in container_ids if i and not any(c.startswith(i) for c in present)]
         return Revival(revived, missing)
 
+    async def stop(self, container_id: str) -> None:
+        api = await self._api()
+        with translated(container_id):
+            await self._offload.call(api.stop, container_id, timeout=2)  # its work is lost anyway
+        log.info("runtime.stop", container_id=container_id[:12])
+
     async def remove(self, container_id: str) -> None:
         self._claimed.pop(container_id, None)
         api = await self._api()
@@ -453,6 +461,14 @@ class DockerBackend:
             with translated(warm.container_id):
                 await self._offload.call(_update_limits, api, warm.container_id, limits)
         self.claim(warm.container_id, spec.sandbox_label)
+        # Its label still says warm-slot-NNN (labels are fixed): its new name tells the
+        # other server processes whose share it is now.
+        with translated(warm.container_id):
+            await self._offload.call(
+                api.rename,
+                warm.container_id,
+                f"{HANDED_OVER}{spec.sandbox_label}-{secrets.token_hex(4)}",
+            )
         isolation = dataclasses.replace(
             given, cpus=limits.cpus, memory_mb=limits.memory_mb, pids=limits.pids
         )
@@ -676,12 +692,14 @@ class DockerBackend:
                 api.containers, all=True, filters={"label": f"{self._managed}={self._deployment}"}
             )
         sandbox = f"{self._prefix}.sandbox"
-        return {
-            (c.get("Names") or [c["Id"]])[0].lstrip("/"): self._claimed.get(
-                c["Id"], (c.get("Labels") or {}).get(sandbox, UNATTRIBUTED)
-            )
-            for c in found
-        }
+        live = {}
+        for c in found:
+            name = (c.get("Names") or [c["Id"]])[0].lstrip("/")
+            label = (c.get("Labels") or {}).get(sandbox, UNATTRIBUTED)
+            if name.startswith(HANDED_OVER):  # a warm one, handed over by any process
+                label = name.removeprefix(HANDED_OVER).rsplit("-", 1)[0]
+            live[name] = self._claimed.get(c["Id"], label)
+        return live
 
     async def _remove_quietly(self, container_id: str) -> None:
         try:

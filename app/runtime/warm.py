@@ -33,6 +33,16 @@ A slot emptied while it held an unused warm container loses the folder (dir:
 moved to the trash; zfs: rolled back); the pool notices (the folder's identity
 is checked on every pass and at hand-over) and replaces the container, as it
 replaces one that stopped (an engine restart).
+
+Several server processes (``app.runtime.warm_claims``): each keeps warm
+containers of its own in the free slots they share, and claims a slot before it
+makes anything there, so no slot ever holds two. Only the process that made a
+warm container hands it over; a sandbox whose first create reaches another
+process removes it (its claim first) and goes the cold way, so the slot still
+holds its sandbox's containers only. A process that dies leaves its claims: once
+its heartbeat is stale, the next pass of any other process removes its warm
+containers and folders and claims the slots afresh; a starting process deletes
+only the warm folders no claim names.
 """
 
 from __future__ import annotations
@@ -41,7 +51,9 @@ import asyncio
 import contextlib
 import os
 import secrets
-from collections.abc import Callable, Iterable
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +63,7 @@ import structlog
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec
 from app.runtime.docker import DockerBackend
+from app.runtime.warm_claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
 from jail.tree_delete import delete_tree
 from pool.slots import Slot
 
@@ -60,6 +73,7 @@ PREFIX = ".warm-"
 # A warm creation in flight for the caller's slot is waited for at most this long
 # (it is already under way, so it is the quickest way to a container).
 PENDING_WAIT_S = 30.0
+_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,7 @@ class WarmContainer:
     root: Path  # <slot root>/.warm-<token>
     identity: tuple[int, int]  # (st_dev, st_ino) of root when it was made
     container: Container
+    claim: WarmClaim
 
 
 class WarmPool:
@@ -80,6 +95,10 @@ class WarmPool:
         image: The image they run (the default image).
         owner: (uid, gid) the workspace is given to (None: this process's).
         refill_every_s: How often the pool looks for newly freed slots.
+        claims: The slots' claims every process sees (default: this process's only).
+        process_id: This process, as its claims and heartbeat name it.
+        live_processes: The processes whose heartbeat is fresh (default: this one).
+        refresh_free: Re-reads which slots are free, when other processes change them.
     """
 
     def __init__(
@@ -91,6 +110,10 @@ class WarmPool:
         image: str,
         owner: tuple[int, int] | None = None,
         refill_every_s: float = 5.0,
+        claims: WarmClaimLedger | None = None,
+        process_id: str = "this-process",
+        live_processes: Callable[[], Awaitable[set[str]]] | None = None,
+        refresh_free: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._backend = backend
         self._next_free = next_free
@@ -98,8 +121,13 @@ class WarmPool:
         self._image = image
         self._owner = owner
         self._every = refill_every_s
+        self._claims: WarmClaimLedger = claims or LocalWarmClaims()
+        self._me = process_id
+        self._live = live_processes
+        self._refresh_free = refresh_free
         self._ready: dict[Path, WarmContainer] = {}  # by slot root
         self._pending: dict[Path, asyncio.Event] = {}
+        self._awaited: set[Path] = set()  # slots whose lessee waits for their creation
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
@@ -140,11 +168,23 @@ class WarmPool:
         """
         pending = self._pending.get(slot_root)
         if pending is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pending.wait(), PENDING_WAIT_S)
+            self._awaited.add(slot_root)  # its lessee waits here: it stays when made
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pending.wait(), PENDING_WAIT_S)
+            finally:
+                self._awaited.discard(slot_root)
+        claim = await self._claims.of_slot(slot_root.name)
         warm = self._ready.pop(slot_root, None)  # taken: no second caller can have it
-        if warm is None:
+        if claim is None:
+            return None  # none in this slot (one this process made was removed elsewhere)
+        if warm is None or warm.claim.root != claim.root:
+            # Another process's: only its maker hands it over. Removed, so the slot holds
+            # its sandbox's containers only; this create goes the cold way.
+            await self._remove_foreign(claim)
             return None
+        if not await self._claims.release(warm.claim):
+            return None  # another process removed it a moment ago: leave it alone
         self._wake.set()
         try:
             if not await asyncio.to_thread(_same_folder, warm):
@@ -156,14 +196,21 @@ class WarmPool:
         except (LookupError, OSError, ServiceError) as exc:
             log.info("warm.not_used", slot=warm.slot.name, reason=str(exc))
             with anyio.CancelScope(shield=True):
-                await self._discard(warm)
+                await self._remove(warm.container.container_id, warm.root)
             return None
         log.info("warm.handed_over", slot=warm.slot.name, container_id=container.container_id[:12])
         return container
 
     async def fill(self) -> int:
-        """One pass: drop warm containers whose folder is gone, then start new ones on
-        the next free slots until ``count`` are ready; how many were started."""
+        """One pass: forget warm containers another process took or removed, drop those
+        whose folder is gone, remove dead processes' ones, then start new ones on the
+        next free unclaimed slots until ``count`` are ready; how many were started."""
+        claims = {claim.slot: claim for claim in await self._claims.all()}
+        for warm in list(self._ready.values()):
+            if claims.get(warm.claim.slot) != warm.claim:
+                # Its claim is gone: the process that released it removed the container.
+                self._ready.pop(warm.slot.root, None)
+                log.info("warm.removed_elsewhere", slot=warm.slot.name)
         # Gone stale: the folder went with a slot reset, or the engine restarted and the
         # container stopped.
         running = await self._backend.running() if self._ready else set()
@@ -171,12 +218,20 @@ class WarmPool:
             fresh = warm.container.container_id in running
             if not fresh or not await asyncio.to_thread(_same_folder, warm):
                 self._ready.pop(warm.slot.root, None)
+                claims.pop(warm.claim.slot, None)
                 await self._discard(warm)
+        for claim in await self._claims_of_dead(list(claims.values())):
+            claims.pop(claim.slot, None)
+            if await self._claims.release(claim):
+                log.info("warm.orphan_removed", slot=claim.slot, owner=claim.process_id)
+                await self._remove(claim.container_id, Path(claim.root))
         want = self.count - len(self._ready) - len(self._pending)
         if want <= 0:
             return 0
-        taken = set(self._ready) | set(self._pending)
-        free = [s for s in self._next_free(self.count + len(taken)) if s.root not in taken]
+        if self._refresh_free is not None:
+            await self._refresh_free()  # another process may have leased one meanwhile
+        taken = set(claims) | {root.name for root in self._pending}
+        free = [s for s in self._next_free(self.count + len(taken)) if s.root.name not in taken]
         chosen = free[:want]
         # Marked before any await: a caller leased one of these slots meanwhile waits for it.
         for slot in chosen:
@@ -187,44 +242,92 @@ class WarmPool:
                 started += await self._make(slot)
             finally:
                 self._pending.pop(slot.root).set()
+        if started:
+            log.info("warm.filled", started=started, ready=len(self._ready))
         return started
+
+    async def _still_free(self, slot: Slot) -> bool:
+        if self._refresh_free is None or slot.root in self._awaited:
+            return True  # one process: its own view is current; or its lessee waits for it
+        await self._refresh_free()
+        return slot.root in {free.root for free in self._next_free(sys.maxsize)}
+
+    async def _claims_of_dead(self, claims: list[WarmClaim]) -> list[WarmClaim]:
+        others = [claim for claim in claims if claim.process_id != self._me]
+        if not others or self._live is None:
+            return []
+        live = await self._live()
+        return [claim for claim in others if claim.process_id not in live]
+
+    async def _remove_foreign(self, claim: WarmClaim) -> None:
+        """Remove another process's warm container from the caller's slot (its claim
+        first, so that process leaves it alone), once its creation is over."""
+        deadline = time.monotonic() + PENDING_WAIT_S
+        while claim.container_id is None and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL_S)  # its maker is creating it; then it is removed
+            current = await self._claims.of_slot(claim.slot)
+            if current is None or current.root != claim.root:
+                return  # its maker gave it up
+            claim = current
+        with anyio.CancelScope(shield=True):
+            if await self._claims.release(claim):
+                log.info("warm.removed_foreign", slot=claim.slot, owner=claim.process_id)
+                await self._remove(claim.container_id, Path(claim.root))
 
     async def _make(self, slot: Slot) -> int:
         root = slot.root / f"{PREFIX}{secrets.token_hex(6)}"
+        claim = WarmClaim(slot.root.name, self._me, str(root))
+        if not await self._claims.place(claim.slot, self._me, claim.root, time.time()):
+            return 0  # another process claimed it a moment ago
+        made: Container | None = None
         try:
             identity = await asyncio.to_thread(_make_folder, root, self._owner)
-        except OSError as exc:
-            log.warning("warm.folder_failed", slot=slot.name, error=exc.strerror)
-            return 0
-        spec = ContainerSpec(
-            experiment_id=f"warm-{root.name.removeprefix(PREFIX)}",
-            sandbox_label=f"warm-{slot.name}",
-            image=self._image,
-            workspace=root / "workspace",
-        )
-        try:
-            container = await self._backend.create(spec)
-        except ServiceError as exc:
+            spec = ContainerSpec(
+                experiment_id=f"warm-{root.name.removeprefix(PREFIX)}",
+                sandbox_label=f"warm-{slot.name}",
+                image=self._image,
+                workspace=root / "workspace",
+            )
+            made = await self._backend.create(spec)
+            claim = WarmClaim(claim.slot, self._me, claim.root, made.container_id)
+            if not await self._claims.started(claim, made.container_id):
+                # Its slot's sandbox reached another process, which gave it up meanwhile.
+                raise LookupError("the slot was taken while its warm container started")
+            if not await self._still_free(slot):
+                # Leased through another process, whose create may have gone cold before
+                # this claim: a warm container must not sit beside its sandbox's.
+                raise LookupError("the slot was leased while its warm container started")
+        except (OSError, ServiceError, LookupError) as exc:
             # Full, or Docker is down: try again at the next pass.
-            log.info("warm.create_refused", slot=slot.name, code=exc.code)
-            await asyncio.to_thread(_delete_quietly, root)
+            log.info("warm.create_refused", slot=slot.name, reason=str(exc))
+            with anyio.CancelScope(shield=True):
+                await self._claims.release(claim)
+                await self._remove(made.container_id if made else None, root)
             return 0
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await asyncio.to_thread(_delete_quietly, root)
+                await self._claims.release(claim)
+                await self._remove(made.container_id if made else None, root)
             raise
-        self._ready[slot.root] = WarmContainer(slot, root, identity, container)
+        self._ready[slot.root] = WarmContainer(slot, root, identity, made, claim)
         return 1
 
     async def _discard(self, warm: WarmContainer) -> None:
-        try:
-            await self._backend.remove(warm.container.container_id)
-        except ServiceError:
-            log.warning("warm.remove_failed", container_id=warm.container.container_id[:12])
-        await asyncio.to_thread(_delete_quietly, warm.root)
+        if await self._claims.release(warm.claim):
+            await self._remove(warm.container.container_id, warm.root)
+
+    async def _remove(self, container_id: str | None, root: Path) -> None:
+        if container_id is not None:
+            try:
+                await self._backend.remove(container_id)
+            except ServiceError:
+                log.warning("warm.remove_failed", container_id=container_id[:12])
+        await asyncio.to_thread(_delete_quietly, root)
 
     async def _run(self, leftovers_in: list[Path]) -> None:
-        await asyncio.to_thread(_delete_leftovers, leftovers_in)
+        # Another live process's warm folders are claimed: only unclaimed ones go.
+        claimed = {Path(claim.root) for claim in await self._claims.all()}
+        await asyncio.to_thread(_delete_leftovers, leftovers_in, claimed)
         while True:
             try:
                 await self.fill()
@@ -256,7 +359,7 @@ def _same_folder(warm: WarmContainer) -> bool:
     return (st.st_dev, st.st_ino) == warm.identity
 
 
-def _delete_leftovers(slot_roots: list[Path]) -> None:
+def _delete_leftovers(slot_roots: list[Path], claimed: set[Path]) -> None:
     for slot_root in slot_roots:
         try:
             with os.scandir(slot_root) as entries:
@@ -264,7 +367,8 @@ def _delete_leftovers(slot_roots: list[Path]) -> None:
         except OSError:
             continue
         for name in found:
-            _delete_quietly(slot_root / name)
+            if slot_root / name not in claimed:
+                _delete_quietly(slot_root / name)
 
 
 def _delete_quietly(root: Path) -> None:

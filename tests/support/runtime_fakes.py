@@ -123,6 +123,9 @@ class FakeBackend:
         self.killed_trees.append((container_id, pids))
         return True
 
+    async def stop(self, container_id: str) -> None:
+        self.stopped.add(container_id)
+
     async def revive(self, container_ids: set[str]) -> Revival:
         revived = sorted(c for c in self.stopped if c in container_ids)
         self.stopped -= set(revived)

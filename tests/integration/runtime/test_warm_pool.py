@@ -132,6 +132,33 @@ async def test_a_handed_over_container_counts_in_its_sandbox_share(
     assert caught.value.code == "LIMIT_REACHED"
 
 
+async def test_a_container_handed_over_by_one_process_counts_in_its_sandbox_share_on_another(
+    warm: WarmPool, slots: list[Slot], cleanup: None
+) -> None:
+    other_process = DockerBackend(
+        slots=SlotsAt(slots[0].root.parent),
+        allowed_images=(IMAGE,),
+        label_prefix=PREFIX,
+        client_factory=docker_client,
+        max_containers=6,
+        pool_size=3,
+        max_containers_per_sandbox=1,
+        kill_grace_s=5,
+    )
+    try:
+        await warm.fill()
+        alice = spec(slots[0], "sbx-0123456789ab")
+        assert await warm.take(slots[0].root, alice, alice.workspace.parent) is not None
+        # Its label says warm-slot-000 and the other process never saw the hand-over.
+        second = spec(slots[0], "sbx-0123456789ab")
+        second.workspace.mkdir(parents=True)
+        with pytest.raises(ServiceError) as caught:
+            await other_process.create(second)
+        assert caught.value.code == "LIMIT_REACHED"
+    finally:
+        await other_process.aclose()
+
+
 def _inspect(engine: docker.DockerClient, container_id: str) -> dict[str, Any]:
     return engine.api.inspect_container(container_id)
 

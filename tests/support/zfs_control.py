@@ -1,0 +1,152 @@
+"""Restarting the real zfs-fuse under a running server (fault tests).
+
+DISRUPTIVE: every ZFS mount is dead while the daemon is down, whoever uses it; run
+such tests alone (CI runs tests one after the other).
+
+``zfs_fuse_restart`` stops the zfs-fuse serving this machine (found by its process),
+lazily unmounts the FUSE mounts it leaves dead (deepest first), and starts it again
+with the same argv, environment and log, detached, as ``.ci/lib/services.sh``
+starts it, then waits until ``zpool list`` answers; a services.sh pid file naming
+the old daemon is pointed at the new one. What the new daemon mounts by itself is
+what the server under test gets. Afterwards (``restore_others``) the datasets that
+were mounted before and are not now are mounted again, and the mounts that were
+``nosuid,nodev`` sealed again, so other users of the pool find it as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pool.mount_flags import seal
+
+STOP_TIMEOUT_S = 30
+START_TIMEOUT_S = 60
+
+
+@dataclass
+class Daemon:
+    pid: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    log: str
+
+
+def current_daemon() -> Daemon:
+    found = [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and _comm(entry) == "zfs-fuse"
+    ]
+    assert len(found) == 1, f"expected one zfs-fuse, found {found}"
+    proc = Path(f"/proc/{found[0]}")
+    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    env = dict(
+        entry.decode().split("=", 1)
+        for entry in (proc / "environ").read_bytes().split(b"\0")
+        if b"=" in entry
+    )
+    log = os.readlink(proc / "fd" / "1")
+    return Daemon(found[0], argv, env, os.readlink(proc / "cwd"), log)
+
+
+def _comm(proc: Path) -> str:
+    try:
+        return (proc / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def answers() -> bool:
+    done = subprocess.run(["zpool", "list", "-H"], capture_output=True, timeout=15, check=False)
+    return done.returncode == 0
+
+
+def zfs_mounts() -> dict[str, tuple[str, bool]]:
+    """The zfs-fuse mounts now: mount point -> (dataset, sealed nosuid,nodev)."""
+    mounts = {}
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        source, point, kind, options = line.split(" ")[:4]
+        if kind == "fuse.zfs":
+            flags = set(options.split(","))
+            mounts[point.replace("\\040", " ")] = (source, {"nosuid", "nodev"} <= flags)
+    return mounts
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and _comm(Path(f"/proc/{pid}")) == "zfs-fuse"
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout_s} s")
+
+
+def _unmount_dead(points: list[str]) -> None:
+    for point in sorted(points, reverse=True):  # deepest first
+        try:
+            os.stat(point)
+        except OSError:
+            subprocess.run(["umount", "-l", point], capture_output=True, timeout=15, check=False)
+
+
+def _repoint_pid_files(old: int, new: int) -> None:
+    roots = {os.environ.get("CI_WORK_DIR", ""), "/tmp/sandbox-mcp-ci", "/tmp/sandbox-mcp-dev"}
+    for root in filter(None, roots):
+        path = Path(root) / "run" / "zfs-fuse.pid"
+        with contextlib.suppress(OSError, ValueError):
+            if int(path.read_text().strip()) == old:
+                path.write_text(f"{new}\n")
+
+
+def zfs_fuse_restart() -> dict[str, tuple[str, bool]]:
+    """Restart zfs-fuse; returns the mounts there were before (for ``restore_others``)."""
+    daemon = current_daemon()
+    before = zfs_mounts()
+    os.kill(daemon.pid, signal.SIGTERM)
+    try:
+        _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not stop")
+    finally:
+        if _alive(daemon.pid):
+            os.kill(daemon.pid, signal.SIGKILL)
+            _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not die")
+        _unmount_dead(list(before))
+        # Through a shell that backgrounds it and exits: the daemon outlives this test
+        # run (as the original did) and is no child of ours.
+        shell = 'exec 0</dev/null; "$@" >>"$ZFS_LOG" 2>&1 & echo $!'
+        spawned = subprocess.run(
+            ["/bin/sh", "-c", shell, "zfs-fuse", *daemon.argv],
+            env={**daemon.env, "ZFS_LOG": daemon.log},
+            cwd=daemon.cwd,
+            capture_output=True,
+            text=True,
+            start_new_session=True,
+            check=True,
+        )
+        new_pid = int(spawned.stdout.strip())
+        _wait(answers, START_TIMEOUT_S, f"zfs-fuse did not answer again (log: {daemon.log})")
+        _repoint_pid_files(daemon.pid, new_pid)
+    return before
+
+
+def restore_others(before: dict[str, tuple[str, bool]]) -> None:
+    """Mount again what was mounted before the restart, and seal again what was sealed."""
+    now = zfs_mounts()
+    for point in sorted(before):  # parents first
+        dataset, sealed = before[point]
+        if point not in now:
+            subprocess.run(["zfs", "mount", dataset], capture_output=True, timeout=60, check=False)
+        if sealed and Path(point).is_dir():
+            with contextlib.suppress(Exception):
+                seal(Path(point))
