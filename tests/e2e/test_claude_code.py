@@ -138,7 +138,7 @@ async def test_hosted_mode_with_a_bearer_header_is_connected(
 ) -> None:
     async with httpx2.AsyncClient(timeout=30) as http:
         client = await ManualClient.register(http, hosted.base_url)
-        token = (await client.tokens(http))["access_token"]
+        token = await client.access_token(http)
     add(claude, "sandbox", hosted.mcp_url, f"Authorization: Bearer {token}")
     add(claude, "anonymous", hosted.mcp_url)  # controls: no token, a forged one
     add(claude, "forged", hosted.mcp_url, "Authorization: Bearer smcp_at_forged")

@@ -37,7 +37,7 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
 async def test_three_fixes_and_a_recommendation(server: RunningServer) -> None:
     async with httpx2.AsyncClient(timeout=120) as http:
         client = await ManualClient.register(http, server.base_url)
-        token = (await client.tokens(http))["access_token"]
+        token = await client.access_token(http)
         results: dict[str, dict[str, object]] = {}
         ids: dict[str, str] = {}
         for fix in ("rounding", "decimal", "truncation"):

@@ -53,8 +53,8 @@ async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             client = await ManualClient.register(http, server.base_url)
-            alice = (await client.tokens(http))["access_token"]
-            bob = (await client.tokens(http))["access_token"]
+            alice = await client.access_token(http)
+            bob = await client.access_token(http)
             exp = await create(http, server, alice)
 
             # A sparse file holds nothing: it is not counted (and from_experiment keeps it so).

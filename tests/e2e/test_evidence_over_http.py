@@ -56,8 +56,8 @@ async def test_artifacts_resources_map_and_search(tmp_path: Path) -> None:
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             client = await ManualClient.register(http, server.base_url)
-            alice = (await client.tokens(http))["access_token"]
-            mallory = (await client.tokens(http))["access_token"]
+            alice = await client.access_token(http)
+            mallory = await client.access_token(http)
             exp = (
                 await tool(
                     http,
@@ -158,8 +158,8 @@ async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
         async with httpx2.AsyncClient(timeout=120) as http:
             client = await ManualClient.register(http, server.base_url)
             busy, idle = (
-                (await client.tokens(http))["access_token"],
-                (await client.tokens(http))["access_token"],
+                await client.access_token(http),
+                await client.access_token(http),
             )
             busy_exp = (await tool(http, server, busy, "create_experiment", {}))["experiment_id"]
             # A job that outlives the test (cancelled at its end): no window to hit.

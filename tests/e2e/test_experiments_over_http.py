@@ -38,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 @pytest.fixture
 async def users(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
     client = await ManualClient.register(http, server.base_url)
-    return (await client.tokens(http))["access_token"], (await client.tokens(http))["access_token"]
+    return await client.access_token(http), await client.access_token(http)
 
 
 async def test_no_tool_is_docker_shaped(

@@ -65,7 +65,7 @@ async def test_a_backtracking_regex_and_glob_do_not_stall_the_server(tmp_path: P
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             client = await ManualClient.register(http, server.base_url)
-            mallory = (await client.tokens(http))["access_token"]
+            mallory = await client.access_token(http)
             created = await tool(
                 http,
                 server,

@@ -36,7 +36,7 @@ async def test_leases_queue_watchdog_and_a_kill_9_restart(
     port = urlsplit(server.base_url).port
     try:
         client = await ManualClient.register(http, server.base_url)
-        a, b, c, d = [(await client.tokens(http))["access_token"] for _ in range(4)]
+        a, b, c, d = [await client.access_token(http) for _ in range(4)]
 
         # Listing tools and sandbox_status take no slot.
         status = (await call_tool(http, server.base_url, a)).json()["result"]["structuredContent"]
@@ -126,7 +126,7 @@ async def test_a_queued_call_waits_with_progress_and_gets_the_freed_slot(
     )
     try:
         client = await ManualClient.register(http, server.base_url)
-        holder, waiter = [(await client.tokens(http))["access_token"] for _ in range(2)]
+        holder, waiter = [await client.access_token(http) for _ in range(2)]
         assert not (await probe(http, server, holder, write="x"))["is_error"]
         started = time.monotonic()
         response = await http.post(

@@ -27,7 +27,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, probe, read_jsonrpc
-from oauth_browser import ManualClient
+from oauth_browser import ManualClient, new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -94,9 +94,7 @@ async def legacy_status(
 async def test_a_client_that_never_echoes_the_session_id_calls_tools(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     await initialize(http, oauth_server, token)
     # Whatever the initialize answer carried, this client never sends it back.
     initialized = await legacy_rpc(
@@ -121,9 +119,7 @@ async def test_a_session_id_from_before_a_kill_9_keeps_working(
     server = start_server(state, **ENV)
     port = urlsplit(server.base_url).port
     try:
-        token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
-            "access_token"
-        ]
+        token = await new_user(http, server.base_url)
         opened = await initialize(http, server, token)
         # A stateless server issues no session id; the id a stateful deploy before it
         # issued is just as stale after the restart, so the client holds one of those.
@@ -167,9 +163,7 @@ async def modern_body_call(
 async def test_a_2026_body_under_a_2025_header_gets_a_normal_result(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     # As the claude.ai connector sends it: legacy header, no Mcp-Method / Mcp-Name.
     for _ in range(3):
         response = await modern_body_call(
@@ -193,9 +187,7 @@ async def test_a_2026_body_under_a_2025_header_gets_a_normal_result(
 async def test_an_unknown_session_id_is_served_in_both_eras(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     status = await legacy_status(http, oauth_server, token, session_id=uuid.uuid4().hex)
     assert status["holds_slot"] is False
     modern = await modern_body_call(
@@ -216,9 +208,7 @@ async def test_an_unknown_session_id_is_served_in_both_eras(
 async def test_get_and_delete_answer_405_and_open_no_stream(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     base = {"authorization": f"Bearer {token}", "mcp-protocol-version": LEGACY}
     requests = [
         ("GET", {**base, "accept": "text/event-stream"}),
@@ -241,7 +231,7 @@ async def test_thousands_of_initializes_open_nothing_and_lock_out_no_one(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
     client = await ManualClient.register(http, oauth_server.base_url)
-    flooder, other = [(await client.tokens(http))["access_token"] for _ in range(2)]
+    flooder, other = [await client.access_token(http) for _ in range(2)]
     other_session = (await initialize(http, oauth_server, other)).headers.get("mcp-session-id")
     count, parallel = 2000, 16
     statuses: list[int] = []
@@ -280,7 +270,7 @@ async def test_a_queued_legacy_call_without_a_session_gets_progress(
     )
     try:
         client = await ManualClient.register(http, server.base_url)
-        holder, waiter = [(await client.tokens(http))["access_token"] for _ in range(2)]
+        holder, waiter = [await client.access_token(http) for _ in range(2)]
         assert not (await probe(http, server, holder, write="x"))["is_error"]
         started = time.monotonic()
         response = await legacy_rpc(
@@ -332,9 +322,7 @@ async def legacy_tool(
 async def test_a_long_synchronous_command_without_a_session_returns_its_result(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     created = await legacy_tool(http, oauth_server, token, "create_experiment", {"name": "slow"})
     started = time.monotonic()
     ran = await legacy_tool(

@@ -155,7 +155,7 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
 ) -> None:
     async with httpx2.AsyncClient(timeout=120) as http:
         client = await ManualClient.register(http, served.base_url)
-        token = (await client.tokens(http))["access_token"]
+        token = await client.access_token(http)
         made = await tool(http, served, token, "create_experiment", {"files": {"a.txt": "hello"}})
         assert not made["is_error"], made
         exp = made["experiment_id"]

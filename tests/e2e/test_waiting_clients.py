@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import LEGACY, MODERN, read_jsonrpc, tool
-from oauth_browser import ManualClient
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -38,9 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 @pytest.fixture
 async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
-    token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, server.base_url)
     experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
     return token, experiment
 

@@ -155,3 +155,21 @@ async def run_command(
         "execute_experiment",
         {"experiment_id": experiment, "command": command, **extra},
     )
+
+
+async def write_file(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    path: str,
+    content: str,
+) -> dict[str, Any]:
+    """``write_sandbox_file`` in ``experiment``; returns the structured content."""
+    return await tool(
+        http,
+        server,
+        token,
+        "write_sandbox_file",
+        {"experiment_id": experiment, "path": path, "content": content},
+    )

@@ -112,6 +112,10 @@ class ManualClient:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
+    async def access_token(self, http: httpx2.AsyncClient) -> str:
+        """A new user's access token: every sign-in is a sandbox of its own."""
+        return (await self.tokens(http))["access_token"]
+
     async def refresh(self, http: httpx2.AsyncClient, refresh_token: str) -> httpx2.Response:
         return await http.post(
             f"{self.base_url}/token",
@@ -121,3 +125,8 @@ class ManualClient:
                 "client_id": self.client_id,
             },
         )
+
+
+async def new_user(http: httpx2.AsyncClient, base_url: str) -> str:
+    """A client registered and signed in once: its access token, for a sandbox of its own."""
+    return await (await ManualClient.register(http, base_url)).access_token(http)

@@ -103,7 +103,7 @@ async def test_a_zfs_sandbox_is_leased_used_and_emptied_by_rollback(
     try:
         async with httpx2.AsyncClient(timeout=30) as http:
             client = await ManualClient.register(http, server.base_url)
-            token = (await client.tokens(http))["access_token"]
+            token = await client.access_token(http)
             first = await probe(http, server, token, write="evidence.txt")
             assert not first["is_error"], first
             assert first["files"] == ["evidence.txt"]
@@ -134,7 +134,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             client = await ManualClient.register(http, server.base_url)
-            hog, honest = [(await client.tokens(http))["access_token"] for _ in range(2)]
+            hog, honest = [await client.access_token(http) for _ in range(2)]
             hogs = (await tool(http, server, hog, "create_experiment", {}))["experiment_id"]
             filled = await tool(
                 http,
