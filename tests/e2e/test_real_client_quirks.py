@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, probe, read_jsonrpc
+from held_slot import a_held_slot
+from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, read_jsonrpc
 from oauth_browser import ManualClient, new_user
 
 pytestmark = pytest.mark.e2e
@@ -67,6 +68,31 @@ async def initialize(
     return response
 
 
+async def legacy_tool(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    session_id: str | None = None,
+    request_id: int = 1,
+    **meta: str,
+) -> dict[str, Any]:
+    """A legacy tools/call (no session id unless given); asserts a normal result,
+    returns its structured content."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if meta:
+        params["_meta"] = meta
+    response = await legacy_rpc(
+        http, server, token, "tools/call", params, session_id=session_id, request_id=request_id
+    )
+    assert response.status_code == 200, response.text
+    result = read_jsonrpc(response)["result"]
+    assert not result.get("isError"), result
+    return dict(result["structuredContent"])
+
+
 async def legacy_status(
     http: httpx2.AsyncClient,
     server: RunningServer,
@@ -75,20 +101,10 @@ async def legacy_status(
     session_id: str | None = None,
     request_id: int = 2,
 ) -> dict[str, Any]:
-    """A legacy tools/call of sandbox_status; asserts a normal result, returns its content."""
-    response = await legacy_rpc(
-        http,
-        server,
-        token,
-        "tools/call",
-        {"name": "sandbox_status", "arguments": {}},
-        session_id=session_id,
-        request_id=request_id,
+    """A legacy tools/call of sandbox_status."""
+    return await legacy_tool(
+        http, server, token, "sandbox_status", {}, session_id=session_id, request_id=request_id
     )
-    assert response.status_code == 200, response.text
-    result = read_jsonrpc(response)["result"]
-    assert not result.get("isError"), result
-    return dict(result["structuredContent"])
 
 
 async def test_a_client_that_never_echoes_the_session_id_calls_tools(
@@ -258,20 +274,7 @@ async def test_thousands_of_initializes_open_nothing_and_lock_out_no_one(
 async def test_a_queued_legacy_call_without_a_session_gets_progress(
     http: httpx2.AsyncClient, tmp_path: Path
 ) -> None:
-    server = start_server(
-        tmp_path / "state",
-        probe=True,
-        **{
-            **ENV,
-            "SANDBOX_MCP_POOL_SIZE": "1",
-            "SANDBOX_MCP_IDLE_TIMEOUT_S": "10",
-            "SANDBOX_MCP_QUEUE_WAIT_S": "30",
-        },
-    )
-    try:
-        client = await ManualClient.register(http, server.base_url)
-        holder, waiter = [await client.access_token(http) for _ in range(2)]
-        assert not (await probe(http, server, holder, write="x"))["is_error"]
+    async with a_held_slot(http, tmp_path / "state", ENV) as (server, waiter):
         started = time.monotonic()
         response = await legacy_rpc(
             http,
@@ -296,27 +299,6 @@ async def test_a_queued_legacy_call_without_a_session_gets_progress(
         assert not result.get("isError"), result
         assert result["structuredContent"]["files"] == [], "the freed slot was emptied first"
         assert 5 < waited < 30
-    finally:
-        stop_server(server)
-
-
-async def legacy_tool(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    token: str,
-    name: str,
-    arguments: dict[str, Any],
-    **meta: str,
-) -> dict[str, Any]:
-    """A legacy tools/call with no session id; returns the structured content."""
-    params: dict[str, Any] = {"name": name, "arguments": arguments}
-    if meta:
-        params["_meta"] = meta
-    response = await legacy_rpc(http, server, token, "tools/call", params)
-    assert response.status_code == 200, response.text
-    result = read_jsonrpc(response)["result"]
-    assert not result.get("isError"), result
-    return dict(result["structuredContent"])
 
 
 async def test_a_long_synchronous_command_without_a_session_returns_its_result(

@@ -29,7 +29,7 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, free_port
-from mcp_http import tool
+from mcp_http import tool, write_file
 from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
@@ -176,13 +176,7 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
                 http, served, token, "read_sandbox_file", {"experiment_id": exp, "path": path}
             )
             assert read.get("content") == content, read
-        wrote = await tool(
-            http,
-            served,
-            token,
-            "write_sandbox_file",
-            {"experiment_id": exp, "path": "private/g", "content": "from the server\n"},
-        )
+        wrote = await write_file(http, served, token, exp, "private/g", "from the server\n")
         assert not wrote["is_error"], wrote
         # ... and what it writes stays the sandbox's to change.
         edited = await tool(

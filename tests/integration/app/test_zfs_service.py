@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
-from mcp_http import probe, tool
+from mcp_http import probe, tool, write_file
 from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.integration
@@ -148,13 +148,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
             )
             assert filled["exit_code"] != 0 or "100" not in filled["stdout"], filled
             assert "quota" in filled["stderr"].lower() or "space" in filled["stderr"].lower()
-            refused = await tool(
-                http,
-                server,
-                hog,
-                "write_sandbox_file",
-                {"experiment_id": hogs, "path": "more.txt", "content": "x" * 1_000_000},
-            )
+            refused = await write_file(http, server, hog, hogs, "more.txt", "x" * 1_000_000)
             assert refused["is_error"], refused
             assert refused["error"]["code"] != "INTERNAL_ERROR", refused
 
@@ -162,13 +156,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
             health = (await http.get(f"{server.base_url}/health")).json()
             assert health["database"]["ok"], health
             mine = (await tool(http, server, honest, "create_experiment", {}))["experiment_id"]
-            wrote = await tool(
-                http,
-                server,
-                honest,
-                "write_sandbox_file",
-                {"experiment_id": mine, "path": "notes.txt", "content": "fine\n"},
-            )
+            wrote = await write_file(http, server, honest, mine, "notes.txt", "fine\n")
             assert not wrote["is_error"], wrote
             ran = await tool(
                 http,
