@@ -20,6 +20,20 @@ def pkce_pair() -> tuple[str, str]:
     return verifier, challenge.decode()
 
 
+def authorization_request(
+    client_id: str, redirect_uri: str, challenge: str, **extra: str
+) -> dict[str, str]:
+    """The parameters of an authorization-code request with PKCE (S256), plus ``extra``."""
+    return {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        **extra,
+    }
+
+
 def query_of(location: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
 
@@ -72,15 +86,9 @@ class ManualClient:
         return cls(base_url, response.json()["client_id"])
 
     def authorize_url(self, challenge: str, **extra: str) -> str:
-        params = {
-            "response_type": "code",
-            "client_id": self.client_id,
-            "redirect_uri": REDIRECT_URI,
-            "state": "st-" + secrets.token_hex(4),
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            **extra,
-        }
+        params = authorization_request(
+            self.client_id, REDIRECT_URI, challenge, state="st-" + secrets.token_hex(4), **extra
+        )
         return f"{self.base_url}/authorize?{urlencode(params)}"
 
     async def sign_in(self, http: httpx2.AsyncClient) -> tuple[str, str]:
