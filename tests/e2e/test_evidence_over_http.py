@@ -13,35 +13,17 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import read_jsonrpc, tool
+from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
-
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 async def read_resource(
     http: httpx2.AsyncClient, server: RunningServer, token: str, uri: str
 ) -> dict[str, Any]:
-    response = await http.post(
-        server.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 7,
-            "method": "resources/read",
-            "params": {"uri": uri, "_meta": META},
-        },
-        headers={
-            "authorization": f"Bearer {token}",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "resources/read",
-            "mcp-name": uri,
-        },
+    response = await post_rpc(
+        http, server.mcp_url, "resources/read", {"uri": uri}, token=token, name=uri
     )
     return read_jsonrpc(response)
 

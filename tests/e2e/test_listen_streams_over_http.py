@@ -19,27 +19,13 @@ from typing import Any
 
 import httpx2
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import MODERN, SESSIONLESS_META, post_rpc
+from mcp_http import post_rpc, rpc_request
 from oauth_browser import ManualClient
 
 
 def _listen_request(token: str) -> dict[str, Any]:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 41,
-        "method": "subscriptions/listen",
-        "params": {"notifications": {"toolsListChanged": True}, "_meta": SESSIONLESS_META},
-    }
-    return {
-        "content": json.dumps(body),
-        "headers": {
-            "authorization": f"Bearer {token}",
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": MODERN,
-            "mcp-method": "subscriptions/listen",
-        },
-    }
+    params = {"notifications": {"toolsListChanged": True}}
+    return rpc_request("subscriptions/listen", params, token=token, request_id=41)
 
 
 class Stream:
