@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 from e2e_server import start_server, stop_server
 from mcp_http import run_command, tool, write_file
-from oauth_browser import ManualClient
+from oauth_browser import new_users
 
 from app.experiments.disk_budget import measure_tree
 
@@ -52,9 +52,7 @@ async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            alice = await client.access_token(http)
-            bob = await client.access_token(http)
+            alice, bob = await new_users(http, server.base_url, 2)
             exp = await create(http, server, alice)
 
             # A sparse file holds nothing: it is not counted (and from_experiment keeps it so).

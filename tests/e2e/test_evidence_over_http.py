@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, tool
-from oauth_browser import ManualClient
+from oauth_browser import new_users
 
 pytestmark = pytest.mark.e2e
 
@@ -37,9 +37,7 @@ async def test_artifacts_resources_map_and_search(tmp_path: Path) -> None:
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            alice = await client.access_token(http)
-            mallory = await client.access_token(http)
+            alice, mallory = await new_users(http, server.base_url, 2)
             exp = (
                 await tool(
                     http,
@@ -138,11 +136,7 @@ async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
     engine = docker.from_env()
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            busy, idle = (
-                await client.access_token(http),
-                await client.access_token(http),
-            )
+            busy, idle = await new_users(http, server.base_url, 2)
             busy_exp = (await tool(http, server, busy, "create_experiment", {}))["experiment_id"]
             # A job that outlives the test (cancelled at its end): no window to hit.
             job = await tool(

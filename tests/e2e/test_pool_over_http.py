@@ -13,7 +13,7 @@ import pytest
 from e2e_server import start_server, stop_server
 from held_slot import a_held_slot
 from mcp_http import call_tool, post_rpc, probe, read_jsonrpc
-from oauth_browser import ManualClient
+from oauth_browser import new_users
 
 pytestmark = pytest.mark.e2e
 
@@ -36,8 +36,7 @@ async def test_leases_queue_watchdog_and_a_kill_9_restart(
     server = start_server(state, probe=True, **ENV)
     port = urlsplit(server.base_url).port
     try:
-        client = await ManualClient.register(http, server.base_url)
-        a, b, c, d = [await client.access_token(http) for _ in range(4)]
+        a, b, c, d = await new_users(http, server.base_url, 4)
 
         # Listing tools and sandbox_status take no slot.
         status = (await call_tool(http, server.base_url, a)).json()["result"]["structuredContent"]

@@ -28,7 +28,7 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from held_slot import a_held_slot
 from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, read_jsonrpc
-from oauth_browser import ManualClient, new_user
+from oauth_browser import new_user, new_users
 
 pytestmark = pytest.mark.e2e
 
@@ -246,8 +246,7 @@ async def test_get_and_delete_answer_405_and_open_no_stream(
 async def test_thousands_of_initializes_open_nothing_and_lock_out_no_one(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    client = await ManualClient.register(http, oauth_server.base_url)
-    flooder, other = [await client.access_token(http) for _ in range(2)]
+    flooder, other = await new_users(http, oauth_server.base_url, 2)
     other_session = (await initialize(http, oauth_server, other)).headers.get("mcp-session-id")
     count, parallel = 2000, 16
     statuses: list[int] = []

@@ -30,7 +30,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, free_port
 from mcp_http import tool, write_file
-from oauth_browser import ManualClient
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -154,8 +154,7 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
     served: RunningServer,
 ) -> None:
     async with httpx2.AsyncClient(timeout=120) as http:
-        client = await ManualClient.register(http, served.base_url)
-        token = await client.access_token(http)
+        token = await new_user(http, served.base_url)
         made = await tool(http, served, token, "create_experiment", {"files": {"a.txt": "hello"}})
         assert not made["is_error"], made
         exp = made["experiment_id"]

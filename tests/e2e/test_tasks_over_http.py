@@ -44,13 +44,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     stop_server(running)
 
 
-@pytest.fixture
-async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
-    token = await new_user(http, server.base_url)
-    experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
-    return token, experiment
-
-
 async def rpc(
     http: httpx2.AsyncClient,
     server: RunningServer,

@@ -17,7 +17,6 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import LEGACY, MODERN, legacy_request, legacy_rpc, post_rpc, read_jsonrpc, tool
-from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +33,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     )
     yield running
     stop_server(running)
-
-
-@pytest.fixture
-async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
-    token = await new_user(http, server.base_url)
-    experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
-    return token, experiment
 
 
 async def call_with_progress(

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx2
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import probe
-from oauth_browser import ManualClient
+from oauth_browser import new_users
 
 
 @asynccontextmanager
@@ -32,8 +32,7 @@ async def a_held_slot(
         },
     )
     try:
-        client = await ManualClient.register(http, server.base_url)
-        holder, waiter = [await client.access_token(http) for _ in range(2)]
+        holder, waiter = await new_users(http, server.base_url, 2)
         assert not (await probe(http, server, holder, write="x"))["is_error"]
         yield server, waiter
     finally:

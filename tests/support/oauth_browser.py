@@ -138,3 +138,9 @@ class ManualClient:
 async def new_user(http: httpx2.AsyncClient, base_url: str) -> str:
     """A client registered and signed in once: its access token, for a sandbox of its own."""
     return await (await ManualClient.register(http, base_url)).access_token(http)
+
+
+async def new_users(http: httpx2.AsyncClient, base_url: str, count: int) -> list[str]:
+    """``count`` users signed in through one registered client: their access tokens."""
+    client = await ManualClient.register(http, base_url)
+    return [await client.access_token(http) for _ in range(count)]

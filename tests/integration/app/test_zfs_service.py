@@ -16,7 +16,7 @@ import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
 from mcp_http import probe, tool, write_file
-from oauth_browser import ManualClient
+from oauth_browser import new_user, new_users
 
 pytestmark = pytest.mark.integration
 
@@ -102,8 +102,7 @@ async def test_a_zfs_sandbox_is_leased_used_and_emptied_by_rollback(
     )
     try:
         async with httpx2.AsyncClient(timeout=30) as http:
-            client = await ManualClient.register(http, server.base_url)
-            token = await client.access_token(http)
+            token = await new_user(http, server.base_url)
             first = await probe(http, server, token, write="evidence.txt")
             assert not first["is_error"], first
             assert first["files"] == ["evidence.txt"]
@@ -133,8 +132,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            hog, honest = [await client.access_token(http) for _ in range(2)]
+            hog, honest = await new_users(http, server.base_url, 2)
             hogs = (await tool(http, server, hog, "create_experiment", {}))["experiment_id"]
             filled = await tool(
                 http,
@@ -166,8 +164,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
                 {"experiment_id": mine, "command": "cat notes.txt"},
             )
             assert ran["stdout"] == "fine\n"
-            again = await client.tokens(http)  # signing in still works
-            assert again["access_token"]
+            assert await new_user(http, server.base_url)  # signing in still works
 
             # The full tenant recovers by deleting.
             freed = await tool(
