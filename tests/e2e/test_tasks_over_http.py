@@ -124,6 +124,15 @@ async def poll(
     raise AssertionError(f"task {task_id} still {seen[-1]} after {limit_s} s")
 
 
+async def completed(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, task_id: str
+) -> dict[str, Any]:
+    """Poll until the task ends; asserts it completed and returns the tool's structured result."""
+    task, _ = await poll(http, server, token, task_id)
+    assert task["status"] == "completed", task
+    return dict(task["result"]["structuredContent"])
+
+
 def assert_task_handle(result: dict[str, Any]) -> str:
     assert result["resultType"] == "task", result
     assert result["status"] == "working"
@@ -209,9 +218,7 @@ async def test_run_tests_becomes_a_task(http: httpx2.AsyncClient, server: Runnin
     handle = await call(
         http, server, token, "run_tests", {"experiment_id": created["experiment_id"]}
     )
-    task, _ = await poll(http, server, token, assert_task_handle(handle))
-    assert task["status"] == "completed", task
-    job = task["result"]["structuredContent"]
+    job = await completed(http, server, token, assert_task_handle(handle))
     assert job["status"] == "completed", job
     assert job["tests"]["passed"] == 1, job["tests"]
     assert job["tests"]["failed"] == 0
@@ -231,9 +238,7 @@ async def test_create_with_setup_commands_is_a_task_and_without_is_not(
         "create_experiment",
         {"name": "set up", "setup_commands": ["sleep 2", "echo ready > ready.txt"]},
     )
-    task, _ = await poll(http, server, token, assert_task_handle(handle))
-    assert task["status"] == "completed", task
-    created = task["result"]["structuredContent"]
+    created = await completed(http, server, token, assert_task_handle(handle))
     assert [job["status"] for job in created["setup"]] == ["completed", "completed"]
     read = await run_command(http, server, token, created["experiment_id"], "cat ready.txt")
     assert read["stdout"] == "ready\n"
@@ -318,9 +323,7 @@ async def test_another_sandbox_cannot_see_or_touch_a_task(
         assert theirs["error"]["code"] == -32602
         assert "Task not found" in theirs["error"]["message"]
     # The stranger's cancel did nothing: the owner's command ran to its end.
-    task, _ = await poll(http, server, owner, task_id)
-    assert task["status"] == "completed"
-    assert task["result"]["structuredContent"]["stdout"] == "mine\n"
+    assert (await completed(http, server, owner, task_id))["stdout"] == "mine\n"
 
 
 async def test_tasks_update_is_acknowledged_for_a_task_that_asks_no_input(
@@ -339,9 +342,7 @@ async def test_tasks_update_is_acknowledged_for_a_task_that_asks_no_input(
     # The spec: responses to keys not outstanding are ignored; the ack is empty.
     assert answer["result"]["resultType"] == "complete", answer
     assert set(answer["result"]) <= {"resultType", "_meta"}
-    task, _ = await poll(http, server, token, task_id)
-    assert task["status"] == "completed"
-    assert task["result"]["structuredContent"]["stdout"] == "fine\n"
+    assert (await completed(http, server, token, task_id))["stdout"] == "fine\n"
 
 
 async def test_a_sandbox_whose_tasks_all_run_is_served_without_a_task(
@@ -356,8 +357,7 @@ async def test_a_sandbox_whose_tasks_all_run_is_served_without_a_task(
     assert third["resultType"] == "complete"
     assert third["structuredContent"]["job_id"].startswith("job_")
     for task_id in (first, second):
-        task, _ = await poll(http, server, token, task_id)
-        assert task["result"]["structuredContent"]["stdout"] == "busy\n"
+        assert (await completed(http, server, token, task_id))["stdout"] == "busy\n"
     # Once they have finished, the oldest is forgotten to make room for a new task.
     fourth = assert_task_handle(await call(http, server, token, "execute_experiment", command))
     gone = await rpc(http, server, token, "tasks/get", {"taskId": first})
