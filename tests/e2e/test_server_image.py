@@ -29,7 +29,7 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, free_port
-from mcp_http import tool, write_file
+from mcp_http import run_command, tool, write_file
 from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
@@ -163,9 +163,7 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
             "cat a.txt; echo new > b.txt; mkdir -m 700 private; echo secret > private/f; "
             "chmod 600 private/f; id -u >&2"
         )
-        ran = await tool(
-            http, served, token, "execute_experiment", {"experiment_id": exp, "command": command}
-        )
+        ran = await run_command(http, served, token, exp, command)
         assert ran["exit_code"] == 0, ran
         assert ran["stdout"] == "hello"
         assert ran["stderr"].strip() == "10002", "sandboxes run under a uid of their own"
@@ -178,12 +176,8 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
         wrote = await write_file(http, served, token, exp, "private/g", "from the server\n")
         assert not wrote["is_error"], wrote
         # ... and what it writes stays the sandbox's to change.
-        edited = await tool(
-            http,
-            served,
-            token,
-            "execute_experiment",
-            {"experiment_id": exp, "command": "echo more >> private/g; cat private/g"},
+        edited = await run_command(
+            http, served, token, exp, "echo more >> private/g; cat private/g"
         )
         assert edited["stdout"] == "from the server\nmore\n", edited
         destroyed = await tool(http, served, token, "destroy_experiment", {"experiment_id": exp})

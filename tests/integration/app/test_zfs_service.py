@@ -8,33 +8,24 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
-from mcp_http import probe, tool, write_file
+from mcp_http import probe, run_command, tool, write_file
 from oauth_browser import new_user, new_users
+from zfs_testkit import destroy_dataset, new_dataset_name
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def dataset() -> Iterator[str]:
-    parent = os.environ.get("SANDBOX_MCP_TEST_ZFS_PARENT")
-    if not parent:
-        pytest.fail(
-            "SANDBOX_MCP_TEST_ZFS_PARENT is not set: these tests need the zfs-fuse pool that "
-            ".ci/run starts (source .ci/lib/services.sh; start_zfs)."
-        )
-    name = f"{parent}/svc{uuid.uuid4().hex[:8]}"
+    name = new_dataset_name("svc")
     yield name
-    for _ in range(5):  # a just-unmounted dataset can be "busy" once
-        if subprocess.run(["zfs", "destroy", "-r", name], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.5)
+    destroy_dataset(name)
 
 
 def slot_file(dataset: str, slot: str) -> Path:
@@ -156,23 +147,13 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
             mine = (await tool(http, server, honest, "create_experiment", {}))["experiment_id"]
             wrote = await write_file(http, server, honest, mine, "notes.txt", "fine\n")
             assert not wrote["is_error"], wrote
-            ran = await tool(
-                http,
-                server,
-                honest,
-                "execute_experiment",
-                {"experiment_id": mine, "command": "cat notes.txt"},
-            )
+            ran = await run_command(http, server, honest, mine, "cat notes.txt")
             assert ran["stdout"] == "fine\n"
             assert await new_user(http, server.base_url)  # signing in still works
 
             # The full tenant recovers by deleting.
-            freed = await tool(
-                http,
-                server,
-                hog,
-                "execute_experiment",
-                {"experiment_id": hogs, "command": "rm -f big && echo ok > small && cat small"},
+            freed = await run_command(
+                http, server, hog, hogs, "rm -f big && echo ok > small && cat small"
             )
             assert freed["stdout"] == "ok\n", freed
     finally:
