@@ -13,7 +13,7 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import post_rpc, read_jsonrpc, tool
+from mcp_http import post_rpc, read_jsonrpc, run_command, tool
 from oauth_browser import new_users
 
 pytestmark = pytest.mark.e2e
@@ -139,13 +139,7 @@ async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
             busy, idle = await new_users(http, server.base_url, 2)
             busy_exp = (await tool(http, server, busy, "create_experiment", {}))["experiment_id"]
             # A job that outlives the test (cancelled at its end): no window to hit.
-            job = await tool(
-                http,
-                server,
-                busy,
-                "execute_experiment",
-                {"experiment_id": busy_exp, "command": "sleep 600", "background": True},
-            )
+            job = await run_command(http, server, busy, busy_exp, "sleep 600", background=True)
             assert job["status"] == "running"
             # The idle sandbox's last call comes after the busy one's: once the watchdog
             # has emptied it, the busy sandbox was past its idle timeout too (the watchdog

@@ -16,7 +16,16 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import LEGACY, MODERN, legacy_request, legacy_rpc, post_rpc, read_jsonrpc, tool
+from mcp_http import (
+    LEGACY,
+    MODERN,
+    legacy_request,
+    legacy_rpc,
+    post_rpc,
+    read_jsonrpc,
+    run_command,
+    tool,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -84,13 +93,7 @@ async def test_waiting_for_a_job_sends_progress(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    job = await tool(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 4; echo late", "background": True},
-    )
+    job = await run_command(http, server, token, experiment, "sleep 4; echo late", background=True)
     progress, result = await call_with_progress(
         http, server, token, LEGACY, "get_job_result", {"job_id": job["job_id"], "wait_s": 10}
     )

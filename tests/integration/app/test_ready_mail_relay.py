@@ -10,19 +10,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from db_testkit import fresh_postgres_blocking
-from smtp_testkit import Inbox, smtp_server
+from smtp_testkit import Inbox
 
 from app.shared_limits import SharedLimits
 from app.storage.db import create_engine, upgrade_schema
 from pool.mailer import ReadyMailer, SmtpOptions
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def smtp() -> Iterator[tuple[Inbox, int]]:
-    with smtp_server("none") as running:
-        yield running
 
 
 @pytest.fixture

@@ -1,0 +1,15 @@
+"""Fixtures shared by the integration tests of several packages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from smtp_testkit import Inbox, smtp_server
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    """A real SMTP server on loopback (no TLS): its inbox and port."""
+    with smtp_server("none") as running:
+        yield running
