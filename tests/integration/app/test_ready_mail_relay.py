@@ -6,10 +6,9 @@ with their own relay connections stand for two processes; real PostgreSQL, real 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-from db_testkit import fresh_postgres_blocking
 from smtp_testkit import Inbox
 
 from app.shared_limits import SharedLimits
@@ -17,12 +16,6 @@ from app.storage.db import create_engine, upgrade_schema
 from pool.mailer import ReadyMailer, SmtpOptions
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    with fresh_postgres_blocking() as url:
-        yield url
 
 
 async def processes(
