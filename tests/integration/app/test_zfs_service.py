@@ -15,6 +15,7 @@ import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
 from mcp_http import probe, run_command, tool, write_file
+from mounts_testkit import unmount_below
 from oauth_browser import new_user, new_users
 from zfs_testkit import destroy_dataset, new_dataset_name
 
@@ -22,9 +23,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def dataset() -> Iterator[str]:
+def dataset(tmp_path: Path) -> Iterator[str]:
     name = new_dataset_name("svc")
     yield name
+    unmount_below(tmp_path)  # the slots' seals keep the dataset busy
     destroy_dataset(name)
 
 
