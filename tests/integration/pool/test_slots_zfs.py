@@ -248,7 +248,7 @@ async def test_destroy_retries_until_a_busy_dataset_is_released(parent: str) -> 
         await holder.wait()
 
     releasing = asyncio.create_task(release())
-    await _zfs.destroy_dataset(f"{parent}/slot-000", attempts=8, first_delay=0.25)
+    await _zfs.destroy(f"{parent}/slot-000", attempts=8, first_delay=0.25)
     await releasing
 
     assert await store.missing(1) == ["slot-000"]
