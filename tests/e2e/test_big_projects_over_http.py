@@ -18,8 +18,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
-from mounts_testkit import unmount_below
-from zfs_testkit import destroy_dataset, new_dataset_name
+from zfs_testkit import destroy_server_dataset, new_dataset_name
 
 pytestmark = pytest.mark.e2e
 
@@ -54,8 +53,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
         check=True, env=env, capture_output=True,
     )  # fmt: skip
     yield {"SANDBOX_MCP_SLOT_BACKEND": "zfs", "SANDBOX_MCP_ZFS_PARENT": dataset}
-    unmount_below(tmp_path)  # the slots' seals keep the dataset busy
-    destroy_dataset(dataset)
+    destroy_server_dataset(dataset, tmp_path)
 
 
 def start(tmp_path: Path, backend: dict[str, str]) -> RunningServer:

@@ -81,3 +81,18 @@ def backend_on_engine(
         client_factory=docker_client,
         **options,
     )
+
+
+def remove_containers_mounting(folder: Path) -> None:
+    """Remove every container with a mount from below ``folder``: a server leaves its
+    experiments' containers running when it stops (a restart adopts them), and their
+    bind mounts keep the folder's file system busy."""
+    prefix = f"{folder}/"
+    client = docker_client()
+    try:
+        for container in client.containers.list(all=True):
+            sources = [mount.get("Source", "") for mount in container.attrs.get("Mounts", [])]
+            if any(source.startswith(prefix) for source in sources):
+                container.remove(force=True)
+    finally:
+        client.close()

@@ -6,8 +6,11 @@ import os
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+from docker_testkit import remove_containers_mounting
+from mounts_testkit import unmount_below
 
 
 def new_dataset_name(prefix: str) -> str:
@@ -22,12 +25,28 @@ def new_dataset_name(prefix: str) -> str:
     return f"{parent}/{prefix}{uuid.uuid4().hex[:8]}"
 
 
-def destroy_dataset(dataset: str) -> None:
-    """Teardown: zfs-fuse refuses to destroy a just-used dataset once ("busy"); retry."""
+def destroy_server_dataset(dataset: str, test_folder: Path) -> None:
+    """Teardown of a dataset a server ran its slots on: its experiments' containers
+    (a stopped server leaves them for the next start to adopt) and the slots' seal
+    mounts below ``test_folder`` keep it busy until they are gone."""
+    done = subprocess.run(
+        ["zfs", "get", "-H", "-o", "value", "mountpoint", dataset],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode == 0:
+        remove_containers_mounting(Path(done.stdout.strip()))
+    unmount_below(test_folder)
+    destroy_dataset(dataset, force=True)
+
+
+def destroy_dataset(dataset: str, *, force: bool = False) -> None:
+    """Teardown: zfs-fuse refuses to destroy a just-used dataset once ("busy"); retry.
+    ``force`` unmounts it first even if zfs-fuse still counts it as in use."""
+    command = ["zfs", "destroy", "-r", *(["-f"] if force else []), dataset]
     for _ in range(8):
-        done = subprocess.run(
-            ["zfs", "destroy", "-r", dataset], capture_output=True, text=True, timeout=120
-        )
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode == 0 or "does not exist" in done.stderr:
             return
         time.sleep(0.5)

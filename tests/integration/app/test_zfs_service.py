@@ -15,9 +15,8 @@ import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
 from mcp_http import probe, run_command, tool, write_file
-from mounts_testkit import unmount_below
 from oauth_browser import new_user, new_users
-from zfs_testkit import destroy_dataset, new_dataset_name
+from zfs_testkit import destroy_server_dataset, new_dataset_name
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +25,7 @@ pytestmark = pytest.mark.integration
 def dataset(tmp_path: Path) -> Iterator[str]:
     name = new_dataset_name("svc")
     yield name
-    unmount_below(tmp_path)  # the slots' seals keep the dataset busy
-    destroy_dataset(name)
+    destroy_server_dataset(name, tmp_path)
 
 
 def slot_file(dataset: str, slot: str) -> Path:
