@@ -42,12 +42,15 @@ def destroy_server_dataset(dataset: str, test_folder: Path) -> None:
 
 
 def destroy_dataset(dataset: str, *, force: bool = False) -> None:
-    """Teardown: zfs-fuse refuses to destroy a just-used dataset once ("busy"); retry.
-    ``force`` unmounts it first even if zfs-fuse still counts it as in use."""
+    """Teardown: zfs-fuse refuses to destroy a just-used dataset for a while ("busy",
+    seconds on a loaded machine); retry for up to 30 s. ``force`` unmounts it first
+    even if zfs-fuse still counts it as in use."""
     command = ["zfs", "destroy", "-r", *(["-f"] if force else []), dataset]
-    for _ in range(8):
+    deadline = time.monotonic() + 30
+    while True:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode == 0 or "does not exist" in done.stderr:
             return
+        if time.monotonic() > deadline:
+            pytest.fail(f"could not destroy {dataset}: {done.stderr}")
         time.sleep(0.5)
-    pytest.fail(f"could not destroy {dataset}: {done.stderr}")
