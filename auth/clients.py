@@ -25,10 +25,6 @@ class ClientDirectory:
         self._store = store
         self._documents = documents
 
-    @property
-    def accepts_documents(self) -> bool:
-        return self._documents is not None
-
     async def for_authorization(
         self, client_id: str, *, prefix: str = "", may_fetch: bool = True
     ) -> Client:

@@ -22,13 +22,7 @@ _VANISHED = (errno.ENOENT, errno.ENOTDIR, errno.EINVAL)
 
 def list_dir(anchor: Anchor, path: str, max_entries: int) -> list[PathInfo]:
     """The entries of folder ``path`` (links to folders inside are followed), by name."""
-    fd = anchor.open(path, _O_LIST)
-    try:
-        infos, truncated = _scan(fd, path, max_entries)
-    except OSError as exc:
-        raise translate(exc, path) from exc
-    finally:
-        os.close(fd)
+    infos, truncated = _scan_and_close(anchor.open(path, _O_LIST), path, max_entries)
     if truncated:
         raise _too_many(path, max_entries)
     return infos
@@ -56,12 +50,7 @@ def walk(anchor: Anchor, path: str, max_entries: int) -> Iterator[PathInfo]:
                 fd = anchor.resolver.open(start, relative, _O_LIST, no_symlinks=True)
             except OSError:
                 continue  # removed, or swapped for a link, since it was listed
-            try:
-                infos, truncated = _scan(fd, folder, remaining)
-            except OSError as exc:
-                raise translate(exc, folder) from exc
-            finally:
-                os.close(fd)
+            infos, truncated = _scan_and_close(fd, folder, remaining)
             yield from infos
             remaining -= len(infos)
             if truncated:
@@ -157,6 +146,16 @@ def _rename_error(exc: OSError, src: str, dst: str) -> JailError:
     if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
         return translate(exc, dst)
     return translate(exc, src)
+
+
+def _scan_and_close(fd: int, path: str, max_entries: int) -> tuple[list[PathInfo], bool]:
+    """``_scan`` of the open folder ``fd`` (``path``), which it closes; errors as JailError."""
+    try:
+        return _scan(fd, path, max_entries)
+    except OSError as exc:
+        raise translate(exc, path) from exc
+    finally:
+        os.close(fd)
 
 
 def _scan(fd: int, folder: str, limit: int) -> tuple[list[PathInfo], bool]:

@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import structlog
 from db_testkit import migrated_sqlite
+from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
-
-from pool.mount_flags import mount_points
-
-
-def unmount_below(folder: Path) -> None:
-    """Undo the mounts a test's provisioning made (``provision`` as root seals the slots
-    with a bind mount): left mounted, pytest can never delete the folder."""
-    prefix = f"{folder.resolve()}/"
-    points = mount_points(Path("/proc/self/mountinfo").read_text())
-    for point in sorted((p for p in points if p.startswith(prefix)), reverse=True):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

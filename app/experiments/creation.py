@@ -305,7 +305,3 @@ class ExperimentCreator:
 def _refusal(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     return f"creation failed: {code or type(exc).__name__}"
-
-
-def _count_files(root: Path) -> int:
-    return sum(1 for path in root.rglob("*") if ".git" not in path.relative_to(root).parts)

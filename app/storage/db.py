@@ -34,10 +34,6 @@ log = structlog.get_logger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Base(DeclarativeBase):
     pass
 

@@ -42,7 +42,7 @@ def row(name: str, ours: list[float], floor: list[float]) -> str:
 
 async def new_user(http: httpx2.AsyncClient, server: RunningServer) -> str:
     client = await ManualClient.register(http, server.base_url)
-    return str((await client.tokens(http))["access_token"])
+    return str(await client.access_token(http))
 
 
 def _cli(state: Path, *args: str) -> None:

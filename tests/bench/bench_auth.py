@@ -87,18 +87,12 @@ async def bearer_overhead() -> None:
         assert client is not None
         flow = SigninFlow(config, ClientDirectory(store, None), hasher, codes)
         tokens = TokenService(config, store, hasher, codes)
-        from oauth_browser import pkce_pair, query_of
+        from oauth_browser import authorization_request, pkce_pair, query_of
         from signin_testkit import approve
 
         verifier, challenge = pkce_pair()
         pending = await flow.start(
-            {
-                "client_id": client_id,
-                "redirect_uri": "http://127.0.0.1/cb",
-                "response_type": "code",
-                "code_challenge": challenge,
-                "code_challenge_method": "S256",
-            }
+            authorization_request(client_id, "http://127.0.0.1/cb", challenge)
         )
         code = query_of((await approve(flow, store, pending)).location)["code"]
         pair = await tokens.exchange_code(

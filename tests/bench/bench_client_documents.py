@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 from fetch_testkit import loopback_too
-from oauth_browser import pkce_pair
+from oauth_browser import authorization_request, pkce_pair
 from tls_testkit import Answer, DocumentServer, make_ca
 
 from app.observability import configure_logging
@@ -78,13 +78,7 @@ async def main() -> None:
         _, challenge = pkce_pair()
 
         def start(client_id: str) -> Callable[[], Awaitable[object]]:
-            params = {
-                "client_id": client_id,
-                "redirect_uri": REDIRECT,
-                "response_type": "code",
-                "code_challenge": challenge,
-                "code_challenge_method": "S256",
-            }
+            params = authorization_request(client_id, REDIRECT, challenge)
             return lambda: flow.start(params)
 
         async def refused() -> None:

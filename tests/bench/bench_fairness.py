@@ -191,9 +191,7 @@ async def main() -> None:
         try:
             async with httpx2.AsyncClient(timeout=60) as http:
                 client = await ManualClient.register(http, server.base_url)
-                tokens = [
-                    (await client.tokens(http))["access_token"] for _ in range(HONEST + HOSTILE)
-                ]
+                tokens = [await client.access_token(http) for _ in range(HONEST + HOSTILE)]
             honest, hostile = tokens[:HONEST], tokens[HONEST:]
             await run(server, honest, None)
             await run(server, honest, hostile)

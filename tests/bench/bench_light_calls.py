@@ -112,7 +112,7 @@ async def main() -> None:
             )
             try:
                 client = await ManualClient.register(http, server.base_url)
-                token = (await client.tokens(http))["access_token"]
+                token = await client.access_token(http)
 
                 async def call() -> httpx2.Response:
                     return await call_tool(http, server.base_url, token, "sandbox_status")

@@ -73,7 +73,7 @@ async def measure(http: httpx2.AsyncClient, processes: int) -> str:
                 for port in ports:
                     servers.append(start_server(Path(tmp) / "state", port=port, **env))
                 client = await ManualClient.register(http, servers[0].base_url)
-                token = (await client.tokens(http))["access_token"]
+                token = await client.access_token(http)
                 return await hammer(http, servers, token)
             finally:
                 for server in servers:

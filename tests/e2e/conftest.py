@@ -6,6 +6,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
+from mcp_http import tool
+from oauth_browser import new_user
 
 
 @pytest.fixture
@@ -20,3 +22,11 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
     running = start_server(tmp_path / "state")
     yield running
     stop_server(running)
+
+
+@pytest.fixture
+async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
+    """A new user of the module's ``server`` and an empty experiment of theirs."""
+    token = await new_user(http, server.base_url)
+    experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    return token, experiment

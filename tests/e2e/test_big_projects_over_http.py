@@ -18,6 +18,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
+from zfs_testkit import destroy_server_dataset, new_dataset_name
 
 pytestmark = pytest.mark.e2e
 
@@ -44,10 +45,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     if request.param == "dir":
         yield {}
         return
-    parent = os.environ.get("SANDBOX_MCP_TEST_ZFS_PARENT")
-    if not parent:
-        pytest.fail("SANDBOX_MCP_TEST_ZFS_PARENT is not set: source /tmp/dev/env.sh (.ci/run)")
-    dataset = f"{parent}/big{uuid.uuid4().hex[:8]}"
+    dataset = new_dataset_name("big")
     env = {**os.environ, "SANDBOX_MCP_STATE_DIR": str(tmp_path / "state")}
     subprocess.run(
         [sys.executable, "-m", "app", "provision", "--slots", "1", "--zfs-parent", dataset,
@@ -55,10 +53,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
         check=True, env=env, capture_output=True,
     )  # fmt: skip
     yield {"SANDBOX_MCP_SLOT_BACKEND": "zfs", "SANDBOX_MCP_ZFS_PARENT": dataset}
-    for _ in range(10):
-        if subprocess.run(["zfs", "destroy", "-r", dataset], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.5)
+    destroy_server_dataset(dataset, tmp_path)
 
 
 def start(tmp_path: Path, backend: dict[str, str]) -> RunningServer:

@@ -24,7 +24,7 @@ import httpx2
 import pytest
 from claude_code import ClaudeCode
 from e2e_server import RunningServer, free_port, start_server, stop_server
-from oauth_browser import ManualClient
+from oauth_browser import new_user
 from recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.e2e
@@ -137,8 +137,7 @@ async def test_hosted_mode_with_a_bearer_header_is_connected(
     hosted: RunningServer, claude: ClaudeCode
 ) -> None:
     async with httpx2.AsyncClient(timeout=30) as http:
-        client = await ManualClient.register(http, hosted.base_url)
-        token = (await client.tokens(http))["access_token"]
+        token = await new_user(http, hosted.base_url)
     add(claude, "sandbox", hosted.mcp_url, f"Authorization: Bearer {token}")
     add(claude, "anonymous", hosted.mcp_url)  # controls: no token, a forged one
     add(claude, "forged", hosted.mcp_url, "Authorization: Bearer smcp_at_forged")

@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import tool
-from oauth_browser import ManualClient
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -36,8 +36,7 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
 
 async def test_three_fixes_and_a_recommendation(server: RunningServer) -> None:
     async with httpx2.AsyncClient(timeout=120) as http:
-        client = await ManualClient.register(http, server.base_url)
-        token = (await client.tokens(http))["access_token"]
+        token = await new_user(http, server.base_url)
         results: dict[str, dict[str, object]] = {}
         ids: dict[str, str] = {}
         for fix in ("rounding", "decimal", "truncation"):

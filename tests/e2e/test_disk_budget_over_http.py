@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx2
 from e2e_server import start_server, stop_server
-from mcp_http import run_command, tool
-from oauth_browser import ManualClient
+from mcp_http import run_command, tool, write_file
+from oauth_browser import new_users
 
 from app.experiments.disk_budget import measure_tree
 
@@ -52,21 +52,13 @@ async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            alice = (await client.tokens(http))["access_token"]
-            bob = (await client.tokens(http))["access_token"]
+            alice, bob = await new_users(http, server.base_url, 2)
             exp = await create(http, server, alice)
 
             # A sparse file holds nothing: it is not counted (and from_experiment keeps it so).
             sparse = await run_command(http, server, alice, exp, "truncate -s 10G sparse; echo ok")
             assert sparse["stdout"] == "ok\n", sparse
-            wrote = await tool(
-                http,
-                server,
-                alice,
-                "write_sandbox_file",
-                {"experiment_id": exp, "path": "note.txt", "content": "fine"},
-            )
+            wrote = await write_file(http, server, alice, exp, "note.txt", "fine")
             assert not wrote["is_error"], wrote
 
             # A writer inside a job: the job is killed once the slot is over the budget.
@@ -82,13 +74,7 @@ async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path
             refused = await run_command(http, server, alice, exp, "echo again")
             assert code_of(refused) == "QUOTA_EXCEEDED", refused
             assert "destroy_experiment" in refused["error"]["message"]
-            refused = await tool(
-                http,
-                server,
-                alice,
-                "write_sandbox_file",
-                {"experiment_id": exp, "path": "more.txt", "content": "x"},
-            )
+            refused = await write_file(http, server, alice, exp, "more.txt", "x")
             assert code_of(refused) == "QUOTA_EXCEEDED", refused
 
             # Another tenant and the database carry on meanwhile.

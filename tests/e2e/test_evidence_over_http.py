@@ -13,35 +13,17 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import read_jsonrpc, tool
-from oauth_browser import ManualClient
+from mcp_http import post_rpc, read_jsonrpc, run_command, tool
+from oauth_browser import new_users
 
 pytestmark = pytest.mark.e2e
-
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 async def read_resource(
     http: httpx2.AsyncClient, server: RunningServer, token: str, uri: str
 ) -> dict[str, Any]:
-    response = await http.post(
-        server.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 7,
-            "method": "resources/read",
-            "params": {"uri": uri, "_meta": META},
-        },
-        headers={
-            "authorization": f"Bearer {token}",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "resources/read",
-            "mcp-name": uri,
-        },
+    response = await post_rpc(
+        http, server.mcp_url, "resources/read", {"uri": uri}, token=token, name=uri
     )
     return read_jsonrpc(response)
 
@@ -55,9 +37,7 @@ async def test_artifacts_resources_map_and_search(tmp_path: Path) -> None:
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            alice = (await client.tokens(http))["access_token"]
-            mallory = (await client.tokens(http))["access_token"]
+            alice, mallory = await new_users(http, server.base_url, 2)
             exp = (
                 await tool(
                     http,
@@ -156,20 +136,10 @@ async def test_an_idle_sandbox_loses_its_containers_and_a_running_job_keeps_it(
     engine = docker.from_env()
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            busy, idle = (
-                (await client.tokens(http))["access_token"],
-                (await client.tokens(http))["access_token"],
-            )
+            busy, idle = await new_users(http, server.base_url, 2)
             busy_exp = (await tool(http, server, busy, "create_experiment", {}))["experiment_id"]
             # A job that outlives the test (cancelled at its end): no window to hit.
-            job = await tool(
-                http,
-                server,
-                busy,
-                "execute_experiment",
-                {"experiment_id": busy_exp, "command": "sleep 600", "background": True},
-            )
+            job = await run_command(http, server, busy, busy_exp, "sleep 600", background=True)
             assert job["status"] == "running"
             # The idle sandbox's last call comes after the busy one's: once the watchdog
             # has emptied it, the busy sandbox was past its idle timeout too (the watchdog

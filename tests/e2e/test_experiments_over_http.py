@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import run_command, tool
+from mcp_http import post_rpc, run_command, tool
 from oauth_browser import ManualClient
 
 pytestmark = pytest.mark.e2e
@@ -38,32 +38,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 @pytest.fixture
 async def users(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
     client = await ManualClient.register(http, server.base_url)
-    return (await client.tokens(http))["access_token"], (await client.tokens(http))["access_token"]
+    return await client.access_token(http), await client.access_token(http)
 
 
 async def test_no_tool_is_docker_shaped(
     http: httpx2.AsyncClient, server: RunningServer, users: tuple[str, str]
 ) -> None:
-    response = await http.post(
-        server.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/list",
-            "params": {
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                }
-            },
-        },
-        headers={
-            "authorization": f"Bearer {users[0]}",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tools/list",
-        },
-    )
+    response = await post_rpc(http, server.mcp_url, "tools/list", {}, token=users[0])
     names = {t["name"] for t in response.json()["result"]["tools"]}
     assert {
         "create_experiment",

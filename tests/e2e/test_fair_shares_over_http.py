@@ -55,7 +55,7 @@ def serve(state: Path, prefix: str, **env: str) -> RunningServer:
 async def sign_in(http: httpx2.AsyncClient, server: RunningServer, users: int) -> list[str]:
     """Access tokens of ``users`` different sandboxes."""
     client = await ManualClient.register(http, server.base_url)
-    return [(await client.tokens(http))["access_token"] for _ in range(users)]
+    return [await client.access_token(http) for _ in range(users)]
 
 
 async def create(http: httpx2.AsyncClient, server: RunningServer, token: str) -> dict[str, Any]:

@@ -19,27 +19,13 @@ from typing import Any
 
 import httpx2
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import MODERN, SESSIONLESS_META, post_rpc
+from mcp_http import post_rpc, rpc_request
 from oauth_browser import ManualClient
 
 
 def _listen_request(token: str) -> dict[str, Any]:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 41,
-        "method": "subscriptions/listen",
-        "params": {"notifications": {"toolsListChanged": True}, "_meta": SESSIONLESS_META},
-    }
-    return {
-        "content": json.dumps(body),
-        "headers": {
-            "authorization": f"Bearer {token}",
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": MODERN,
-            "mcp-method": "subscriptions/listen",
-        },
-    }
+    params = {"notifications": {"toolsListChanged": True}}
+    return rpc_request("subscriptions/listen", params, token=token, request_id=41)
 
 
 class Stream:
@@ -93,7 +79,7 @@ async def test_listen_streams_are_capped_per_sandbox_and_server_wide(tmp_path: P
     try:
         async with httpx2.AsyncClient(timeout=30) as http, contextlib.AsyncExitStack() as stack:
             client = await ManualClient.register(http, server.base_url)
-            alice, bob, carol = [(await client.tokens(http))["access_token"] for _ in range(3)]
+            alice, bob, carol = [await client.access_token(http) for _ in range(3)]
             kept: list[Stream] = []
             for _ in range(2):
                 assert _is_ack(await open_or_error(http, server, alice, stack, kept))
@@ -123,7 +109,7 @@ async def test_a_shutdown_ends_open_listen_streams(tmp_path: Path) -> None:
     try:
         async with httpx2.AsyncClient(timeout=60) as http:
             client = await ManualClient.register(http, server.base_url)
-            token = (await client.tokens(http))["access_token"]
+            token = await client.access_token(http)
             async with listen(http, server, token) as one, listen(http, server, token) as two:
                 assert _is_ack(await one.next_message())
                 assert _is_ack(await two.next_message())

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import tool
-from oauth_browser import ManualClient
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -64,8 +64,7 @@ async def test_a_backtracking_regex_and_glob_do_not_stall_the_server(tmp_path: P
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            mallory = (await client.tokens(http))["access_token"]
+            mallory = await new_user(http, server.base_url)
             created = await tool(
                 http,
                 server,

@@ -11,8 +11,9 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from mcp_http import call_tool, probe, read_jsonrpc
-from oauth_browser import ManualClient
+from held_slot import a_held_slot
+from mcp_http import call_tool, post_rpc, probe, read_jsonrpc
+from oauth_browser import new_users
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +36,7 @@ async def test_leases_queue_watchdog_and_a_kill_9_restart(
     server = start_server(state, probe=True, **ENV)
     port = urlsplit(server.base_url).port
     try:
-        client = await ManualClient.register(http, server.base_url)
-        a, b, c, d = [(await client.tokens(http))["access_token"] for _ in range(4)]
+        a, b, c, d = await new_users(http, server.base_url, 4)
 
         # Listing tools and sandbox_status take no slot.
         status = (await call_tool(http, server.base_url, a)).json()["result"]["structuredContent"]
@@ -114,45 +114,15 @@ async def test_leases_queue_watchdog_and_a_kill_9_restart(
 async def test_a_queued_call_waits_with_progress_and_gets_the_freed_slot(
     http: httpx2.AsyncClient, tmp_path: Path
 ) -> None:
-    server = start_server(
-        tmp_path / "state",
-        probe=True,
-        **{
-            **ENV,
-            "SANDBOX_MCP_POOL_SIZE": "1",
-            "SANDBOX_MCP_IDLE_TIMEOUT_S": "10",
-            "SANDBOX_MCP_QUEUE_WAIT_S": "30",
-        },
-    )
-    try:
-        client = await ManualClient.register(http, server.base_url)
-        holder, waiter = [(await client.tokens(http))["access_token"] for _ in range(2)]
-        assert not (await probe(http, server, holder, write="x"))["is_error"]
+    async with a_held_slot(http, tmp_path / "state", ENV) as (server, waiter):
         started = time.monotonic()
-        response = await http.post(
+        response = await post_rpc(
+            http,
             server.mcp_url,
-            json={
-                "jsonrpc": "2.0",
-                "id": 9,
-                "method": "tools/call",
-                "params": {
-                    "name": "probe_sandbox",
-                    "arguments": {},
-                    "_meta": {
-                        "progressToken": "queue-1",
-                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                        "io.modelcontextprotocol/clientCapabilities": {},
-                    },
-                },
-            },
-            headers={
-                "authorization": f"Bearer {waiter}",
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": "2026-07-28",
-                "mcp-method": "tools/call",
-                "mcp-name": "probe_sandbox",
-            },
-            timeout=60,
+            "tools/call",
+            {"name": "probe_sandbox", "arguments": {}, "_meta": {"progressToken": "queue-1"}},
+            token=waiter,
+            name="probe_sandbox",
         )
         waited = time.monotonic() - started
         assert "number 1 in the queue" in response.text  # a progress notification
@@ -161,5 +131,3 @@ async def test_a_queued_call_waits_with_progress_and_gets_the_freed_slot(
         assert result["structuredContent"]["files"] == [], "the freed slot was emptied first"
         assert any("ready" in note for note in result["structuredContent"]["notes"])
         assert 5 < waited < 30
-    finally:
-        stop_server(server)

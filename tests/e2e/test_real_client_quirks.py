@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, probe, read_jsonrpc
-from oauth_browser import ManualClient
+from held_slot import a_held_slot
+from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, read_jsonrpc
+from oauth_browser import new_user, new_users
 
 pytestmark = pytest.mark.e2e
 
@@ -67,6 +68,31 @@ async def initialize(
     return response
 
 
+async def legacy_tool(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    session_id: str | None = None,
+    request_id: int = 1,
+    **meta: str,
+) -> dict[str, Any]:
+    """A legacy tools/call (no session id unless given); asserts a normal result,
+    returns its structured content."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if meta:
+        params["_meta"] = meta
+    response = await legacy_rpc(
+        http, server, token, "tools/call", params, session_id=session_id, request_id=request_id
+    )
+    assert response.status_code == 200, response.text
+    result = read_jsonrpc(response)["result"]
+    assert not result.get("isError"), result
+    return dict(result["structuredContent"])
+
+
 async def legacy_status(
     http: httpx2.AsyncClient,
     server: RunningServer,
@@ -75,28 +101,16 @@ async def legacy_status(
     session_id: str | None = None,
     request_id: int = 2,
 ) -> dict[str, Any]:
-    """A legacy tools/call of sandbox_status; asserts a normal result, returns its content."""
-    response = await legacy_rpc(
-        http,
-        server,
-        token,
-        "tools/call",
-        {"name": "sandbox_status", "arguments": {}},
-        session_id=session_id,
-        request_id=request_id,
+    """A legacy tools/call of sandbox_status."""
+    return await legacy_tool(
+        http, server, token, "sandbox_status", {}, session_id=session_id, request_id=request_id
     )
-    assert response.status_code == 200, response.text
-    result = read_jsonrpc(response)["result"]
-    assert not result.get("isError"), result
-    return dict(result["structuredContent"])
 
 
 async def test_a_client_that_never_echoes_the_session_id_calls_tools(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     await initialize(http, oauth_server, token)
     # Whatever the initialize answer carried, this client never sends it back.
     initialized = await legacy_rpc(
@@ -121,9 +135,7 @@ async def test_a_session_id_from_before_a_kill_9_keeps_working(
     server = start_server(state, **ENV)
     port = urlsplit(server.base_url).port
     try:
-        token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
-            "access_token"
-        ]
+        token = await new_user(http, server.base_url)
         opened = await initialize(http, server, token)
         # A stateless server issues no session id; the id a stateful deploy before it
         # issued is just as stale after the restart, so the client holds one of those.
@@ -167,9 +179,7 @@ async def modern_body_call(
 async def test_a_2026_body_under_a_2025_header_gets_a_normal_result(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     # As the claude.ai connector sends it: legacy header, no Mcp-Method / Mcp-Name.
     for _ in range(3):
         response = await modern_body_call(
@@ -193,9 +203,7 @@ async def test_a_2026_body_under_a_2025_header_gets_a_normal_result(
 async def test_an_unknown_session_id_is_served_in_both_eras(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     status = await legacy_status(http, oauth_server, token, session_id=uuid.uuid4().hex)
     assert status["holds_slot"] is False
     modern = await modern_body_call(
@@ -216,9 +224,7 @@ async def test_an_unknown_session_id_is_served_in_both_eras(
 async def test_get_and_delete_answer_405_and_open_no_stream(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     base = {"authorization": f"Bearer {token}", "mcp-protocol-version": LEGACY}
     requests = [
         ("GET", {**base, "accept": "text/event-stream"}),
@@ -240,8 +246,7 @@ async def test_get_and_delete_answer_405_and_open_no_stream(
 async def test_thousands_of_initializes_open_nothing_and_lock_out_no_one(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    client = await ManualClient.register(http, oauth_server.base_url)
-    flooder, other = [(await client.tokens(http))["access_token"] for _ in range(2)]
+    flooder, other = await new_users(http, oauth_server.base_url, 2)
     other_session = (await initialize(http, oauth_server, other)).headers.get("mcp-session-id")
     count, parallel = 2000, 16
     statuses: list[int] = []
@@ -268,20 +273,7 @@ async def test_thousands_of_initializes_open_nothing_and_lock_out_no_one(
 async def test_a_queued_legacy_call_without_a_session_gets_progress(
     http: httpx2.AsyncClient, tmp_path: Path
 ) -> None:
-    server = start_server(
-        tmp_path / "state",
-        probe=True,
-        **{
-            **ENV,
-            "SANDBOX_MCP_POOL_SIZE": "1",
-            "SANDBOX_MCP_IDLE_TIMEOUT_S": "10",
-            "SANDBOX_MCP_QUEUE_WAIT_S": "30",
-        },
-    )
-    try:
-        client = await ManualClient.register(http, server.base_url)
-        holder, waiter = [(await client.tokens(http))["access_token"] for _ in range(2)]
-        assert not (await probe(http, server, holder, write="x"))["is_error"]
+    async with a_held_slot(http, tmp_path / "state", ENV) as (server, waiter):
         started = time.monotonic()
         response = await legacy_rpc(
             http,
@@ -306,35 +298,12 @@ async def test_a_queued_legacy_call_without_a_session_gets_progress(
         assert not result.get("isError"), result
         assert result["structuredContent"]["files"] == [], "the freed slot was emptied first"
         assert 5 < waited < 30
-    finally:
-        stop_server(server)
-
-
-async def legacy_tool(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    token: str,
-    name: str,
-    arguments: dict[str, Any],
-    **meta: str,
-) -> dict[str, Any]:
-    """A legacy tools/call with no session id; returns the structured content."""
-    params: dict[str, Any] = {"name": name, "arguments": arguments}
-    if meta:
-        params["_meta"] = meta
-    response = await legacy_rpc(http, server, token, "tools/call", params)
-    assert response.status_code == 200, response.text
-    result = read_jsonrpc(response)["result"]
-    assert not result.get("isError"), result
-    return dict(result["structuredContent"])
 
 
 async def test_a_long_synchronous_command_without_a_session_returns_its_result(
     http: httpx2.AsyncClient, oauth_server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, oauth_server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, oauth_server.base_url)
     created = await legacy_tool(http, oauth_server, token, "create_experiment", {"name": "slow"})
     started = time.monotonic()
     ran = await legacy_tool(

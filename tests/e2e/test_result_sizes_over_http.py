@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, tool
-from oauth_browser import ManualClient
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -53,9 +53,7 @@ async def raw_call(
 async def test_five_megabytes_of_output_fit_the_window_and_keep_their_end(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, server.base_url)
     exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
     size, result = await raw_call(
         http, server, token, "execute_experiment", {"experiment_id": exp, "command": FIVE_MB}
@@ -108,9 +106,7 @@ async def test_every_tool_result_fits_even_when_asked_for_a_lot(
 ) -> None:
     """Tools asked for everything (a 1 MB read, 2,000 matches, 5,000 entries, a big diff)
     answer within the window and say what was cut."""
-    token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
-        "access_token"
-    ]
+    token = await new_user(http, server.base_url)
     exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
     await tool(
         http,

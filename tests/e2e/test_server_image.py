@@ -29,8 +29,8 @@ import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, free_port
-from mcp_http import tool
-from oauth_browser import ManualClient
+from mcp_http import run_command, tool, write_file
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -154,8 +154,7 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
     served: RunningServer,
 ) -> None:
     async with httpx2.AsyncClient(timeout=120) as http:
-        client = await ManualClient.register(http, served.base_url)
-        token = (await client.tokens(http))["access_token"]
+        token = await new_user(http, served.base_url)
         made = await tool(http, served, token, "create_experiment", {"files": {"a.txt": "hello"}})
         assert not made["is_error"], made
         exp = made["experiment_id"]
@@ -164,9 +163,7 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
             "cat a.txt; echo new > b.txt; mkdir -m 700 private; echo secret > private/f; "
             "chmod 600 private/f; id -u >&2"
         )
-        ran = await tool(
-            http, served, token, "execute_experiment", {"experiment_id": exp, "command": command}
-        )
+        ran = await run_command(http, served, token, exp, command)
         assert ran["exit_code"] == 0, ran
         assert ran["stdout"] == "hello"
         assert ran["stderr"].strip() == "10002", "sandboxes run under a uid of their own"
@@ -176,21 +173,11 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
                 http, served, token, "read_sandbox_file", {"experiment_id": exp, "path": path}
             )
             assert read.get("content") == content, read
-        wrote = await tool(
-            http,
-            served,
-            token,
-            "write_sandbox_file",
-            {"experiment_id": exp, "path": "private/g", "content": "from the server\n"},
-        )
+        wrote = await write_file(http, served, token, exp, "private/g", "from the server\n")
         assert not wrote["is_error"], wrote
         # ... and what it writes stays the sandbox's to change.
-        edited = await tool(
-            http,
-            served,
-            token,
-            "execute_experiment",
-            {"experiment_id": exp, "command": "echo more >> private/g; cat private/g"},
+        edited = await run_command(
+            http, served, token, exp, "echo more >> private/g; cat private/g"
         )
         assert edited["stdout"] == "from the server\nmore\n", edited
         destroyed = await tool(http, served, token, "destroy_experiment", {"experiment_id": exp})

@@ -17,8 +17,8 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import post_rpc, read_jsonrpc, tool
-from oauth_browser import ManualClient
+from mcp_http import post_rpc, read_jsonrpc, run_command, tool
+from oauth_browser import new_user
 
 pytestmark = pytest.mark.e2e
 
@@ -42,18 +42,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     )
     yield running
     stop_server(running)
-
-
-async def sign_in(http: httpx2.AsyncClient, server: RunningServer) -> str:
-    client = await ManualClient.register(http, server.base_url)
-    return (await client.tokens(http))["access_token"]
-
-
-@pytest.fixture
-async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
-    token = await sign_in(http, server)
-    experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
-    return token, experiment
 
 
 async def rpc(
@@ -98,6 +86,21 @@ async def call(
     return dict(answer["result"])
 
 
+async def execute(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    command: str,
+    *,
+    declares: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
+    """``execute_experiment`` of ``command``: a task handle or an ordinary result."""
+    arguments = {"experiment_id": experiment, "command": command, **extra}
+    return await call(http, server, token, "execute_experiment", arguments, declares=declares)
+
+
 async def get_task(
     http: httpx2.AsyncClient, server: RunningServer, token: str, task_id: str
 ) -> dict[str, Any]:
@@ -121,6 +124,15 @@ async def poll(
     raise AssertionError(f"task {task_id} still {seen[-1]} after {limit_s} s")
 
 
+async def completed(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, task_id: str
+) -> dict[str, Any]:
+    """Poll until the task ends; asserts it completed and returns the tool's structured result."""
+    task, _ = await poll(http, server, token, task_id)
+    assert task["status"] == "completed", task
+    return dict(task["result"]["structuredContent"])
+
+
 def assert_task_handle(result: dict[str, Any]) -> str:
     assert result["resultType"] == "task", result
     assert result["status"] == "working"
@@ -137,7 +149,7 @@ def assert_task_handle(result: dict[str, Any]) -> str:
 async def test_the_server_advertises_the_tasks_extension(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    token = await sign_in(http, server)
+    token = await new_user(http, server.base_url)
     answer = await rpc(http, server, token, "server/discover", {})
     assert answer["result"]["capabilities"]["extensions"][TASKS] == {}, answer
 
@@ -147,13 +159,7 @@ async def test_a_command_becomes_a_task_that_runs_past_the_sync_wait(
 ) -> None:
     token, experiment = signed_in
     started = time.monotonic()
-    handle = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 3; echo done"},
-    )
+    handle = await execute(http, server, token, experiment, "sleep 3; echo done")
     assert time.monotonic() - started < 2.5  # answered at once, not after the command
     task_id = assert_task_handle(handle)
     task, seen = await poll(http, server, token, task_id)
@@ -177,24 +183,10 @@ async def test_a_client_that_does_not_declare_tasks_is_served_as_before(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    quick = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "echo plain"},
-        declares=False,
-    )
+    quick = await execute(http, server, token, experiment, "echo plain", declares=False)
     assert quick.get("resultType", "complete") == "complete"
     assert quick["structuredContent"]["stdout"] == "plain\n"
-    slow = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 3; echo later"},
-        declares=False,
-    )
+    slow = await execute(http, server, token, experiment, "sleep 3; echo later", declares=False)
     # Today's behaviour: past SYNC_WAIT_S the call returns its job id, still running.
     assert "taskId" not in slow
     assert slow["structuredContent"]["status"] == "running"
@@ -209,13 +201,7 @@ async def test_short_calls_and_background_commands_stay_ordinary_results(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    background = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 1", "background": True},
-    )
+    background = await execute(http, server, token, experiment, "sleep 1", background=True)
     assert background["resultType"] == "complete"
     assert background["structuredContent"]["job_id"].startswith("job_")
     listed = await call(http, server, token, "list_experiments", {})
@@ -224,7 +210,7 @@ async def test_short_calls_and_background_commands_stay_ordinary_results(
 
 
 async def test_run_tests_becomes_a_task(http: httpx2.AsyncClient, server: RunningServer) -> None:
-    token = await sign_in(http, server)
+    token = await new_user(http, server.base_url)
     files = {
         "test_sum.py": "import time\n\ndef test_sum():\n    time.sleep(2)\n    assert 1 + 1 == 2\n"
     }
@@ -232,9 +218,7 @@ async def test_run_tests_becomes_a_task(http: httpx2.AsyncClient, server: Runnin
     handle = await call(
         http, server, token, "run_tests", {"experiment_id": created["experiment_id"]}
     )
-    task, _ = await poll(http, server, token, assert_task_handle(handle))
-    assert task["status"] == "completed", task
-    job = task["result"]["structuredContent"]
+    job = await completed(http, server, token, assert_task_handle(handle))
     assert job["status"] == "completed", job
     assert job["tests"]["passed"] == 1, job["tests"]
     assert job["tests"]["failed"] == 0
@@ -243,7 +227,7 @@ async def test_run_tests_becomes_a_task(http: httpx2.AsyncClient, server: Runnin
 async def test_create_with_setup_commands_is_a_task_and_without_is_not(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    token = await sign_in(http, server)
+    token = await new_user(http, server.base_url)
     plain = await call(http, server, token, "create_experiment", {"name": "plain"})
     assert plain["resultType"] == "complete"
     assert plain["structuredContent"]["experiment_id"].startswith("exp_")
@@ -254,31 +238,17 @@ async def test_create_with_setup_commands_is_a_task_and_without_is_not(
         "create_experiment",
         {"name": "set up", "setup_commands": ["sleep 2", "echo ready > ready.txt"]},
     )
-    task, _ = await poll(http, server, token, assert_task_handle(handle))
-    assert task["status"] == "completed", task
-    created = task["result"]["structuredContent"]
+    created = await completed(http, server, token, assert_task_handle(handle))
     assert [job["status"] for job in created["setup"]] == ["completed", "completed"]
-    read = await tool(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": created["experiment_id"], "command": "cat ready.txt"},
-    )
+    read = await run_command(http, server, token, created["experiment_id"], "cat ready.txt")
     assert read["stdout"] == "ready\n"
 
 
 async def test_a_tool_error_completes_the_task_with_is_error(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    token = await sign_in(http, server)
-    handle = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": "exp_000000000000", "command": "true"},
-    )
+    token = await new_user(http, server.base_url)
+    handle = await execute(http, server, token, "exp_000000000000", "true")
     task, _ = await poll(http, server, token, assert_task_handle(handle))
     # The spec: a tool result with isError is "completed", never "failed".
     assert task["status"] == "completed", task
@@ -290,13 +260,7 @@ async def test_cancelling_a_task_kills_its_command(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    handle = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 60; echo never"},
-    )
+    handle = await execute(http, server, token, experiment, "sleep 60; echo never")
     task_id = assert_task_handle(handle)
     await asyncio.sleep(1.5)  # the command is running in the container
     started = time.monotonic()
@@ -312,14 +276,8 @@ async def test_cancelling_a_task_kills_its_command(
     ]
     sleeper = next(job for job in jobs if job["command"] == "sleep 60; echo never")
     assert sleeper["status"] == "cancelled", sleeper
-    left = await tool(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        # (The container's keep-alive is `sleep infinity`; the [0] keeps pgrep off this shell.)
-        {"experiment_id": experiment, "command": "pgrep -f 'sleep 6[0]' || echo none"},
-    )
+    # (The container's keep-alive is `sleep infinity`; the [0] keeps pgrep off this shell.)
+    left = await run_command(http, server, token, experiment, "pgrep -f 'sleep 6[0]' || echo none")
     assert left["stdout"] == "none\n", left
     # Cancelling a finished task is acknowledged and changes nothing.
     again = await rpc(http, server, token, "tasks/cancel", {"taskId": task_id})
@@ -330,7 +288,7 @@ async def test_cancelling_a_task_kills_its_command(
 async def test_cancelling_a_create_task_kills_its_setup_command(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    token = await sign_in(http, server)
+    token = await new_user(http, server.base_url)
     handle = await call(http, server, token, "create_experiment", {"setup_commands": ["sleep 60"]})
     task_id = assert_task_handle(handle)
     await asyncio.sleep(2)
@@ -349,14 +307,8 @@ async def test_another_sandbox_cannot_see_or_touch_a_task(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     owner, experiment = signed_in
-    stranger = await sign_in(http, server)
-    handle = await call(
-        http,
-        server,
-        owner,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 4; echo mine"},
-    )
+    stranger = await new_user(http, server.base_url)
+    handle = await execute(http, server, owner, experiment, "sleep 4; echo mine")
     task_id = assert_task_handle(handle)
     never_existed = str(uuid.uuid4())
     for method, extra in (
@@ -371,22 +323,14 @@ async def test_another_sandbox_cannot_see_or_touch_a_task(
         assert theirs["error"]["code"] == -32602
         assert "Task not found" in theirs["error"]["message"]
     # The stranger's cancel did nothing: the owner's command ran to its end.
-    task, _ = await poll(http, server, owner, task_id)
-    assert task["status"] == "completed"
-    assert task["result"]["structuredContent"]["stdout"] == "mine\n"
+    assert (await completed(http, server, owner, task_id))["stdout"] == "mine\n"
 
 
 async def test_tasks_update_is_acknowledged_for_a_task_that_asks_no_input(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    handle = await call(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 2; echo fine"},
-    )
+    handle = await execute(http, server, token, experiment, "sleep 2; echo fine")
     task_id = assert_task_handle(handle)
     answer = await rpc(
         http,
@@ -398,9 +342,7 @@ async def test_tasks_update_is_acknowledged_for_a_task_that_asks_no_input(
     # The spec: responses to keys not outstanding are ignored; the ack is empty.
     assert answer["result"]["resultType"] == "complete", answer
     assert set(answer["result"]) <= {"resultType", "_meta"}
-    task, _ = await poll(http, server, token, task_id)
-    assert task["status"] == "completed"
-    assert task["result"]["structuredContent"]["stdout"] == "fine\n"
+    assert (await completed(http, server, token, task_id))["stdout"] == "fine\n"
 
 
 async def test_a_sandbox_whose_tasks_all_run_is_served_without_a_task(
@@ -415,8 +357,7 @@ async def test_a_sandbox_whose_tasks_all_run_is_served_without_a_task(
     assert third["resultType"] == "complete"
     assert third["structuredContent"]["job_id"].startswith("job_")
     for task_id in (first, second):
-        task, _ = await poll(http, server, token, task_id)
-        assert task["result"]["structuredContent"]["stdout"] == "busy\n"
+        assert (await completed(http, server, token, task_id))["stdout"] == "busy\n"
     # Once they have finished, the oldest is forgotten to make room for a new task.
     fourth = assert_task_handle(await call(http, server, token, "execute_experiment", command))
     gone = await rpc(http, server, token, "tasks/get", {"taskId": first})
@@ -429,7 +370,7 @@ async def test_the_handshake_era_has_no_tasks(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
     # The result shapes are 2026-07-28 vocabulary: a 2025-11-25 wire cannot carry them.
-    token = await sign_in(http, server)
+    token = await new_user(http, server.base_url)
     response = await http.post(
         server.mcp_url,
         json={"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": "x"}},

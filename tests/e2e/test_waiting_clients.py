@@ -16,8 +16,16 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import LEGACY, MODERN, read_jsonrpc, tool
-from oauth_browser import ManualClient
+from mcp_http import (
+    LEGACY,
+    MODERN,
+    legacy_request,
+    legacy_rpc,
+    post_rpc,
+    read_jsonrpc,
+    run_command,
+    tool,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -36,15 +44,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     stop_server(running)
 
 
-@pytest.fixture
-async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[str, str]:
-    token = (await (await ManualClient.register(http, server.base_url)).tokens(http))[
-        "access_token"
-    ]
-    experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
-    return token, experiment
-
-
 async def call_with_progress(
     http: httpx2.AsyncClient,
     server: RunningServer,
@@ -55,26 +54,13 @@ async def call_with_progress(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A tools/call asking for progress (no session, either era): the notifications that
     came, and the result."""
-    meta: dict[str, Any] = {"progressToken": f"{name}-1"}
-    headers = {
-        "authorization": f"Bearer {token}",
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": era,
-    }
+    params = {"name": name, "arguments": arguments, "_meta": {"progressToken": f"{name}-1"}}
     if era == MODERN:
-        meta |= {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        }
-        headers |= {"mcp-method": "tools/call", "mcp-name": name}
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments, "_meta": meta},
-    }
-    response = await http.post(server.mcp_url, content=json.dumps(body), headers=headers)
+        response = await post_rpc(
+            http, server.mcp_url, "tools/call", params, token=token, name=name
+        )
+    else:
+        response = await legacy_rpc(http, server, token, "tools/call", params)
     assert response.status_code == 200, response.text
     progress = [
         json.loads(line[5:])["params"]
@@ -107,13 +93,7 @@ async def test_waiting_for_a_job_sends_progress(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    job = await tool(
-        http,
-        server,
-        token,
-        "execute_experiment",
-        {"experiment_id": experiment, "command": "sleep 4; echo late", "background": True},
-    )
+    job = await run_command(http, server, token, experiment, "sleep 4; echo late", background=True)
     progress, result = await call_with_progress(
         http, server, token, LEGACY, "get_job_result", {"job_id": job["job_id"], "wait_s": 10}
     )
@@ -128,23 +108,17 @@ async def test_a_command_outlives_the_client_that_gave_up_on_it(
     with pytest.raises(httpx2.TimeoutException):
         await http.post(
             server.mcp_url,
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {
+            **legacy_request(
+                token,
+                "tools/call",
+                {
                     "name": "execute_experiment",
                     "arguments": {
                         "experiment_id": experiment,
                         "command": "sleep 3; echo survived > kept.txt; echo survived",
                     },
                 },
-            },
-            headers={
-                "authorization": f"Bearer {token}",
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": LEGACY,
-            },
+            ),
             timeout=1,  # the client hangs up a second in
         )
     deadline = time.monotonic() + 20

@@ -66,8 +66,8 @@ async def test_each_new_sandbox_gets_its_own_warm_container_never_reused(
 ) -> None:
     engine = docker.from_env()
     client = await ManualClient.register(http, server.base_url)
-    alice = (await client.tokens(http))["access_token"]
-    bob = (await client.tokens(http))["access_token"]
+    alice = await client.access_token(http)
+    bob = await client.access_token(http)
     first = wait_for_warm(engine, set())
     made = await tool(http, server, alice, "create_experiment", {"files": {"a.py": "print(1)\n"}})
     assert not made["is_error"], made

@@ -144,7 +144,7 @@ async def test_three_processes_one_postgresql_keep_the_pool_s_promises_through_a
             users = []
             for index in range(USERS):
                 client = await ManualClient.register(http, servers[index % 3].base_url)
-                users.append(User((await client.tokens(http))["access_token"]))
+                users.append(User(await client.access_token(http)))
             for index, user in enumerate(users):
                 status = await tool(http, servers[(index + 1) % 3], user.token, "sandbox_status")
                 user.label = status["sandbox"]

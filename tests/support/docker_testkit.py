@@ -9,6 +9,9 @@ from typing import Any
 
 import docker
 
+from app.runtime.docker import DockerBackend
+from pool.slots import SlotsAt
+
 RUN = uuid.uuid4().hex[:10]
 # One label prefix per test module, unique per run, so that cleanup never touches
 # another run's (or production's) containers.
@@ -64,3 +67,32 @@ def engine_events(engine: docker.DockerClient, **filters: Any) -> list[dict[str,
         response = getattr(stream, "_response", None)
         if response is not None:
             response.close()
+
+
+def backend_on_engine(
+    slots: Path, prefix: str, images: tuple[str, ...], **options: Any
+) -> DockerBackend:
+    """A backend on the real engine allowing ``images``, its containers labelled with
+    ``prefix`` (the cleanup finds them by it); ``options`` as DockerBackend takes them."""
+    return DockerBackend(
+        slots=SlotsAt(slots),
+        allowed_images=images,
+        label_prefix=prefix,
+        client_factory=docker_client,
+        **options,
+    )
+
+
+def remove_containers_mounting(folder: Path) -> None:
+    """Remove every container with a mount from below ``folder``: a server leaves its
+    experiments' containers running when it stops (a restart adopts them), and their
+    bind mounts keep the folder's file system busy."""
+    prefix = f"{folder}/"
+    client = docker_client()
+    try:
+        for container in client.containers.list(all=True):
+            sources = [mount.get("Source", "") for mount in container.attrs.get("Mounts", [])]
+            if any(source.startswith(prefix) for source in sources):
+                container.remove(force=True)
+    finally:
+        client.close()

@@ -85,6 +85,7 @@ def start_server(
         except httpx2.TransportError:
             time.sleep(0.1)
     process.kill()
+    process.wait()  # reaped here, not left to warn in whichever test runs next
     raise AssertionError(f"server did not answer /health in 30 s:\n{server.log()}")
 
 

@@ -1,7 +1,9 @@
 """An MCP client over plain HTTP, for tests that need to see (or shape) the wire.
 
-Every request is one sessionless JSON-RPC POST to ``/mcp``, built in one place
-(``post_rpc``), in the 2026-07-28 era unless a test asks for the legacy one.
+Every request is one sessionless JSON-RPC POST to ``/mcp``, built in one place per
+era: ``rpc_request`` (2026-07-28) and ``legacy_request`` (2025-11-25, the handshake
+era). Tests that need a deliberately odd wire (a header that contradicts the body,
+a half-sent request) write it out themselves.
 """
 
 from __future__ import annotations
@@ -20,17 +22,17 @@ SESSIONLESS_META = {
 }
 
 
-async def post_rpc(
-    http: httpx2.AsyncClient,
-    mcp_url: str,
+def rpc_request(
     method: str,
     params: dict[str, Any],
     *,
     token: str = "",
     name: str | None = None,
     capabilities: dict[str, Any] | None = None,
-) -> httpx2.Response:
-    """One sessionless (2026-07-28) JSON-RPC request; ``name`` fills the Mcp-Name header.
+    request_id: int = 1,
+) -> dict[str, Any]:
+    """The body and headers of one sessionless (2026-07-28) JSON-RPC request, as keyword
+    arguments of ``http.post`` or ``http.stream``; ``name`` fills the Mcp-Name header.
 
     ``params`` goes out as given (plus the protocol ``_meta``, declaring
     ``capabilities``, none by default), so tests can send arguments of any shape,
@@ -49,21 +51,36 @@ async def post_rpc(
         "io.modelcontextprotocol/clientCapabilities": capabilities or {},
         **params.get("_meta", {}),
     }
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
-    return await http.post(mcp_url, content=json.dumps(body), headers=headers)
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": method,
+        "params": {**params, "_meta": meta},
+    }
+    return {"content": json.dumps(body), "headers": headers}
 
 
-async def legacy_rpc(
+async def post_rpc(
     http: httpx2.AsyncClient,
-    server: RunningServer,
+    mcp_url: str,
+    method: str,
+    params: dict[str, Any],
+    **options: Any,
+) -> httpx2.Response:
+    """One sessionless JSON-RPC request (``rpc_request``'s ``options``); the response."""
+    return await http.post(mcp_url, **rpc_request(method, params, **options))
+
+
+def legacy_request(
     token: str,
     method: str,
     params: dict[str, Any] | None = None,
     *,
     session_id: str | None = None,
     request_id: int | None = 1,
-) -> httpx2.Response:
-    """One legacy-era (2025-11-25) JSON-RPC POST; ``request_id=None`` sends a notification.
+) -> dict[str, Any]:
+    """The body and headers of one legacy-era (2025-11-25) JSON-RPC POST, as keyword
+    arguments of ``http.post``; ``request_id=None`` makes it a notification.
 
     The version header goes on every request after ``initialize``, as the spec asks;
     ``session_id`` is sent only when given: the quirky clients decide that."""
@@ -79,7 +96,19 @@ async def legacy_rpc(
         **({} if method == "initialize" else {"mcp-protocol-version": LEGACY}),
         **({"mcp-session-id": session_id} if session_id is not None else {}),
     }
-    return await http.post(server.mcp_url, content=json.dumps(message), headers=headers)
+    return {"content": json.dumps(message), "headers": headers}
+
+
+async def legacy_rpc(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    method: str,
+    params: dict[str, Any] | None = None,
+    **options: Any,
+) -> httpx2.Response:
+    """One legacy-era JSON-RPC POST (``legacy_request``'s ``options``); the response."""
+    return await http.post(server.mcp_url, **legacy_request(token, method, params, **options))
 
 
 def read_jsonrpc(response: httpx2.Response) -> dict[str, Any]:
@@ -154,4 +183,22 @@ async def run_command(
         token,
         "execute_experiment",
         {"experiment_id": experiment, "command": command, **extra},
+    )
+
+
+async def write_file(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    path: str,
+    content: str,
+) -> dict[str, Any]:
+    """``write_sandbox_file`` in ``experiment``; returns the structured content."""
+    return await tool(
+        http,
+        server,
+        token,
+        "write_sandbox_file",
+        {"experiment_id": experiment, "path": path, "content": content},
     )

@@ -20,6 +20,20 @@ def pkce_pair() -> tuple[str, str]:
     return verifier, challenge.decode()
 
 
+def authorization_request(
+    client_id: str, redirect_uri: str, challenge: str, **extra: str
+) -> dict[str, str]:
+    """The parameters of an authorization-code request with PKCE (S256), plus ``extra``."""
+    return {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        **extra,
+    }
+
+
 def query_of(location: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
 
@@ -72,15 +86,9 @@ class ManualClient:
         return cls(base_url, response.json()["client_id"])
 
     def authorize_url(self, challenge: str, **extra: str) -> str:
-        params = {
-            "response_type": "code",
-            "client_id": self.client_id,
-            "redirect_uri": REDIRECT_URI,
-            "state": "st-" + secrets.token_hex(4),
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            **extra,
-        }
+        params = authorization_request(
+            self.client_id, REDIRECT_URI, challenge, state="st-" + secrets.token_hex(4), **extra
+        )
         return f"{self.base_url}/authorize?{urlencode(params)}"
 
     async def sign_in(self, http: httpx2.AsyncClient) -> tuple[str, str]:
@@ -112,6 +120,10 @@ class ManualClient:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
+    async def access_token(self, http: httpx2.AsyncClient) -> str:
+        """A new user's access token: every sign-in is a sandbox of its own."""
+        return (await self.tokens(http))["access_token"]
+
     async def refresh(self, http: httpx2.AsyncClient, refresh_token: str) -> httpx2.Response:
         return await http.post(
             f"{self.base_url}/token",
@@ -121,3 +133,14 @@ class ManualClient:
                 "client_id": self.client_id,
             },
         )
+
+
+async def new_user(http: httpx2.AsyncClient, base_url: str) -> str:
+    """A client registered and signed in once: its access token, for a sandbox of its own."""
+    return await (await ManualClient.register(http, base_url)).access_token(http)
+
+
+async def new_users(http: httpx2.AsyncClient, base_url: str, count: int) -> list[str]:
+    """``count`` users signed in through one registered client: their access tokens."""
+    client = await ManualClient.register(http, base_url)
+    return [await client.access_token(http) for _ in range(count)]

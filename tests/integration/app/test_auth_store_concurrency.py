@@ -5,10 +5,9 @@ the same redemption and the same last admission place."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-from db_testkit import fresh_postgres_blocking
 
 from app.storage.auth_store import SqlAuthStore
 from app.storage.db import create_engine, upgrade_schema
@@ -16,12 +15,6 @@ from auth.store import Client, Grant, IssuedCode, SigninCounts, TokenRecord
 
 pytestmark = pytest.mark.integration
 NOW = 1_700_000_000.0
-
-
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    with fresh_postgres_blocking() as url:
-        yield url
 
 
 @pytest.fixture

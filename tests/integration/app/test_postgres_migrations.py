@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from db_testkit import fresh_postgres
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.audit import AuditTrail
 from app.storage.auth_store import SqlAuthStore
@@ -22,33 +20,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def postgres_url() -> str:
-    url = os.environ.get("SANDBOX_MCP_TEST_POSTGRES_URL")
-    if not url:
-        pytest.fail(
-            "SANDBOX_MCP_TEST_POSTGRES_URL is not set: integration tests need the PostgreSQL "
-            "that .ci/run starts (source .ci/lib/services.sh; start_postgres)."
-        )
-    return url
-
-
-@pytest.fixture
-async def fresh_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+async def fresh_engine() -> AsyncIterator[AsyncEngine]:
     """An engine on a new, empty database, dropped afterwards: each test proves an
     upgrade from nothing."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(sa.text(f'DROP DATABASE "{name}"'))
-        await admin.dispose()
+    async with fresh_postgres() as url:
+        engine = create_engine(url)
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
 
 
 async def test_migrations_run_on_postgresql(fresh_engine: AsyncEngine) -> None:

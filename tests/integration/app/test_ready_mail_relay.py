@@ -6,29 +6,16 @@ with their own relay connections stand for two processes; real PostgreSQL, real 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-from db_testkit import fresh_postgres_blocking
-from smtp_testkit import Inbox, smtp_server
+from smtp_testkit import Inbox
 
 from app.shared_limits import SharedLimits
 from app.storage.db import create_engine, upgrade_schema
 from pool.mailer import ReadyMailer, SmtpOptions
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def smtp() -> Iterator[tuple[Inbox, int]]:
-    with smtp_server("none") as running:
-        yield running
-
-
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    with fresh_postgres_blocking() as url:
-        yield url
 
 
 async def processes(

@@ -8,33 +8,24 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import free_port, start_server, stop_server
-from mcp_http import probe, tool
-from oauth_browser import ManualClient
+from mcp_http import probe, run_command, tool, write_file
+from oauth_browser import new_user, new_users
+from zfs_testkit import destroy_server_dataset, new_dataset_name
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def dataset() -> Iterator[str]:
-    parent = os.environ.get("SANDBOX_MCP_TEST_ZFS_PARENT")
-    if not parent:
-        pytest.fail(
-            "SANDBOX_MCP_TEST_ZFS_PARENT is not set: these tests need the zfs-fuse pool that "
-            ".ci/run starts (source .ci/lib/services.sh; start_zfs)."
-        )
-    name = f"{parent}/svc{uuid.uuid4().hex[:8]}"
+def dataset(tmp_path: Path) -> Iterator[str]:
+    name = new_dataset_name("svc")
     yield name
-    for _ in range(5):  # a just-unmounted dataset can be "busy" once
-        if subprocess.run(["zfs", "destroy", "-r", name], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.5)
+    destroy_server_dataset(name, tmp_path)
 
 
 def slot_file(dataset: str, slot: str) -> Path:
@@ -102,8 +93,7 @@ async def test_a_zfs_sandbox_is_leased_used_and_emptied_by_rollback(
     )
     try:
         async with httpx2.AsyncClient(timeout=30) as http:
-            client = await ManualClient.register(http, server.base_url)
-            token = (await client.tokens(http))["access_token"]
+            token = await new_user(http, server.base_url)
             first = await probe(http, server, token, write="evidence.txt")
             assert not first["is_error"], first
             assert first["files"] == ["evidence.txt"]
@@ -133,8 +123,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
     )
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            client = await ManualClient.register(http, server.base_url)
-            hog, honest = [(await client.tokens(http))["access_token"] for _ in range(2)]
+            hog, honest = await new_users(http, server.base_url, 2)
             hogs = (await tool(http, server, hog, "create_experiment", {}))["experiment_id"]
             filled = await tool(
                 http,
@@ -148,13 +137,7 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
             )
             assert filled["exit_code"] != 0 or "100" not in filled["stdout"], filled
             assert "quota" in filled["stderr"].lower() or "space" in filled["stderr"].lower()
-            refused = await tool(
-                http,
-                server,
-                hog,
-                "write_sandbox_file",
-                {"experiment_id": hogs, "path": "more.txt", "content": "x" * 1_000_000},
-            )
+            refused = await write_file(http, server, hog, hogs, "more.txt", "x" * 1_000_000)
             assert refused["is_error"], refused
             assert refused["error"]["code"] != "INTERNAL_ERROR", refused
 
@@ -162,32 +145,15 @@ async def test_a_tenant_filling_its_slot_stops_no_one_else(dataset: str, tmp_pat
             health = (await http.get(f"{server.base_url}/health")).json()
             assert health["database"]["ok"], health
             mine = (await tool(http, server, honest, "create_experiment", {}))["experiment_id"]
-            wrote = await tool(
-                http,
-                server,
-                honest,
-                "write_sandbox_file",
-                {"experiment_id": mine, "path": "notes.txt", "content": "fine\n"},
-            )
+            wrote = await write_file(http, server, honest, mine, "notes.txt", "fine\n")
             assert not wrote["is_error"], wrote
-            ran = await tool(
-                http,
-                server,
-                honest,
-                "execute_experiment",
-                {"experiment_id": mine, "command": "cat notes.txt"},
-            )
+            ran = await run_command(http, server, honest, mine, "cat notes.txt")
             assert ran["stdout"] == "fine\n"
-            again = await client.tokens(http)  # signing in still works
-            assert again["access_token"]
+            assert await new_user(http, server.base_url)  # signing in still works
 
             # The full tenant recovers by deleting.
-            freed = await tool(
-                http,
-                server,
-                hog,
-                "execute_experiment",
-                {"experiment_id": hogs, "command": "rm -f big && echo ok > small && cat small"},
+            freed = await run_command(
+                http, server, hog, hogs, "rm -f big && echo ok > small && cat small"
             )
             assert freed["stdout"] == "ok\n", freed
     finally:

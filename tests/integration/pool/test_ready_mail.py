@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from pool_fakes import FakeSlotStore, MemoryPoolState
-from smtp_testkit import Inbox, smtp_server
+from smtp_testkit import Inbox
 
 from pool.leases import Queued, SlotPool
 from pool.mailer import ReadyMailer, SmtpOptions
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def smtp() -> Iterator[tuple[Inbox, int]]:
-    with smtp_server("none") as running:
-        yield running
 
 
 @pytest.fixture

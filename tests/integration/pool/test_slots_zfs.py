@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from pool_fakes import opened
+from zfs_testkit import destroy_dataset, new_dataset_name
 
 from pool import _zfs
 from pool.errors import PoolError
@@ -38,36 +39,18 @@ def zfs(*args: str) -> str:
     return done.stdout
 
 
-def destroy(dataset: str) -> None:
-    """Teardown: zfs-fuse refuses to destroy a just-used dataset once ("busy"); retry."""
-    for _ in range(8):
-        done = subprocess.run(
-            ["zfs", "destroy", "-r", dataset], capture_output=True, text=True, timeout=120
-        )
-        if done.returncode == 0 or "does not exist" in done.stderr:
-            return
-        time.sleep(0.5)
-    pytest.fail(f"could not destroy {dataset}: {done.stderr}")
-
-
 @pytest.fixture(scope="session")
 def session_parent() -> Iterator[str]:
-    parent = os.environ.get("SANDBOX_MCP_TEST_ZFS_PARENT")
-    if not parent:
-        pytest.fail(
-            "SANDBOX_MCP_TEST_ZFS_PARENT is not set: the ZFS slot tests need a parent dataset "
-            "on a real pool (CI: sandboxci/slots, started by .ci/run). Refusing to skip."
-        )
-    child = f"{parent}/t{uuid.uuid4().hex[:8]}"
+    child = new_dataset_name("t")
     yield child
-    destroy(child)
+    destroy_dataset(child)
 
 
 @pytest.fixture
 def parent(session_parent: str) -> Iterator[str]:
     dataset = f"{session_parent}/p{uuid.uuid4().hex[:6]}"
     yield dataset
-    destroy(dataset)
+    destroy_dataset(dataset)
 
 
 def props(dataset: str, *names: str) -> dict[str, str]:

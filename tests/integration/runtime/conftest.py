@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -31,3 +32,9 @@ def engine() -> Iterator[docker.DockerClient]:
             for container_id in labelled(client, f"{prefix}.managed=1"):
                 client.api.remove_container(container_id, force=True)
         client.close()
+
+
+@pytest.fixture(scope="session")
+def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The slots folder of the backends under test; each test takes a fresh workspace."""
+    return tmp_path_factory.mktemp("slots")

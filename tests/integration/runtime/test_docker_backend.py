@@ -25,7 +25,7 @@ from docker_testkit import (
     BACKEND_PREFIX,
     RUN,
     UID,
-    docker_client,
+    backend_on_engine,
     labelled,
     new_workspace,
 )
@@ -41,7 +41,6 @@ from app.runtime.errors import (
     ImageNotAllowed,
     WorkspaceRefused,
 )
-from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
 
@@ -57,18 +56,12 @@ def _ours(client: docker.DockerClient, prefix: str = PREFIX) -> list[str]:
     return labelled(client, f"{prefix}.managed=1")
 
 
-@pytest.fixture(scope="session")
-def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("slots")
-
-
 @pytest.fixture
 async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
-    backend = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=(IMAGE, "sandbox-mcp/base:bookworm", MISSING),
-        label_prefix=PREFIX,
-        client_factory=docker_client,
+    backend = backend_on_engine(
+        slots,
+        PREFIX,
+        (IMAGE, "sandbox-mcp/base:bookworm", MISSING),
         max_containers=100,
         kill_grace_s=20,
     )
@@ -202,11 +195,10 @@ async def test_a_device_node_in_the_workspace_cannot_be_opened(sandbox: Sandbox)
 
 
 async def test_developer_tools_work_without_any_capability(slots: Path) -> None:
-    node = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=("sandbox-mcp/node:22",),
-        label_prefix=PREFIX,
-        client_factory=docker_client,
+    node = backend_on_engine(
+        slots,
+        PREFIX,
+        ("sandbox-mcp/node:22",),
         max_containers=100,
     )
     box = await start(node, slots, image="sandbox-mcp/node:22")
@@ -502,11 +494,10 @@ async def test_images_egress_and_capacity_are_checked(
         await backend.create(ContainerSpec("e", "fp", IMAGE, workspace, network="egress"))
 
     prefix = f"io.sandbox-mcp-cap-{RUN}"
-    small = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=(IMAGE,),
-        label_prefix=prefix,
-        client_factory=docker_client,
+    small = backend_on_engine(
+        slots,
+        prefix,
+        (IMAGE,),
         max_containers=1,
     )
     first = await small.create(ContainerSpec("e1", "fp", IMAGE, workspace))

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import docker
 import pytest
-from docker_testkit import RUN, docker_client, labelled, new_workspace
+from docker_testkit import RUN, backend_on_engine, labelled, new_workspace
 
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, Limits
 from app.runtime.docker import DockerBackend, output_streams
-from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +39,10 @@ def cleanup(engine: docker.DockerClient) -> Iterator[None]:
 
 
 def make_backend(slots: Path, **options: int) -> DockerBackend:
-    return DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=(IMAGE,),
-        label_prefix=PREFIX,
-        client_factory=docker_client,
+    return backend_on_engine(
+        slots,
+        PREFIX,
+        (IMAGE,),
         kill_grace_s=5,
         **options,
     )

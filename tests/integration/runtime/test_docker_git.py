@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -28,7 +29,7 @@ from docker_testkit import (
     GID,
     GIT_PREFIX,
     UID,
-    docker_client,
+    backend_on_engine,
     engine_events,
     labelled,
     new_workspace,
@@ -44,7 +45,6 @@ from app.runtime.errors import (
     WorkspaceRefused,
 )
 from app.runtime.git_egress import ensure_network
-from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
 
@@ -69,19 +69,13 @@ def helpers(client: docker.DockerClient) -> list[str]:
     return _ours(client, f"{PREFIX}.role=git-clone")
 
 
-@pytest.fixture(scope="session")
-def slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("git-slots")
-
-
 @pytest.fixture
 async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
-    backend = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=("sandbox-mcp/python:3", IMAGE),
+    backend = backend_on_engine(
+        slots,
+        PREFIX,
+        ("sandbox-mcp/python:3", IMAGE),
         git_image=IMAGE,
-        label_prefix=PREFIX,
-        client_factory=docker_client,
         max_containers=100,
         kill_grace_s=20,
     )
@@ -407,12 +401,11 @@ async def test_a_clone_helper_counts_against_its_sandbox_share(
 ) -> None:
     # Two slots, two containers: no spare. A sandbox that has its container cannot
     # start a helper too; one that has none can (the helper is its first).
-    small = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=(IMAGE,),
+    small = backend_on_engine(
+        slots,
+        PREFIX,
+        (IMAGE,),
         git_image=IMAGE,
-        label_prefix=PREFIX,
-        client_factory=docker_client,
         max_containers=2,
         pool_size=2,
     )
@@ -445,22 +438,29 @@ REFUSED_REMOTES = [
 ]
 
 
+GIT_NETWORK = f"{PREFIX}-git"
+
+
+def egress_backend_on(slots: Path, **options: Any) -> DockerBackend:
+    """A backend whose clone helpers may reach remotes, from their own network."""
+    return backend_on_engine(
+        slots,
+        PREFIX,
+        (IMAGE,),
+        git_image=IMAGE,
+        allow_git_egress=True,
+        git_network=GIT_NETWORK,
+        **options,
+    )
+
+
 @pytest.fixture
 async def egress_backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
-    network = f"{PREFIX}-git"
-    backend = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=(IMAGE,),
-        git_image=IMAGE,
-        label_prefix=PREFIX,
-        client_factory=docker_client,
-        allow_git_egress=True,
-        git_network=network,
-    )
+    backend = egress_backend_on(slots)
     yield backend
     await backend.aclose()
     with contextlib.suppress(docker.errors.NotFound):
-        engine.api.remove_network(network)
+        engine.api.remove_network(GIT_NETWORK)
 
 
 @pytest.mark.parametrize("url", REFUSED_REMOTES)
@@ -488,9 +488,8 @@ async def test_a_remote_clone_connects_only_to_the_pinned_address_from_its_own_n
     # No internet here: a name that resolves nowhere is "resolved" to a listener on
     # the helpers' network gateway (allowed for this test only). That git reaches it
     # at all proves the pin: the helper's own DNS knows no such name.
-    network = f"{PREFIX}-git"
-    ensure_network(engine.api, network, {f"{PREFIX}.managed": "git"})
-    [config] = engine.api.inspect_network(network)["IPAM"]["Config"]
+    ensure_network(engine.api, GIT_NETWORK, {f"{PREFIX}.managed": "git"})
+    [config] = engine.api.inspect_network(GIT_NETWORK)["IPAM"]["Config"]
     gateway = config["Gateway"]
     seen: list[tuple[str, str]] = []  # (peer address, the helper's network mode)
 
@@ -507,14 +506,8 @@ async def test_a_remote_clone_connects_only_to_the_pinned_address_from_its_own_n
         assert (host, port) == ("git.pinned.invalid", 443)
         return [gateway]
 
-    backend = DockerBackend(
-        slots=SlotsAt(slots),
-        allowed_images=(IMAGE,),
-        git_image=IMAGE,
-        label_prefix=PREFIX,
-        client_factory=docker_client,
-        allow_git_egress=True,
-        git_network=network,
+    backend = egress_backend_on(
+        slots,
         resolve=resolve,
         git_address_policy=lambda address: str(address) == gateway,
     )
@@ -539,9 +532,9 @@ async def test_a_remote_clone_connects_only_to_the_pinned_address_from_its_own_n
     )
     assert len(created) == 1, "the event query the refusal test relies on sees helpers"
     peer, mode = seen[0]
-    assert mode == network, "a network of its own, not the default bridge"
+    assert mode == GIT_NETWORK, "a network of its own, not the default bridge"
     assert ipaddress.ip_address(peer) in ipaddress.ip_network(config["Subnet"])
-    options = engine.api.inspect_network(network)["Options"]
+    options = engine.api.inspect_network(GIT_NETWORK)["Options"]
     assert options["com.docker.network.bridge.enable_icc"] == "false"
     assert result.exit_code != 0
     # git's lines name the address and the TLS failure; the tenant gets one sentence.

@@ -15,13 +15,13 @@ from typing import Any
 
 import docker
 import pytest
-from docker_testkit import GID, RUN, UID, docker_client, labelled
+from docker_testkit import GID, RUN, UID, backend_on_engine, labelled
 
 from app.errors import ServiceError
 from app.runtime.backend import ContainerSpec, Limits
 from app.runtime.docker import DockerBackend
 from app.runtime.warm import WarmPool
-from pool.slots import Slot, SlotsAt, name_of
+from pool.slots import Slot, name_of
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +49,10 @@ def cleanup(engine: docker.DockerClient) -> Iterator[None]:
 
 @pytest.fixture
 async def backend(slots: list[Slot], cleanup: None) -> AsyncIterator[DockerBackend]:
-    made = DockerBackend(
-        slots=SlotsAt(slots[0].root.parent),
-        allowed_images=(IMAGE,),
-        label_prefix=PREFIX,
-        client_factory=docker_client,
+    made = backend_on_engine(
+        slots[0].root.parent,
+        PREFIX,
+        (IMAGE,),
         max_containers=6,
         pool_size=3,
         max_containers_per_sandbox=1,

@@ -11,18 +11,15 @@ from pathlib import Path
 import pytest
 from db_testkit import migrated_sqlite
 from fetch_testkit import Clock
-from oauth_browser import pkce_pair, query_of
+from oauth_browser import authorization_request, pkce_pair, query_of
+from signin_testkit import flow_and_tokens, registered_client
 
 from app.storage.auth_store import SqlAuthStore
 from auth.admission import Refusal, SigninAdmission
-from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
-from auth.registration import Registrar
-from auth.sealing import Sealer
 from auth.signin import SigninFlow
 from auth.store import Client
-from auth.tokens import TokenHasher
 
 REDIRECT = "http://127.0.0.1:9/cb"
 HOME = "2001:db8:1:2::/64"
@@ -43,13 +40,7 @@ class Front:
         """One checked press as the handler does it: None if refused, else (code, verifier)."""
         verifier, challenge = pkce_pair()
         pending = await self.flow.start(
-            {
-                "client_id": self.client.client_id,
-                "redirect_uri": REDIRECT,
-                "response_type": "code",
-                "code_challenge": challenge,
-                "code_challenge_method": "S256",
-            }
+            authorization_request(self.client.client_id, REDIRECT, challenge)
         )
         pressed = self.flow.pressed(pending.tx, pending.csrf, pending.csrf)
         admitted = await self.admission.admit(self.flow.issued_code(pressed, prefix))
@@ -77,19 +68,10 @@ async def front_with(tmp_path: Path, **limits: int) -> AsyncIterator[Front]:
     clock = Clock()
     config = AuthConfig(issuer="https://mcp.example.test", **limits)  # type: ignore[arg-type]
     store = SqlAuthStore(engine)
-    hasher = TokenHasher(b"k" * 32)
-    codes = Sealer(b"k" * 32)
-    registered = await Registrar(store, clock).register({"redirect_uris": [REDIRECT]})
-    client = await store.load_client(str(registered["client_id"]))
-    assert client is not None
+    flow, tokens = flow_and_tokens(config, store, clock)
+    client = await registered_client(store, clock, REDIRECT)
     yield Front(
-        clock,
-        config,
-        store,
-        SigninFlow(config, ClientDirectory(store, None), hasher, codes, clock=clock),
-        TokenService(config, store, hasher, codes, clock),
-        SigninAdmission(config, store, clock=clock),
-        client,
+        clock, config, store, flow, tokens, SigninAdmission(config, store, clock=clock), client
     )
     await engine.dispose()
 

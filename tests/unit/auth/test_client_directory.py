@@ -11,7 +11,7 @@ import json
 
 import pytest
 from fetch_testkit import Clock, documents
-from oauth_browser import pkce_pair, query_of
+from oauth_browser import authorization_request, pkce_pair, query_of
 from signin_testkit import approve
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
@@ -49,14 +49,7 @@ def document_flow(ca: ThrowawayCA, store: SqlAuthStore) -> SigninFlow:
 
 
 def authorize(client_id: str, challenge: str) -> dict[str, str]:
-    return {
-        "client_id": client_id,
-        "redirect_uri": REDIRECT,
-        "response_type": "code",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "st",
-    }
+    return authorization_request(client_id, REDIRECT, challenge, state="st")
 
 
 async def test_a_document_client_signs_in_redeems_and_refreshes(

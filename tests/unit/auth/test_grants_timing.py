@@ -5,25 +5,21 @@ Runs the real TokenService and SigninFlow on the real SQL store (SQLite).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from oauth_browser import pkce_pair, query_of
-from signin_testkit import approve
+from oauth_browser import authorization_request, pkce_pair, query_of
+from signin_testkit import approve, flow_and_tokens, registered_client
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.auth_store import SqlAuthStore
-from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.errors import OAuthError
 from auth.grants import TokenService
 from auth.registration import Registrar
-from auth.sealing import Sealer
 from auth.signin import MAX_STATE_CHARS, RedirectError, SigninFlow
 from auth.store import Client
-from auth.tokens import TokenHasher
 
 REDIRECT = "http://127.0.0.1:9/cb"
 
@@ -47,13 +43,7 @@ class Server:
     async def code(self) -> tuple[str, str]:
         verifier, challenge = pkce_pair()
         pending = await self.flow.start(
-            {
-                "client_id": self.client.client_id,
-                "redirect_uri": REDIRECT,
-                "response_type": "code",
-                "code_challenge": challenge,
-                "code_challenge_method": "S256",
-            }
+            authorization_request(self.client.client_id, REDIRECT, challenge)
         )
         approval = await approve(self.flow, self.store, pending)
         return query_of(approval.location)["code"], verifier
@@ -69,24 +59,11 @@ class Server:
 
 
 @pytest.fixture
-async def server(sqlite_engine: AsyncEngine) -> AsyncIterator[Server]:
-    engine = sqlite_engine
+async def server(sqlite_engine: AsyncEngine) -> Server:
     clock = Clock()
-    config = AuthConfig(issuer="https://mcp.example.test")
-    store = SqlAuthStore(engine)
-    hasher = TokenHasher(b"k" * 32)
-    codes = Sealer(b"k" * 32)
-    registered = await Registrar(store, clock).register({"redirect_uris": [REDIRECT]})
-    client = await store.load_client(str(registered["client_id"]))
-    assert client is not None
-    yield Server(
-        clock,
-        SigninFlow(config, ClientDirectory(store, None), hasher, codes, clock=clock),
-        TokenService(config, store, hasher, codes, clock),
-        client,
-        store,
-    )
-    await engine.dispose()
+    store = SqlAuthStore(sqlite_engine)
+    flow, tokens = flow_and_tokens(AuthConfig(issuer="https://mcp.example.test"), store, clock)
+    return Server(clock, flow, tokens, await registered_client(store, clock, REDIRECT), store)
 
 
 async def test_a_code_used_after_ten_minutes_is_invalid(server: Server) -> None:
@@ -150,12 +127,8 @@ async def test_refresh_keeps_the_sandbox_key(server: Server) -> None:
 
 async def test_a_token_bound_to_another_resource_is_refused(server: Server, tmp_path: Path) -> None:
     pair = await server.pair()
-    other = TokenService(
-        AuthConfig(issuer="https://other.example.test"),
-        server.store,
-        TokenHasher(b"k" * 32),
-        Sealer(b"k" * 32),
-        server.clock,
+    _, other = flow_and_tokens(
+        AuthConfig(issuer="https://other.example.test"), server.store, server.clock
     )
     assert await other.verify_token(str(pair["access_token"])) is None
 
@@ -165,29 +138,12 @@ async def test_a_sign_in_started_on_one_process_is_pressed_and_redeemed_on_anoth
 ) -> None:
     """Nothing of a sign-in is kept where it started: a second flow and token service
     with the same token key (another process) finish it."""
-    other_flow = SigninFlow(
-        AuthConfig(issuer="https://mcp.example.test"),
-        ClientDirectory(server.store, None),
-        TokenHasher(b"k" * 32),
-        Sealer(b"k" * 32),
-        clock=server.clock,
-    )
-    other_tokens = TokenService(
-        AuthConfig(issuer="https://mcp.example.test"),
-        server.store,
-        TokenHasher(b"k" * 32),
-        Sealer(b"k" * 32),
-        server.clock,
+    other_flow, other_tokens = flow_and_tokens(
+        AuthConfig(issuer="https://mcp.example.test"), server.store, server.clock
     )
     verifier, challenge = pkce_pair()
     page = await server.flow.start(
-        {
-            "client_id": server.client.client_id,
-            "redirect_uri": REDIRECT,
-            "response_type": "code",
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-        }
+        authorization_request(server.client.client_id, REDIRECT, challenge)
     )
     code = query_of((await approve(other_flow, server.store, page)).location)["code"]
     pair = await other_tokens.exchange_code(
@@ -220,13 +176,7 @@ async def test_the_longest_state_travels_sealed_and_a_longer_one_is_refused(
     server: Server,
 ) -> None:
     _, challenge = pkce_pair()
-    params = {
-        "client_id": server.client.client_id,
-        "redirect_uri": REDIRECT,
-        "response_type": "code",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-    }
+    params = authorization_request(server.client.client_id, REDIRECT, challenge)
     longest = "\u00e9\U0001f600" * (MAX_STATE_CHARS // 2)
     page = await server.flow.start({**params, "state": longest})
     assert len(page.tx) < 16_000, "fits the button's 16 KB form"

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx2
 from db_testkit import migrated_sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -25,21 +27,23 @@ async def docker_down() -> RuntimeStatus:
     return RuntimeStatus(False, reason="connection refused")
 
 
-async def get_health(endpoint: HealthEndpoint) -> httpx2.Response:
+async def get_health(
+    engine: AsyncEngine, runtime: Callable[[], Awaitable[RuntimeStatus]]
+) -> httpx2.Response:
+    """``/health`` of a service on ``engine`` (disposed afterwards) whose runtime probe
+    answers ``runtime``."""
+    endpoint = HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, runtime)
     app = Starlette(routes=[Route("/health", endpoint.handle)])
     transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
-        return await client.get("/health")
+    try:
+        async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get("/health")
+    finally:
+        await engine.dispose()
 
 
 async def test_healthy_service_reports_pool_runtime_and_database(tmp_path: Path) -> None:
-    engine = await migrated_sqlite(tmp_path)
-    try:
-        response = await get_health(
-            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_up)
-        )
-    finally:
-        await engine.dispose()
+    response = await get_health(await migrated_sqlite(tmp_path), docker_up)
     assert response.status_code == 200
     assert response.headers["cache-control"] == "no-store"
     assert response.json() == {
@@ -52,13 +56,9 @@ async def test_healthy_service_reports_pool_runtime_and_database(tmp_path: Path)
 
 
 async def test_unreachable_database_gives_503_with_the_reason() -> None:
-    engine = create_engine("postgresql+asyncpg://u:secretpw@127.0.0.1:1/db")
-    try:
-        response = await get_health(
-            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_up)
-        )
-    finally:
-        await engine.dispose()
+    response = await get_health(
+        create_engine("postgresql+asyncpg://u:secretpw@127.0.0.1:1/db"), docker_up
+    )
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unavailable"
@@ -69,13 +69,9 @@ async def test_unreachable_database_gives_503_with_the_reason() -> None:
 
 
 async def test_unreachable_docker_is_degraded_not_down(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    try:
-        response = await get_health(
-            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, docker_down)
-        )
-    finally:
-        await engine.dispose()
+    response = await get_health(
+        create_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"), docker_down
+    )
     assert response.status_code == 200
     assert response.json()["status"] == "degraded"
     assert response.json()["runtime"]["reason"] == "connection refused"
@@ -88,13 +84,7 @@ async def test_a_missing_default_image_is_degraded_and_named(tmp_path: Path) -> 
         images = ImagesStatus(ready=("a:1",), missing=("b:1",), default="b:1")
         return RuntimeStatus(True, "27.0", "the default image b:1 is not built", images)
 
-    engine = await migrated_sqlite(tmp_path)
-    try:
-        response = await get_health(
-            HealthEndpoint("1.2.3", Repository(engine).ping, pool_stats, image_missing)
-        )
-    finally:
-        await engine.dispose()
+    response = await get_health(await migrated_sqlite(tmp_path), image_missing)
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "degraded"
