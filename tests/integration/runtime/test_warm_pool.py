@@ -134,11 +134,10 @@ async def test_a_handed_over_container_counts_in_its_sandbox_share(
 async def test_a_container_handed_over_by_one_process_counts_in_its_sandbox_share_on_another(
     warm: WarmPool, slots: list[Slot], cleanup: None
 ) -> None:
-    other_process = DockerBackend(
-        slots=SlotsAt(slots[0].root.parent),
-        allowed_images=(IMAGE,),
-        label_prefix=PREFIX,
-        client_factory=docker_client,
+    other_process = backend_on_engine(
+        slots[0].root.parent,
+        PREFIX,
+        (IMAGE,),
         max_containers=6,
         pool_size=3,
         max_containers_per_sandbox=1,
