@@ -40,7 +40,7 @@ import structlog
 from docker.types import LogConfig, Mount, Ulimit
 
 from app.runtime._workspace import DOCKER_SOCKETS, refuse_docker_socket
-from app.runtime.backend import Limits
+from app.runtime.backend import WORKSPACE, Isolation, Limits, NetworkMode
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +87,32 @@ def hardened_host_config(
         log_config=LogConfig(type=LogConfig.types.NONE),
     )
     return config
+
+
+def applied_isolation(
+    *,
+    image: str,
+    user: str,
+    network: NetworkMode,
+    limits: Limits,
+    home: str,
+    egress_allowlist: tuple[str, ...] = (),
+) -> Isolation:
+    """What ``hardened_host_config`` gives an experiment container, as the agent is told."""
+    return Isolation(
+        image=image,
+        user=user,
+        network=network,
+        cpus=limits.cpus,
+        memory_mb=limits.memory_mb,
+        pids=limits.pids,
+        tmp_mb=limits.tmp_mb,
+        capabilities=CAPABILITIES,
+        no_new_privileges=True,
+        read_only_mounts=("/",),
+        writable_mounts=(WORKSPACE, TMP, home),
+        egress_allowlist=egress_allowlist,
+    )
 
 
 def refuse_docker_socket_in(host_config: Mapping[str, Any]) -> None:
