@@ -64,30 +64,22 @@ class Labels:
         if not _NAME_SAFE.fullmatch(self.deployment):
             raise ConfigurationError("The deployment id must be 1-64 letters, digits or '-'.")
 
-    @property
-    def managed(self) -> str:
-        return f"{self.prefix}.managed"
-
-    @property
-    def process(self) -> str:
-        return f"{self.prefix}.process"
-
-    @property
-    def sandbox(self) -> str:
-        return f"{self.prefix}.sandbox"
+    def key(self, name: str) -> str:
+        """The full name of our label ``name``: ``<prefix>.<name>``."""
+        return f"{self.prefix}.{name}"
 
     @property
     def selector(self) -> str:
         """The engine's label filter for every container of this deployment."""
-        return f"{self.managed}={self.deployment}"
+        return f"{self.key('managed')}={self.deployment}"
 
     def of_new(self, **more: str) -> dict[str, str]:
         """What a container made by this process is labelled: ours, its maker, ``more``
         (``<prefix>.<name>=<value>``)."""
-        labels = {self.managed: self.deployment}
-        labels.update({f"{self.prefix}.{name}": value for name, value in more.items()})
+        labels = {self.key("managed"): self.deployment}
+        labels.update({self.key(name): value for name, value in more.items()})
         if self.process_id:
-            labels[self.process] = self.process_id
+            labels[self.key("process")] = self.process_id
         return labels
 
 
@@ -272,7 +264,7 @@ class Engine:
         """Our containers at the engine (server-wide): the sandbox of each, by name."""
         return {
             (c.get("Names") or [c["Id"]])[0].lstrip("/"): self._claimed.get(
-                c["Id"], (c.get("Labels") or {}).get(self.labels.sandbox, UNATTRIBUTED)
+                c["Id"], (c.get("Labels") or {}).get(self.labels.key("sandbox"), UNATTRIBUTED)
             )
             for c in await self.ours()
         }

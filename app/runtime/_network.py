@@ -49,48 +49,21 @@ class Joining:
     proxied: bool = False  # the proxy must be told its address once it started
 
 
+@dataclass
 class Networks:
-    """The network choices of one backend (see the module doc).
+    """The network choices of one backend (see the module doc)."""
 
-    Args:
-        allow_egress: Whether ``network="egress"`` is honoured.
-        egress_network: The Docker network egress containers join.
-        egress_proxy: The proxy of network ``restricted`` (None: the mode is refused);
-            remote clones go through it too.
-        allow_git_egress: Whether a clone may fetch an ``https`` URL without a proxy.
-        git_network: The network of its own such clone helpers join.
-        git_network_labels: The labels that network is created with.
-        resolve: How a remote clone's host is resolved before it is checked and pinned.
-        git_address_policy: Which addresses a remote clone may reach (public only).
-        api: The engine client (opened when first needed).
-        offload: Where blocking SDK calls run.
-    """
-
-    def __init__(
-        self,
-        *,
-        allow_egress: bool,
-        egress_network: str,
-        egress_proxy: EgressProxy | None,
-        allow_git_egress: bool,
-        git_network: str,
-        git_network_labels: dict[str, str],
-        resolve: Resolver,
-        git_address_policy: AddressPolicy,
-        api: Callable[[], Awaitable[docker.APIClient]],
-        offload: Offload,
-    ) -> None:
-        self._allow_egress = allow_egress
-        self._egress_network = egress_network
-        self._proxy = egress_proxy
-        self._allow_git_egress = allow_git_egress
-        self._git_network = git_network
-        self._git_network_labels = git_network_labels
-        self._git_network_ready = False
-        self._resolve = resolve
-        self._git_address_policy = git_address_policy
-        self._api = api
-        self._offload = offload
+    allow_egress: bool  # whether network "egress" is honoured
+    egress_network: str  # the Docker network egress containers join
+    proxy: EgressProxy | None  # network "restricted"'s (None: refused); remote clones use it
+    allow_git_egress: bool  # whether a clone may fetch an https URL without a proxy
+    git_network: str  # the network of its own such clone helpers join
+    git_network_labels: dict[str, str]  # what that network is created with
+    resolve: Resolver  # how a remote clone's host is resolved, to be checked and pinned
+    git_address_policy: AddressPolicy  # which addresses a remote clone may reach
+    api: Callable[[], Awaitable[docker.APIClient]]  # the engine client
+    offload: Offload  # where blocking SDK calls run
+    _git_network_ready: bool = field(default=False, init=False)
 
     def mode(self, network: NetworkMode) -> str:
         """Docker's network mode for ``network``; checked before anything is made.
@@ -100,8 +73,8 @@ class Networks:
         """
         if network == "none":
             return "none"
-        if network == "egress" and self._allow_egress:
-            return self._egress_network
+        if network == "egress" and self.allow_egress:
+            return self.egress_network
         if network == "egress":
             raise EgressDisabled()
         if network == "restricted":
@@ -137,40 +110,40 @@ class Networks:
         """
         if plan.local_source is not None:
             return plan, Joining("none")
-        if self._proxy is not None:
+        if self.proxy is not None:
             # Through the proxy, with its rules (the server's list): it resolves and checks.
-            planned = self._proxy.plan(None)
+            planned = self.proxy.plan(None)
             return plan, Joining(
                 planned.network, env=planned.env, labels=planned.labels, proxied=True
             )
-        if not self._allow_git_egress:
+        if not self.allow_git_egress:
             raise GitEgressDisabled()
-        pin = await pin_remote(plan.url, resolve=self._resolve, allow=self._git_address_policy)
+        pin = await pin_remote(plan.url, resolve=self.resolve, allow=self.git_address_policy)
         pinned = dataclasses.replace(plan, pin=pin)
         if not self._git_network_ready:
-            api = await self._api()
+            api = await self.api()
             with translated():
-                await self._offload.call(
-                    ensure_network, api, self._git_network, self._git_network_labels
+                await self.offload.call(
+                    ensure_network, api, self.git_network, self.git_network_labels
                 )
             self._git_network_ready = True
-        return pinned, Joining(self._git_network)
+        return pinned, Joining(self.git_network)
 
     async def attach(self, api: docker.APIClient, container_id: str, joining: Joining) -> None:
         """After the container started: tell the proxy its address, when it goes through it."""
-        if joining.proxied and self._proxy is not None:
-            await self._proxy.attach(api, container_id)
+        if joining.proxied and self.proxy is not None:
+            await self.proxy.attach(api, container_id)
 
     async def detach(self, container_id: str) -> None:
         """After the container was removed: the proxy forgets it."""
-        if self._proxy is not None:
-            await self._proxy.detach(container_id)
+        if self.proxy is not None:
+            await self.proxy.detach(container_id)
 
     async def notice(self, container_id: str) -> str | None:
         """What the proxy refused this container since the last notice."""
-        return await self._proxy.take_notice(container_id) if self._proxy else None
+        return await self.proxy.take_notice(container_id) if self.proxy else None
 
     def _restricted(self) -> EgressProxy:
-        if self._proxy is None:
+        if self.proxy is None:
             raise RestrictedUnavailable()
-        return self._proxy
+        return self.proxy

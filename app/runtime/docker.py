@@ -175,10 +175,10 @@ class DockerBackend:
         self._networks = Networks(
             allow_egress=allow_egress,
             egress_network=egress_network,
-            egress_proxy=egress_proxy,
+            proxy=egress_proxy,
             allow_git_egress=allow_git_egress,
             git_network=git_network,
-            git_network_labels={self._labels.managed: "git"},
+            git_network_labels={self._labels.key("managed"): "git"},
             resolve=resolve,
             git_address_policy=git_address_policy,
             api=self._engine.api,
@@ -363,7 +363,7 @@ class DockerBackend:
             c["Id"]
             for c in found
             if not any(c["Id"].startswith(i) for i in live)
-            and (c.get("Labels") or {}).get(self._labels.process) not in live_processes
+            and (c.get("Labels") or {}).get(self._labels.key("process")) not in live_processes
         ]
         for container_id in orphans:
             await self.remove(container_id)

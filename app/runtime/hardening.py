@@ -30,6 +30,7 @@ The checks:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -103,10 +104,7 @@ def applied_isolation(
         image=image,
         user=user,
         network=network,
-        cpus=limits.cpus,
-        memory_mb=limits.memory_mb,
-        pids=limits.pids,
-        tmp_mb=limits.tmp_mb,
+        **dataclasses.asdict(limits),  # cpus, memory_mb, pids, tmp_mb: as clamped
         capabilities=CAPABILITIES,
         no_new_privileges=True,
         read_only_mounts=("/",),

@@ -116,10 +116,11 @@ def register_evidence_tools(
             list[Annotated[str, Field(max_length=500)]], Field(min_length=1, max_length=20)
         ],
     ) -> Annotated[CallToolResult, enveloped(ArtifactList)]:
-        async def body(call: CallContext) -> ArtifactList:
-            return await manager.collect_artifacts(call, experiment_id, patterns)
-
-        return await runner.run("collect_artifacts", body, takes_slot=False)
+        return await runner.run(
+            "collect_artifacts",
+            lambda call: manager.collect_artifacts(call, experiment_id, patterns),
+            takes_slot=False,
+        )
 
     @server.tool(
         title="Compare experiments",
