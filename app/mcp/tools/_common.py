@@ -32,6 +32,8 @@ EnvRequests = Annotated[
 ]
 # A wall clock; above the operator's ceiling it is clamped (and the agent told), not refused.
 Seconds = Annotated[float, Field(gt=0)]
+# The seed's name for timeout_s (see seed_names.timeout).
+SeedTimeout = Annotated[Seconds | None, Field(description="= timeout_s, seconds.")]
 
 
 def hints(

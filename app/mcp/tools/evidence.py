@@ -18,7 +18,7 @@ from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, hints, progress
+from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, SeedTimeout, hints, progress
 from jail import CallContext
 
 
@@ -54,11 +54,11 @@ def register_evidence_tools(
         timeout_s: Annotated[
             Seconds | None, Field(description="Seconds before it is killed.")
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
-            seconds = seed.pick(("timeout_s", timeout_s), ("timeout", timeout))
+            seconds = seed.timeout(timeout_s, timeout)
             return await manager.run_tests(
                 call, experiment_id, command, timeout_s=seconds, until_done=running_as_task()
             )

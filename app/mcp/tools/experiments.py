@@ -36,6 +36,7 @@ from app.mcp.tools._common import (
     EnvRequests,
     ExperimentId,
     Seconds,
+    SeedTimeout,
     hints,
     progress,
 )
@@ -159,7 +160,7 @@ def register_experiment_tools(
         memory_limit: Annotated[
             str | int | None, Field(description="'512m', '1g', '2GB' or bytes (= memory_mb).")
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         environment_allowlist: Annotated[
             EnvRequests | None, Field(description="NAME=value, or NAME (local mode only) (= env).")
         ] = None,
@@ -201,7 +202,7 @@ def register_experiment_tools(
                 env=tuple(
                     seed.pick(("env", env), ("environment_allowlist", environment_allowlist)) or ()
                 ),
-                timeout_s=seed.pick(("timeout_s", timeout_s), ("timeout", timeout)),
+                timeout_s=seed.timeout(timeout_s, timeout),
             )
             return await manager.create(call, request)
 

@@ -28,6 +28,7 @@ from app.mcp.tools._common import (
     ExperimentId,
     JobId,
     Seconds,
+    SeedTimeout,
     hints,
     progress,
 )
@@ -73,11 +74,11 @@ def register_job_tools(
             str | None,
             Field(max_length=4096, description="A folder relative to /workspace to run in."),
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
-            seconds = seed.pick(("timeout_s", timeout_s), ("timeout", timeout))
+            seconds = seed.timeout(timeout_s, timeout)
             text = command
             if workdir is not None:
                 workspace = await manager.workspace(call, experiment_id)
