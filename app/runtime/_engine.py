@@ -1,7 +1,8 @@
 """This deployment's containers at the Docker engine: the client (opened once, when
-first needed), what the host offers (its CPUs, and whether the engine gives the
-isolation we rely on: :func:`app.runtime.hardening.engine_problem`), and creating,
-listing and removing our containers.
+first needed), what the engine offers (its version, the images it holds, the host's
+CPUs, and whether it gives the isolation we rely on:
+:func:`app.runtime.hardening.engine_problem`), and creating, listing, starting again
+(after an engine restart), sweeping and removing our containers.
 
 A container is created (not started) with the host configuration of
 :mod:`app.runtime.hardening`, within its sandbox's share of the containers
@@ -16,6 +17,7 @@ warm container handed over to a sandbox: :mod:`app.runtime._handover`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,14 +27,15 @@ from typing import Any
 import anyio
 import docker
 import docker.errors
+import structlog
 from docker.types import Mount
 
 from app.errors import ConfigurationError
 from app.runtime._capacity import UNATTRIBUTED, ContainerLimiter, ContainerShares
 from app.runtime._engine_errors import translate, translated
 from app.runtime._threads import Offload
-from app.runtime.backend import WORKSPACE, Limits
-from app.runtime.errors import ImageMissing, RuntimeUnavailable
+from app.runtime.backend import WORKSPACE, Limits, Revival, RuntimeInfo
+from app.runtime.errors import ImageMissing, RuntimeFailure, RuntimeUnavailable
 from app.runtime.hardening import (
     TMP,
     engine_problem,
@@ -40,6 +43,8 @@ from app.runtime.hardening import (
     refuse_docker_socket_in,
 )
 from pool.slots import SlotsRoot
+
+log = structlog.get_logger(__name__)
 
 _USER = re.compile(r"([0-9]+):([0-9]+)")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
@@ -189,6 +194,58 @@ class Engine:
             )
         return {c["Id"] for c in found}
 
+    async def info(self, allowed: tuple[str, ...]) -> RuntimeInfo:
+        """Reachability, version, which of the ``allowed`` images exist. Never raises."""
+        try:
+            api = await self.api()
+            with translated():
+                version = await self._offload.call(api.version)
+                images = await self._offload.call(api.images)
+        except RuntimeFailure as exc:
+            reason = str(exc.details.get("reason") or exc.message)
+            return RuntimeInfo(False, None, (), allowed, reason=reason)
+        except Exception:  # the health check must answer whatever happened
+            log.exception("runtime.info_failed")
+            return RuntimeInfo(False, None, (), allowed, reason="unexpected error")
+        tags = {tag for image in images for tag in (image.get("RepoTags") or ())}
+        present = tuple(i for i in allowed if _tagged(i) in tags)
+        missing = tuple(i for i in allowed if _tagged(i) not in tags)
+        with contextlib.suppress(RuntimeFailure):
+            await self.cpus(api)
+        problem = self.problem
+        return RuntimeInfo(problem is None, str(version.get("Version")), present, missing, problem)
+
+    async def revive(self, container_ids: set[str]) -> Revival:
+        """Start those of ``container_ids`` (prefixes) the engine holds stopped; which were
+        started, and which it does not hold at all."""
+        found = await self.ours()
+        present = [c["Id"] for c in found]
+        stopped = [c["Id"] for c in found if c.get("State") != "running"]
+        revived = [c for c in stopped if any(c.startswith(i) for i in container_ids if i)]
+        api = await self.api()
+        for container_id in revived:
+            with translated(container_id):
+                # The same container, so exactly the hardening it was created with.
+                await self._offload.call(api.start, container_id)
+            log.info("runtime.revive", container_id=container_id[:12])
+        missing = [i for i in container_ids if i and not any(c.startswith(i) for c in present)]
+        return Revival(revived, missing)
+
+    async def orphans(
+        self, live: set[str], live_processes: frozenset[str]
+    ) -> tuple[int, list[str]]:
+        """How many containers are ours, and those of them that are no one's: not in
+        ``live`` (id prefixes), and not made by a process in ``live_processes``."""
+        found = await self.ours()
+        process = self.labels.key("process")
+        orphans = [
+            c["Id"]
+            for c in found
+            if not any(c["Id"].startswith(i) for i in live)
+            and (c.get("Labels") or {}).get(process) not in live_processes
+        ]
+        return len(found), orphans
+
     def claim(self, container_id: str, sandbox_label: str) -> None:
         """Count ``container_id`` in ``sandbox_label``'s share from now on (whatever its label)."""
         self._claimed[container_id] = sandbox_label
@@ -268,3 +325,8 @@ class Engine:
             )
             for c in await self.ours()
         }
+
+
+def _tagged(image: str) -> str:
+    name = image.rsplit("/", 1)[-1]
+    return image if ":" in name else f"{image}:latest"

@@ -21,7 +21,6 @@ Blocking SDK calls go through :class:`~app.runtime._threads.Offload`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import secrets
@@ -203,24 +202,7 @@ class DockerBackend:
     # -- seam ------------------------------------------------------------------------
 
     async def info(self) -> RuntimeInfo:
-        try:
-            api = await self._engine.api()
-            with translated():
-                version = await self._offload.call(api.version)
-                images = await self._offload.call(api.images)
-        except RuntimeFailure as exc:
-            reason = str(exc.details.get("reason") or exc.message)
-            return RuntimeInfo(False, None, (), self._allowed, reason=reason)
-        except Exception:  # the health check must answer whatever happened
-            log.exception("runtime.info_failed")
-            return RuntimeInfo(False, None, (), self._allowed, reason="unexpected error")
-        tags = {tag for image in images for tag in (image.get("RepoTags") or ())}
-        present = tuple(i for i in self._allowed if _tagged(i) in tags)
-        missing = tuple(i for i in self._allowed if _tagged(i) not in tags)
-        with contextlib.suppress(RuntimeFailure):
-            await self._engine.cpus(api)
-        problem = self._engine.problem
-        return RuntimeInfo(problem is None, str(version.get("Version")), present, missing, problem)
+        return await self._engine.info(self._allowed)
 
     async def create(self, spec: ContainerSpec) -> Container:
         started = time.monotonic()
@@ -316,18 +298,7 @@ class DockerBackend:
         return await self._exec.kill_tree(container_id, pids)
 
     async def revive(self, container_ids: set[str]) -> Revival:
-        found = await self._engine.ours()
-        present = [c["Id"] for c in found]
-        stopped = [c["Id"] for c in found if c.get("State") != "running"]
-        revived = [c for c in stopped if any(c.startswith(i) for i in container_ids if i)]
-        api = await self._engine.api()
-        for container_id in revived:
-            with translated(container_id):
-                # The same container, so exactly the hardening it was created with.
-                await self._offload.call(api.start, container_id)
-            log.info("runtime.revive", container_id=container_id[:12])
-        missing = [i for i in container_ids if i and not any(c.startswith(i) for c in present)]
-        return Revival(revived, missing)
+        return await self._engine.revive(container_ids)
 
     async def remove(self, container_id: str) -> None:
         await self._engine.delete(container_id)
@@ -354,20 +325,12 @@ class DockerBackend:
     async def sweep(
         self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()
     ) -> int:
-        await self._engine.cpus(
-            await self._engine.api()
-        )  # at start-up: says at once if seccomp is off
-        found = await self._engine.ours()
+        await self._engine.cpus(await self._engine.api())  # at start-up: says if seccomp is off
         live = {c for c in live_container_ids if len(c) >= 12} | self._cloner.helpers
-        orphans = [
-            c["Id"]
-            for c in found
-            if not any(c["Id"].startswith(i) for i in live)
-            and (c.get("Labels") or {}).get(self._labels.key("process")) not in live_processes
-        ]
+        found, orphans = await self._engine.orphans(live, live_processes)
         for container_id in orphans:
             await self.remove(container_id)
-        log.info("runtime.sweep", found=len(found), removed=len(orphans))
+        log.info("runtime.sweep", found=found, removed=len(orphans))
         return len(orphans)
 
     async def clone(
@@ -391,8 +354,3 @@ class DockerBackend:
             await self.remove(container_id)
         except RuntimeFailure:
             log.warning("runtime.remove_failed", container_id=container_id[:12], exc_info=True)
-
-
-def _tagged(image: str) -> str:
-    name = image.rsplit("/", 1)[-1]
-    return image if ":" in name else f"{image}:latest"
