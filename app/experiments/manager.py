@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -103,7 +103,11 @@ class ExperimentManager:
         self._creator = ExperimentCreator(
             records, backend, self._commands, options, clock, warm=warm
         )
-        self._execution = Execution(records, self._commands, options, self.workspace)
+        # Running a command or the tests is Execution's (its state check, the one timeout
+        # clamp, the waits): the tools call these two as the manager's own.
+        execution = Execution(records, self._commands, options, self.workspace)
+        self.execute = execution.execute
+        self.run_tests = execution.run_tests
 
     def is_busy(self, sandbox_key: str) -> bool:
         """A job runs for the sandbox, in this process or (as of the last heartbeat) any."""
@@ -115,42 +119,6 @@ class ExperimentManager:
         return await self._creator.create(call, request)
 
     # -- run -----------------------------------------------------------------------
-
-    async def execute(
-        self,
-        call: CallContext,
-        experiment_id: str,
-        command: str,
-        *,
-        background: bool = False,
-        timeout_s: float | None = None,
-        env: Sequence[str] = (),
-        until_done: bool = False,
-    ) -> JobView:
-        """Run ``command``; see :meth:`app.experiments.execution.Execution.execute`."""
-        return await self._execution.execute(
-            call,
-            experiment_id,
-            command,
-            background=background,
-            timeout_s=timeout_s,
-            env=env,
-            until_done=until_done,
-        )
-
-    async def run_tests(
-        self,
-        call: CallContext,
-        experiment_id: str,
-        command: str | None = None,
-        *,
-        timeout_s: float | None = None,
-        until_done: bool = False,
-    ) -> JobView:
-        """Detect the runner (unless ``command`` says), run it, and parse its results."""
-        return await self._execution.run_tests(
-            call, experiment_id, command, timeout_s=timeout_s, until_done=until_done
-        )
 
     async def runtime(self) -> RuntimeView:
         return RuntimeView.of(await self._backend.info(), self._options)

@@ -101,9 +101,9 @@ def applied_isolation(
 ) -> Isolation:
     """What ``hardened_host_config`` gives an experiment container, as the agent is told."""
     return Isolation(
-        image=image,
-        user=user,
-        network=network,
+        image,
+        user,
+        network,
         **dataclasses.asdict(limits),  # cpus, memory_mb, pids, tmp_mb: as clamped
         capabilities=CAPABILITIES,
         no_new_privileges=True,

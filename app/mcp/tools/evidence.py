@@ -58,9 +58,12 @@ def register_evidence_tools(
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
-            seconds = seed.timeout(timeout_s, timeout)
             return await manager.run_tests(
-                call, experiment_id, command, timeout_s=seconds, until_done=running_as_task()
+                call,
+                experiment_id,
+                command,
+                timeout_s=seed.timeout(timeout_s, timeout),
+                until_done=running_as_task(),
             )
 
         return await runner.run("run_tests", body, takes_slot=True, progress=progress(ctx))
