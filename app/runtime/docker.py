@@ -17,6 +17,10 @@ An experiment container's keep-alive is ``sleep infinity``; commands run through
 hardening and modest fixed limits, removed when the clone ends, however it ends.
 
 Blocking SDK calls go through :class:`~app.runtime._threads.Offload`.
+
+About 350 lines: the constructor takes, checks and documents every runtime option
+the composition root passes, and wires the parts above (about half the module);
+each seam method then delegates.
 """
 
 from __future__ import annotations

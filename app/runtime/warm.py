@@ -44,13 +44,13 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import structlog
 
 from app.errors import ServiceError
-from app.runtime.backend import Container, ContainerSpec
-from app.runtime.docker import DockerBackend
+from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from jail.tree_delete import delete_tree
 from pool.slots import Slot
 
@@ -60,6 +60,22 @@ PREFIX = ".warm-"
 # A warm creation in flight for the caller's slot is waited for at most this long
 # (it is already under way, so it is the quickest way to a container).
 PENDING_WAIT_S = 30.0
+
+
+class WarmBackend(SandboxBackend, Protocol):
+    """A backend that can hand a running container over (DockerBackend)."""
+
+    async def running(self) -> set[str]:
+        """The ids of our containers that are running now."""
+        ...
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        """Count ``container_id`` in ``sandbox_label``'s share from now on."""
+        ...
+
+    async def hand_over(self, warm: Container, spec: ContainerSpec) -> Container | None:
+        """``warm`` made the container ``spec`` asks for; None when it cannot be."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +100,7 @@ class WarmPool:
 
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: WarmBackend,
         next_free: Callable[[int], list[Slot]],
         *,
         count: int,
