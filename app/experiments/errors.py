@@ -17,29 +17,41 @@ class ExperimentNotFound(ServiceError):
 
 
 class InvalidTransition(ServiceError):
+    """The experiment is not in a state this call works in: destroyed, still being
+    created, or (the state machine of app.experiments.states) not allowed to move to
+    the state the call would put it in."""
+
     code = "INVALID_STATE"
 
 
 class TooManyExperiments(ServiceError):
+    """The sandbox already holds its most live experiments (destroy one first)."""
+
     code = "TOO_MANY_EXPERIMENTS"
 
 
 class ModeRefused(ServiceError):
-    code = "NOT_ALLOWED_HERE"
+    code = "NOT_ALLOWED_HERE"  # a local-mode-only source (project_path) on a hosted server
 
 
 class ProjectSourceError(ServiceError):
+    """A request about the project or its workspace that cannot be served: a source, a
+    path, a pattern or content that is malformed, too big or of the wrong kind (the
+    message says which)."""
+
     code = "INVALID_PROJECT"
 
 
 class EditNotFound(ServiceError):
-    code = "EDIT_NOT_FOUND"
+    code = "EDIT_NOT_FOUND"  # edit_sandbox_file: old_text is not in the file
 
 
 class EditNotUnique(ServiceError):
-    code = "EDIT_NOT_UNIQUE"
+    code = "EDIT_NOT_UNIQUE"  # edit_sandbox_file: old_text occurs more than once
 
 
 class TestsNotDetected(ServiceError):
-    __test__ = False
+    """run_tests found no test runner it knows in the workspace (pass `command`)."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of its name
     code = "TESTS_NOT_DETECTED"

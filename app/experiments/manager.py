@@ -5,40 +5,36 @@ context; another key's experiment or job answers NOT_FOUND, exactly as an id
 that never existed. Every command, its exit code, output and duration, and
 every state transition, is recorded before the caller gets an answer.
 
-Longer than 400 lines for a reason: it is the domain's one façade, every operation
-a tool can ask for in one place, and each method is a few lines that check
-ownership and state, then hand over to the part that does the work (creation,
-commands, changes, testing, the shelf, compare).
+It is the domain's one façade, every operation a tool can ask for in one place:
+each method is a few lines that check ownership and state, then hand over to the
+part that does the work (creation, execution, changes, testing, the shelf, compare).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import evidence, project, testing
+from app.experiments import evidence
 from app.experiments.artifacts import ArtifactList
-from app.experiments.commands import Command, CommandRunner, TestContext
+from app.experiments.commands import CommandRunner
 from app.experiments.compare import Comparison, recommend
 from app.experiments.creation import (
-    COMMAND_TIMEOUT_KEY,
     CreateRequest,
     ExperimentCreator,
     WarmSource,
-    forwarded_env,
 )
 from app.experiments.errors import (
     ExperimentNotFound,
     InvalidTransition,
     ProjectSourceError,
-    TestsNotDetected,
 )
+from app.experiments.execution import Execution
 from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry
 from app.experiments.options import ExperimentOptions
@@ -48,8 +44,7 @@ from app.experiments.recovery import Recovery
 from app.experiments.remote_jobs import RemoteJobs
 from app.experiments.shelf import ArtifactShelf, fingerprint
 from app.experiments.slot_mounts import check_workspace
-from app.experiments.states import RUNNABLE, State
-from app.experiments.testing import TestPlan
+from app.experiments.states import State
 from app.experiments.trash import Trash
 from app.experiments.views import (
     ChangesView,
@@ -61,10 +56,7 @@ from app.experiments.views import (
     Stream,
 )
 from app.experiments.workspace import ExperimentDirs
-from app.runtime.backend import (
-    SandboxBackend,
-)
-from app.runtime.limits import clamp_timeout
+from app.runtime.backend import SandboxBackend
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext
 
@@ -112,6 +104,11 @@ class ExperimentManager:
         self._creator = ExperimentCreator(
             records, backend, self._commands, options, clock, warm=warm
         )
+        # Running a command or the tests is Execution's (its state check, the one timeout
+        # clamp, the waits): the tools call these two as the manager's own.
+        execution = Execution(records, self._commands, options, self.workspace)
+        self.execute = execution.execute
+        self.run_tests = execution.run_tests
 
     def is_busy(self, sandbox_key: str) -> bool:
         """A job runs for the sandbox, in this process or (as of the last heartbeat) any."""
@@ -124,157 +121,8 @@ class ExperimentManager:
 
     # -- run -----------------------------------------------------------------------
 
-    def _timeout(self, requested: float | None, warnings: list[str]) -> float:
-        """The command's wall clock: the one place a timeout is clamped and the agent told."""
-        timeout, warning = clamp_timeout(
-            requested or self._options.default_timeout_s, self._options.max_timeout_s
-        )
-        if warning is not None:
-            warnings.append(warning)
-        return timeout
-
-    async def execute(
-        self,
-        call: CallContext,
-        experiment_id: str,
-        command: str,
-        *,
-        background: bool = False,
-        timeout_s: float | None = None,
-        env: Sequence[str] = (),
-        until_done: bool = False,
-    ) -> JobView:
-        """Run ``command``; see ``_execute`` for ``background`` and ``until_done``."""
-        return await self._execute(
-            call,
-            experiment_id,
-            command,
-            background=background,
-            timeout_s=timeout_s,
-            env=env,
-            until_done=until_done,
-        )
-
-    async def run_tests(
-        self,
-        call: CallContext,
-        experiment_id: str,
-        command: str | None = None,
-        *,
-        timeout_s: float | None = None,
-        until_done: bool = False,
-    ) -> JobView:
-        """Detect the runner (unless ``command`` says), run it, and parse its results."""
-        workspace_dir = await self.workspace(call, experiment_id)
-        plan: TestPlan | None = None
-        if not command:
-            facts = await asyncio.to_thread(project.facts, workspace_dir)
-            plan = testing.detect(facts)
-            if plan is None:
-                reasons = testing.explain(facts)
-                raise TestsNotDetected(
-                    "Could not tell how to run this project's tests"
-                    + (f" ({'; '.join(reasons)})" if reasons else "")
-                    + "; pass `command` (for example `python3 -m pytest`).",
-                )
-        view = await self._execute(
-            call,
-            experiment_id,
-            command or (plan.command if plan else ""),
-            kind="tests",
-            timeout_s=timeout_s,
-            tests=(workspace_dir, plan),
-            until_done=until_done,
-        )
-        if plan is not None:
-            view.notes[:0] = plan.notes
-        return view
-
-    async def _execute(
-        self,
-        call: CallContext,
-        experiment_id: str,
-        command: str,
-        *,
-        kind: str = "command",
-        background: bool = False,
-        timeout_s: float | None = None,
-        env: Sequence[str] = (),
-        tests: TestContext | None = None,
-        until_done: bool = False,
-    ) -> JobView:
-        """Start the command and wait ``sync_wait_s`` for it (none with ``background``):
-        past that it runs on as a job, even if this call is cancelled (a client that
-        hung up keeps its command). With ``until_done`` (a call served as an MCP task,
-        whose client polls instead of holding the line) the wait lasts to the command's
-        end, and cancelling the call kills the command."""
-        experiment = await self._get(call, experiment_id)
-        if experiment.state not in RUNNABLE or experiment.container_id is None:
-            raise InvalidTransition(
-                f"The experiment is {experiment.state.value}; commands run only in a live "
-                "experiment (create a new one).",
-                state=experiment.state.value,
-            )
-        if not command.strip():
-            raise ProjectSourceError("The command is empty.")
-        call.project_map.invalidate()  # a command may change any file
-        warnings: list[str] = []
-        timeout = self._timeout(
-            timeout_s or experiment.isolation.get(COMMAND_TIMEOUT_KEY), warnings
-        )
-        # A call that owns its command (an MCP task) waits to the end, and a cancelled
-        # call kills it; any other waits at most the synchronous wait.
-        owned = until_done and not background
-        wait = None if owned else 0.0 if background else self._options.sync_wait_s
-        row, finished = await self._commands.run(
-            Command(
-                call.sandbox_key,
-                experiment,
-                command,
-                kind,
-                timeout,
-                forwarded_env(self._options, env),
-                background,
-            ),
-            wait_s=wait,
-            tests=tests,
-        )
-        job_id = row.job_id
-        view = JobView.of(row)
-        view.notes.extend(warnings)
-        if not finished and not background:
-            view.notes.append(
-                f"The command is still running after {wait:g} s, so it continues in the "
-                f"background (to its own timeout of {timeout:g} s). Poll get_job_status or "
-                f"wait with get_job_result using job_id {job_id}."
-            )
-        return view
-
     async def runtime(self) -> RuntimeView:
-        info = await self._backend.info()
-        return RuntimeView(
-            reachable=info.reachable,
-            version=info.version,
-            reason=info.reason,
-            images=list(info.images),
-            missing_images=list(info.missing_images),
-            default_image=self._options.default_image,
-            network_default="none",
-            egress_allowed=self._options.egress_allowed,
-            network_modes=[
-                "none",
-                *(["restricted"] if self._options.restricted_allowed else []),
-                *(["egress"] if self._options.egress_allowed else []),
-            ],
-            egress_allowlist=list(self._options.egress_allowlist),
-            egress_max_bytes=self._options.egress_max_bytes
-            if self._options.restricted_allowed
-            else None,
-            max_experiments=self._options.max_experiments,
-            max_jobs_per_sandbox=self._options.max_jobs_per_sandbox,
-            max_jobs_per_experiment=self._options.max_jobs_per_experiment,
-            ceilings=dict(self._options.ceilings),
-        )
+        return RuntimeView.of(await self._backend.info(), self._options)
 
     # -- jobs ------------------------------------------------------------------
 
@@ -364,13 +212,7 @@ class ExperimentManager:
         report = await evidence.inspect(
             dirs, include_diff=include_diff, max_files_with_diff=max_files_with_diff
         )
-        return ChangesView(
-            experiment_id=experiment_id,
-            **report.model_dump(),
-            files_created=[c.path for c in report.created],
-            files_modified=[c.path for c in report.modified],
-            files_deleted=[c.path for c in report.deleted],
-        )
+        return ChangesView.of(experiment_id, report)
 
     async def compare(
         self,

@@ -7,9 +7,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.experiments.changes import FileChange
+from app.experiments.changes import ChangeReport, FileChange
+from app.experiments.options import ExperimentOptions
 from app.experiments.records import Experiment, JobRecord
 from app.experiments.result import Result
+from app.runtime.backend import RuntimeInfo
 
 # A result must fit the clients' windows with room to spare (Claude Code caps a tool
 # result at 25,000 tokens by default, claude.ai's connectors at about 150,000
@@ -256,6 +258,31 @@ class RuntimeView(Result):
     max_jobs_per_experiment: int
     ceilings: dict[str, float]
 
+    @classmethod
+    def of(cls, info: RuntimeInfo, options: ExperimentOptions) -> RuntimeView:
+        """check_sandbox_runtime: what the backend reports, with the server's policy."""
+        return cls(
+            reachable=info.reachable,
+            version=info.version,
+            reason=info.reason,
+            images=list(info.images),
+            missing_images=list(info.missing_images),
+            default_image=options.default_image,
+            network_default="none",
+            egress_allowed=options.egress_allowed,
+            network_modes=[
+                "none",
+                *(["restricted"] if options.restricted_allowed else []),
+                *(["egress"] if options.egress_allowed else []),
+            ],
+            egress_allowlist=list(options.egress_allowlist),
+            egress_max_bytes=options.egress_max_bytes if options.restricted_allowed else None,
+            max_experiments=options.max_experiments,
+            max_jobs_per_sandbox=options.max_jobs_per_sandbox,
+            max_jobs_per_experiment=options.max_jobs_per_experiment,
+            ceilings=dict(options.ceilings),
+        )
+
 
 class ChangesView(Result):
     """inspect_changes: what changed against the baseline taken before any command ran."""
@@ -273,3 +300,13 @@ class ChangesView(Result):
     files_created: list[str] = Field(default_factory=list)
     files_modified: list[str] = Field(default_factory=list)
     files_deleted: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, experiment_id: str, report: ChangeReport) -> ChangesView:
+        return cls(
+            experiment_id=experiment_id,
+            **report.model_dump(),
+            files_created=[c.path for c in report.created],
+            files_modified=[c.path for c in report.modified],
+            files_deleted=[c.path for c in report.deleted],
+        )

@@ -30,6 +30,7 @@ The checks:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,7 +41,7 @@ import structlog
 from docker.types import LogConfig, Mount, Ulimit
 
 from app.runtime._workspace import DOCKER_SOCKETS, refuse_docker_socket
-from app.runtime.backend import Limits
+from app.runtime.backend import WORKSPACE, Isolation, Limits, NetworkMode
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +88,29 @@ def hardened_host_config(
         log_config=LogConfig(type=LogConfig.types.NONE),
     )
     return config
+
+
+def applied_isolation(
+    *,
+    image: str,
+    user: str,
+    network: NetworkMode,
+    limits: Limits,
+    home: str,
+    egress_allowlist: tuple[str, ...] = (),
+) -> Isolation:
+    """What ``hardened_host_config`` gives an experiment container, as the agent is told."""
+    return Isolation(
+        image,
+        user,
+        network,
+        **dataclasses.asdict(limits),  # cpus, memory_mb, pids, tmp_mb: as clamped
+        capabilities=CAPABILITIES,
+        no_new_privileges=True,
+        read_only_mounts=("/",),
+        writable_mounts=(WORKSPACE, TMP, home),
+        egress_allowlist=egress_allowlist,
+    )
 
 
 def refuse_docker_socket_in(host_config: Mapping[str, Any]) -> None:

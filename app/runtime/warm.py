@@ -56,13 +56,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import structlog
 
 from app.errors import ServiceError
-from app.runtime.backend import Container, ContainerSpec
-from app.runtime.docker import DockerBackend
+from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from app.runtime.warm_claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
 from jail.tree_delete import delete_tree
 from pool.slots import Slot
@@ -74,6 +74,22 @@ PREFIX = ".warm-"
 # (it is already under way, so it is the quickest way to a container).
 PENDING_WAIT_S = 30.0
 _POLL_S = 0.1
+
+
+class WarmBackend(SandboxBackend, Protocol):
+    """A backend that can hand a running container over (DockerBackend)."""
+
+    async def running(self) -> set[str]:
+        """The ids of our containers that are running now."""
+        ...
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        """Count ``container_id`` in ``sandbox_label``'s share from now on."""
+        ...
+
+    async def hand_over(self, warm: Container, spec: ContainerSpec) -> Container | None:
+        """``warm`` made the container ``spec`` asks for; None when it cannot be."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +119,7 @@ class WarmPool:
 
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: WarmBackend,
         next_free: Callable[[int], list[Slot]],
         *,
         count: int,

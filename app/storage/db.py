@@ -8,7 +8,7 @@ Never stored here: token values, e-mail addresses, environment variable values.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,16 @@ async def transaction(
             yield session
     except (SQLAlchemyError, OSError) as exc:
         raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+
+class Store:
+    """Base of a store of records: each of its calls is one committed transaction."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    def _transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return transaction(self._sessions)
 
 
 class Repository:

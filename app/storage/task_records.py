@@ -8,15 +8,14 @@ reads it here, and asks for its cancel here.
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.mcp.task_store import TaskRecord
-from app.storage.db import Base, transaction
+from app.storage.cancel_requests import CancelRequests
+from app.storage.db import Base
 
 
 class TaskRow(Base):
@@ -40,12 +39,10 @@ def _loads(text: str | None) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-class TaskRecords:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
-
-    def _transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
-        return transaction(self._sessions)
+class TaskRecords(CancelRequests):
+    cancel_row = TaskRow
+    cancel_id = "task_id"
+    cancel_running = "working"
 
     async def add(self, record: TaskRecord, owner_process: str) -> None:
         async with self._transaction() as session:
@@ -100,23 +97,6 @@ class TaskRecords:
     async def delete(self, task_id: str) -> None:
         async with self._transaction() as session:
             await session.execute(sa.delete(TaskRow).where(TaskRow.task_id == task_id))
-
-    async def request_cancel(self, task_id: str) -> None:
-        async with self._transaction() as session:
-            await session.execute(
-                sa.update(TaskRow).where(TaskRow.task_id == task_id).values(cancel_requested=True)
-            )
-
-    async def cancel_requests(self, owner_process: str) -> list[str]:
-        async with self._transaction() as session:
-            ids = await session.scalars(
-                sa.select(TaskRow.task_id).where(
-                    TaskRow.owner_process == owner_process,
-                    TaskRow.status == "working",
-                    TaskRow.cancel_requested.is_(True),
-                )
-            )
-            return list(ids)
 
     async def forget_finished_before(self, cutoff: float) -> int:
         async with self._transaction() as session:

@@ -1,4 +1,4 @@
-"""What every tool module shares: parameter types, annotation presets, progress.
+"""What the tool modules share: parameter types, annotation presets, progress.
 
 Annotations are hints a client acts on (Claude runs read-only tools without
 asking, and its connector directory requires ``title``, ``readOnlyHint`` and
@@ -18,8 +18,22 @@ from app.mcp.tasks import running_as_task
 
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
+Command = Annotated[str, Field(min_length=1, max_length=100_000, description="Run by /bin/sh -c.")]
+EnvRequests = Annotated[
+    list[Annotated[str, Field(max_length=32_768)]],
+    Field(
+        max_length=100,
+        description=(
+            "Environment for the command: NAME=value sets a literal; NAME alone forwards the "
+            "server's value (local mode only). Credential-shaped names (*_TOKEN, *_SECRET, "
+            "*PASSWORD*, AWS_*, ...) are refused."
+        ),
+    ),
+]
 # A wall clock; above the operator's ceiling it is clamped (and the agent told), not refused.
 Seconds = Annotated[float, Field(gt=0)]
+# The seed's name for timeout_s (see seed_names.timeout).
+SeedTimeout = Annotated[Seconds | None, Field(description="= timeout_s, seconds.")]
 
 
 def hints(

@@ -18,7 +18,7 @@ from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, hints, progress
+from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, SeedTimeout, hints, progress
 from jail import CallContext
 
 
@@ -54,13 +54,16 @@ def register_evidence_tools(
         timeout_s: Annotated[
             Seconds | None, Field(description="Seconds before it is killed.")
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
         async def body(call: CallContext) -> JobView:
-            seconds = seed.pick(("timeout_s", timeout_s), ("timeout", timeout))
             return await manager.run_tests(
-                call, experiment_id, command, timeout_s=seconds, until_done=running_as_task()
+                call,
+                experiment_id,
+                command,
+                timeout_s=seed.timeout(timeout_s, timeout),
+                until_done=running_as_task(),
             )
 
         return await runner.run("run_tests", body, takes_slot=True, progress=progress(ctx))
@@ -116,10 +119,11 @@ def register_evidence_tools(
             list[Annotated[str, Field(max_length=500)]], Field(min_length=1, max_length=20)
         ],
     ) -> Annotated[CallToolResult, enveloped(ArtifactList)]:
-        async def body(call: CallContext) -> ArtifactList:
-            return await manager.collect_artifacts(call, experiment_id, patterns)
-
-        return await runner.run("collect_artifacts", body, takes_slot=False)
+        return await runner.run(
+            "collect_artifacts",
+            lambda call: manager.collect_artifacts(call, experiment_id, patterns),
+            takes_slot=False,
+        )
 
     @server.tool(
         title="Compare experiments",

@@ -1,13 +1,12 @@
-"""The experiment tools of the single-user Sandbox MCP, same names, over the manager.
+"""The experiment tools of the single-user Sandbox MCP, same names, over the manager:
+create, get, list and destroy an experiment, and what the runtime offers. Running a
+command in one, and its jobs, are the command tools (:mod:`app.mcp.tools.jobs`),
+registered with these.
 
 Thin by design: each declares its parameters and output model and hands the
 work to ``ExperimentManager`` through the ``ToolRunner``. No tool exposes a
 Docker flag, a mount or a privilege, and no tool name starts with ``docker_``.
 Seed 001's parameter names are accepted beside ours (see ``seed_names``).
-
-Longer than 400 lines for a reason: ten tools, each with the description an agent
-decides by (when to use it, what it returns, what it never does) and the seed's
-names beside ours; the code of each is a few lines.
 """
 
 from __future__ import annotations
@@ -22,19 +21,26 @@ from app.errors import InvalidArgument
 from app.experiments.creation import CreateRequest
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import (
-    MAX_PAGE_CHARS,
     CreatedExperiment,
     DestroyReport,
     ExperimentList,
     ExperimentView,
-    JobView,
     RuntimeView,
 )
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
-from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import READ_ONLY, ExperimentId, JobId, Seconds, hints, progress
+from app.mcp.tools._common import (
+    READ_ONLY,
+    Command,
+    EnvRequests,
+    ExperimentId,
+    Seconds,
+    SeedTimeout,
+    hints,
+    progress,
+)
+from app.mcp.tools.jobs import register_job_tools
 from app.runtime.backend import Limits
 from jail import CallContext
 
@@ -46,18 +52,6 @@ class GitRequest(BaseModel):
     ] = None
 
 
-Command = Annotated[str, Field(min_length=1, max_length=100_000, description="Run by /bin/sh -c.")]
-EnvRequests = Annotated[
-    list[Annotated[str, Field(max_length=32_768)]],
-    Field(
-        max_length=100,
-        description=(
-            "Environment for the command: NAME=value sets a literal; NAME alone forwards the "
-            "server's value (local mode only). Credential-shaped names (*_TOKEN, *_SECRET, "
-            "*PASSWORD*, AWS_*, ...) are refused."
-        ),
-    ),
-]
 ListLimit = Annotated[int, Field(ge=1, le=200)]
 
 CREATE = (
@@ -73,19 +67,6 @@ CREATE = (
     "NEVER: network unless asked and allowed, host environment (hosted), host mounts, "
     "writes back to your project."
 )
-EXECUTE = (
-    "Run a shell command (/bin/sh -c) inside an experiment's container, in /workspace or "
-    "`workdir`.\n\n"
-    "USE THIS for anything you would otherwise run in a terminal: installs, builds, "
-    "scripts, one-off exploration. Prefer run_tests for the test suite.\n\n"
-    "RETURNS exit code, stdout and stderr and duration; a long output comes as an excerpt "
-    "(its start and its end, where errors are; read it whole with get_job_result `offset`). "
-    "A non-zero "
-    "exit is a normal result to read, not an error. `background=true` returns a job id at "
-    "once (then get_job_status / get_job_result); a synchronous call still running after "
-    "45 s also returns its job id and keeps running to its timeout.\n\n"
-    "NEVER runs on the host or reaches your project: only the experiment's copy."
-)
 
 
 def register_experiment_tools(
@@ -96,12 +77,14 @@ def register_experiment_tools(
     egress: bool = False,
     git_egress: bool = False,
 ) -> None:
-    """Add the experiment tools to ``server``. Called once, by the composition root.
+    """Add the experiment tools, and the command tools, to ``server``. Called once, by
+    the composition root.
 
     ``egress`` and ``git_egress``: whether this server lets experiments, or the clones
     of create_experiment, out to the network; the tools that can then reach it say so
     (``openWorldHint``).
     """
+    register_job_tools(server, runner, manager, egress=egress)
 
     @server.tool(
         title="Create experiment",
@@ -177,7 +160,7 @@ def register_experiment_tools(
         memory_limit: Annotated[
             str | int | None, Field(description="'512m', '1g', '2GB' or bytes (= memory_mb).")
         ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
+        timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         environment_allowlist: Annotated[
             EnvRequests | None, Field(description="NAME=value, or NAME (local mode only) (= env).")
         ] = None,
@@ -219,132 +202,11 @@ def register_experiment_tools(
                 env=tuple(
                     seed.pick(("env", env), ("environment_allowlist", environment_allowlist)) or ()
                 ),
-                timeout_s=seed.pick(("timeout_s", timeout_s), ("timeout", timeout)),
+                timeout_s=seed.timeout(timeout_s, timeout),
             )
             return await manager.create(call, request)
 
         return await runner.run("create_experiment", body, takes_slot=True, progress=progress(ctx))
-
-    @server.tool(
-        title="Run a command in an experiment",
-        description=EXECUTE,
-        # An arbitrary command may delete or overwrite anything in the experiment's copy
-        # (never outside it); it reaches the network only where egress is allowed.
-        annotations=hints(read_only=False, destructive=True, idempotent=False, open_world=egress),
-    )
-    async def execute_experiment(
-        experiment_id: ExperimentId,
-        command: Command,
-        background: bool = False,
-        timeout_s: Annotated[
-            Seconds | None, Field(description="Seconds; default the experiment's.")
-        ] = None,
-        env: EnvRequests = [],  # noqa: B006
-        workdir: Annotated[
-            str | None,
-            Field(max_length=4096, description="A folder relative to /workspace to run in."),
-        ] = None,
-        timeout: Annotated[Seconds | None, Field(description="= timeout_s, seconds.")] = None,  # noqa: ASYNC109 (the seed\'s name)
-        ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, enveloped(JobView)]:
-        async def body(call: CallContext) -> JobView:
-            seconds = seed.pick(("timeout_s", timeout_s), ("timeout", timeout))
-            text = command
-            if workdir is not None:
-                workspace = await manager.workspace(call, experiment_id)
-                text = await seed.in_workdir(workspace, workdir, command)
-            return await manager.execute(
-                call,
-                experiment_id,
-                text,
-                background=background,
-                timeout_s=seconds,
-                env=env,
-                until_done=running_as_task(),
-            )
-
-        return await runner.run("execute_experiment", body, takes_slot=True, progress=progress(ctx))
-
-    @server.tool(
-        title="Job status",
-        description=(
-            "The status of a job (a command started by execute_experiment or run_tests), "
-            "without its output.\n\n"
-            "USE THIS to poll a background command cheaply: is it still running, did it "
-            "finish, with which exit code. Then call get_job_result for the output.\n\n"
-            "RETURNS job id, experiment id, command, status (running, completed, failed, "
-            "timeout, cancelled or lost), exit code and duration.\n\n"
-            "NEVER waits, changes the job, or takes a sandbox slot."
-        ),
-        annotations=READ_ONLY,
-    )
-    async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
-        async def body(call: CallContext) -> JobView:
-            return await manager.job_status(call, job_id)
-
-        return await runner.run("get_job_status", body, takes_slot=False)
-
-    @server.tool(
-        title="Job result",
-        description=(
-            "A job's result with its output, waiting up to `wait_s` seconds (at most 45) for "
-            "it to finish.\n\n"
-            "USE THIS after execute_experiment returned a job id (background=true, or a "
-            "command that outlived the synchronous wait). Call it again while the status is "
-            "still `running`. USE IT with `offset` to read a long output whole, page by page "
-            "(each page's `end` is the next `offset`).\n\n"
-            "RETURNS the same shape as execute_experiment: status, exit code, stdout and "
-            "stderr (an excerpt, head and tail, when long), duration, and for run_tests jobs "
-            "the parsed `tests`; with `offset`, one `page` of the stream instead.\n\n"
-            "NEVER starts, stops or changes the job; waiting is its only effect."
-        ),
-        annotations=READ_ONLY,
-    )
-    async def get_job_result(
-        job_id: JobId,
-        wait_s: Annotated[float, Field(ge=0, le=45)] = 30,
-        offset: Annotated[
-            int | None,
-            Field(
-                ge=0,
-                description="Read the recorded output from this character on, one page at a "
-                "time, instead of its excerpt (pass each page's `end` as the next offset).",
-            ),
-        ] = None,
-        stream: Annotated[
-            Literal["stdout", "stderr"], Field(description="Which output `offset` pages.")
-        ] = "stdout",
-        max_chars: Annotated[
-            int, Field(ge=1, le=MAX_PAGE_CHARS, description="The most one page holds.")
-        ] = 20_000,
-        ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, enveloped(JobView)]:
-        page = (stream, offset, max_chars) if offset is not None else None
-
-        async def body(call: CallContext) -> JobView:
-            return await manager.job_result(call, job_id, wait_s, page)
-
-        return await runner.run("get_job_result", body, takes_slot=False, progress=progress(ctx))
-
-    @server.tool(
-        title="Cancel job",
-        description=(
-            "Cancel a running job: its whole process tree inside the container is killed.\n\n"
-            "USE THIS when a command is stuck, runs far longer than it should, or is no "
-            "longer needed. Safe on a job that already ended: it returns the final state "
-            "untouched, with a note.\n\n"
-            "RETURNS the job as it ended (status `cancelled`, and the output up to the kill).\n\n"
-            "NEVER touches other jobs, the experiment's files or its container; the "
-            "experiment stays usable."
-        ),
-        # Kills a running process (its work is lost); cancelling twice changes nothing more.
-        annotations=hints(read_only=False, destructive=True, idempotent=True),
-    )
-    async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
-        async def body(call: CallContext) -> JobView:
-            return await manager.cancel_job(call, job_id)
-
-        return await runner.run("cancel_job", body, takes_slot=False)
 
     @server.tool(
         title="Get experiment",
@@ -363,10 +225,9 @@ def register_experiment_tools(
     async def get_experiment(
         experiment_id: ExperimentId,
     ) -> Annotated[CallToolResult, enveloped(ExperimentView)]:
-        async def body(call: CallContext) -> ExperimentView:
-            return await manager.get(call, experiment_id)
-
-        return await runner.run("get_experiment", body, takes_slot=False)
+        return await runner.run(
+            "get_experiment", lambda call: manager.get(call, experiment_id), takes_slot=False
+        )
 
     @server.tool(
         title="List experiments",
@@ -425,10 +286,11 @@ def register_experiment_tools(
     async def destroy_experiment(
         experiment_id: ExperimentId,
     ) -> Annotated[CallToolResult, enveloped(DestroyReport)]:
-        async def body(call: CallContext) -> DestroyReport:
-            return await manager.destroy(call, experiment_id)
-
-        return await runner.run("destroy_experiment", body, takes_slot=False)
+        return await runner.run(
+            "destroy_experiment",
+            lambda call: manager.destroy(call, experiment_id),
+            takes_slot=False,
+        )
 
     @server.tool(
         title="Check sandbox runtime",
@@ -447,7 +309,6 @@ def register_experiment_tools(
         annotations=READ_ONLY,
     )
     async def check_sandbox_runtime() -> Annotated[CallToolResult, enveloped(RuntimeView)]:
-        async def body(call: CallContext) -> RuntimeView:
-            return await manager.runtime()
-
-        return await runner.run("check_sandbox_runtime", body, takes_slot=False)
+        return await runner.run(
+            "check_sandbox_runtime", lambda _call: manager.runtime(), takes_slot=False
+        )

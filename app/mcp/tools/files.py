@@ -7,6 +7,8 @@ through the jail (see app/experiments/files.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
@@ -27,6 +29,16 @@ WorkspacePath = Annotated[
 
 def register_file_tools(server: MCPServer, runner: ToolRunner, manager: ExperimentManager) -> None:
     """Add the file tools to ``server``. Called once, by the composition root."""
+
+    async def changed(
+        call: CallContext, experiment_id: str, change: Callable[[Path], files.FileWritten]
+    ) -> files.FileWritten:
+        """``change`` applied to the experiment's workspace (in a thread): the project's
+        map is stale from then on."""
+        workspace = await manager.workspace(call, experiment_id)
+        written = await asyncio.to_thread(change, workspace)
+        call.project_map.invalidate()
+        return written
 
     @server.tool(
         title="Read sandbox file",
@@ -88,12 +100,13 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         content: Annotated[str, Field(max_length=files.MAX_WRITE_BYTES)],
     ) -> Annotated[CallToolResult, enveloped(files.FileWritten)]:
         async def body(call: CallContext) -> files.FileWritten:
-            workspace = await manager.workspace(call, experiment_id)
-            written = await asyncio.to_thread(
-                files.write_file, workspace, path, content, call.edit_state, experiment_id
+            return await changed(
+                call,
+                experiment_id,
+                lambda workspace: files.write_file(
+                    workspace, path, content, call.edit_state, experiment_id
+                ),
             )
-            call.project_map.invalidate()
-            return written
 
         return await runner.run("write_sandbox_file", body, takes_slot=False)
 
@@ -121,19 +134,19 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
         replace_all: bool = False,
     ) -> Annotated[CallToolResult, enveloped(files.FileWritten)]:
         async def body(call: CallContext) -> files.FileWritten:
-            workspace = await manager.workspace(call, experiment_id)
-            written = await asyncio.to_thread(
-                files.edit_file,
-                workspace,
-                path,
-                old_text,
-                new_text,
-                call.edit_state,
+            return await changed(
+                call,
                 experiment_id,
-                replace_all=replace_all,
+                lambda workspace: files.edit_file(
+                    workspace,
+                    path,
+                    old_text,
+                    new_text,
+                    call.edit_state,
+                    experiment_id,
+                    replace_all=replace_all,
+                ),
             )
-            call.project_map.invalidate()
-            return written
 
         return await runner.run("edit_sandbox_file", body, takes_slot=False)
 

@@ -52,6 +52,11 @@ def pick(ours: tuple[str, T | None], seeds: tuple[str, T | None]) -> T | None:
     return our_value if our_value is not None else seed_value
 
 
+def timeout(timeout_s: float | None, seed_timeout: float | None) -> float | None:
+    """The wall clock asked for as ``timeout_s`` or as the seed's ``timeout``."""
+    return pick(("timeout_s", timeout_s), ("timeout", seed_timeout))
+
+
 def memory_mb(memory_limit: str | int) -> int:
     """``memory_limit`` in whole megabytes (rounded up; 1k = 1024 bytes, as Docker counts)."""
     if isinstance(memory_limit, bool):

@@ -35,7 +35,7 @@ from docker_testkit import (
     new_workspace,
 )
 
-import app.runtime.docker as runtime_docker
+import app.runtime._clone as runtime_clone
 from app.runtime.backend import ContainerSpec, GitSource
 from app.runtime.docker import CAPABILITIES, DockerBackend
 from app.runtime.errors import (
@@ -256,7 +256,7 @@ async def test_the_source_is_untouched_and_mounted_read_only(
         "ls /sys/class/net; id -u; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; "
         'echo "$GIT_ALLOW_PROTOCOL $GIT_TERMINAL_PROMPT"'
     )
-    monkeypatch.setattr(runtime_docker, "clone_script", lambda plan: probe)
+    monkeypatch.setattr(runtime_clone, "clone_script", lambda plan: probe)
     seen = await backend.clone(local(repo.path), new_workspace(slots))
     assert seen.exit_code == 0, seen
     assert seen.stdout.split("\n") == [
@@ -280,7 +280,7 @@ async def test_the_helper_carries_the_hardening_and_is_removed_when_cancelled(
     engine: docker.DockerClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime_docker, "clone_script", lambda plan: "sleep 300")
+    monkeypatch.setattr(runtime_clone, "clone_script", lambda plan: "sleep 300")
     cloning = asyncio.create_task(backend.clone(local(repo.path), new_workspace(slots)))
     for _ in range(200):
         if found := helpers(engine):
@@ -327,7 +327,7 @@ async def test_a_timeout_kills_the_clone_and_removes_the_helper(
     engine: docker.DockerClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime_docker, "clone_script", lambda plan: "echo started; sleep 300")
+    monkeypatch.setattr(runtime_clone, "clone_script", lambda plan: "echo started; sleep 300")
     result = await backend.clone(local(repo.path), new_workspace(slots), timeout_s=2)
     assert result.timed_out
     assert result.exit_code is None

@@ -22,15 +22,15 @@ def backend(state: Path, host_state: Path | None) -> DockerBackend:
 
 def test_a_workspace_under_the_state_dir_is_mounted_from_the_hosts_path(tmp_path: Path) -> None:
     workspace = tmp_path / "slots" / "slot-000" / "exp_1" / "workspace"
-    translated = backend(tmp_path, Path("/var/lib/sandbox-mcp"))._engine_path(workspace)
+    translated = backend(tmp_path, Path("/var/lib/sandbox-mcp"))._engine.path(workspace)
     assert translated == "/var/lib/sandbox-mcp/slots/slot-000/exp_1/workspace"
 
 
 def test_without_host_paths_or_outside_the_state_dir_paths_are_unchanged(tmp_path: Path) -> None:
     inside = tmp_path / "slots" / "slot-000"
-    assert backend(tmp_path, None)._engine_path(inside) == str(inside)
+    assert backend(tmp_path, None)._engine.path(inside) == str(inside)
     elsewhere = Path("/srv/zfs/slot-000")
-    assert backend(tmp_path, Path("/host"))._engine_path(elsewhere) == str(elsewhere)
+    assert backend(tmp_path, Path("/host"))._engine.path(elsewhere) == str(elsewhere)
 
 
 def test_an_engine_that_cannot_see_the_folder_says_what_to_set() -> None:

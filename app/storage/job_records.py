@@ -1,0 +1,124 @@
+"""The jobs table: one row a command run in an experiment, from start to end.
+
+A job is written when it starts and again when it ends (``finish_job``); in
+between, the pids of its process tree (so any process can kill it) and, from
+another process, a cancel request (:mod:`app.storage.cancel_requests`). Recovery
+marks lost the running jobs of a process that died.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import sqlalchemy as sa
+
+from app.experiments.records import JobControl, JobOutcome, JobRecord, LostJob
+from app.storage.cancel_requests import CancelRequests
+from app.storage.experiment_rows import (
+    ExperimentRow,
+    JobRow,
+    dumps_or_none,
+    job_of,
+    pids_of,
+)
+
+
+class JobRecords(CancelRequests):
+    """The job queries of :class:`app.storage.experiment_store.ExperimentRecords`."""
+
+    cancel_row = JobRow
+    cancel_id = "job_id"
+    cancel_running = "running"
+
+    async def add_job(self, job: JobRecord) -> None:
+        values = asdict(job)
+        summary = values.pop("test_summary")
+        async with self._transaction() as session:
+            session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
+
+    async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
+        values = asdict(outcome)
+        values["test_summary"] = dumps_or_none(values["test_summary"])
+        async with self._transaction() as session:
+            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+
+    async def load_job(self, sandbox_key: str, job_id: str) -> JobRecord | None:
+        async with self._transaction() as session:
+            row = await session.get(JobRow, job_id)
+            if row is None or row.sandbox_key != sandbox_key:
+                return None
+            return job_of(row)
+
+    async def jobs_of(self, experiment_id: str) -> list[JobRecord]:
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(JobRow)
+                .where(JobRow.experiment_id == experiment_id)
+                .order_by(JobRow.started_at)
+            )
+            return [job_of(row) for row in rows]
+
+    async def mark_lost_jobs(
+        self, at: float, live_processes: set[str], reason: str
+    ) -> list[LostJob]:
+        """Running jobs whose process is not in ``live_processes`` (or that have no owner)
+        can never report: record them lost with ``reason``; the jobs so marked."""
+        async with self._transaction() as session:
+            dead = sa.and_(
+                JobRow.status == "running",
+                sa.or_(JobRow.owner_process.is_(None), JobRow.owner_process.not_in(live_processes)),
+            )
+            rows = (
+                await session.execute(
+                    sa.select(JobRow, ExperimentRow.container_id)
+                    .join(ExperimentRow, ExperimentRow.experiment_id == JobRow.experiment_id)
+                    .where(dead)
+                    .with_for_update(of=JobRow)
+                )
+            ).all()
+            if not rows:
+                return []
+            ids = [row.job_id for row, _ in rows]
+            await session.execute(
+                sa.update(JobRow)
+                .where(JobRow.job_id.in_(ids), JobRow.status == "running")
+                .values(status="lost", finished_at=at, reason=reason)
+            )
+            return [
+                LostJob(row.job_id, row.experiment_id, container_id, pids_of(row))
+                for row, container_id in rows
+            ]
+
+    async def record_job_pids(self, job_id: str, pids: tuple[int, int]) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(JobRow)
+                .where(JobRow.job_id == job_id)
+                .values(root_pid=pids[0], supervisor_pid=pids[1])
+            )
+
+    async def job_control(self, job_id: str) -> JobControl | None:
+        """Who runs the job, its process tree's pids and whether a cancel was asked for."""
+        async with self._transaction() as session:
+            row = await session.get(JobRow, job_id)
+            if row is None:
+                return None
+            return JobControl(row.owner_process, pids_of(row), bool(row.cancel_requested))
+
+    async def running_jobs(self, experiment_id: str) -> list[JobRecord]:
+        """The experiment's jobs recorded as running, whichever process runs them."""
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(JobRow).where(
+                    JobRow.experiment_id == experiment_id, JobRow.status == "running"
+                )
+            )
+            return [job_of(row) for row in rows]
+
+    async def busy_sandboxes(self) -> set[str]:
+        """Sandbox keys with a job recorded as running (in any process)."""
+        async with self._transaction() as session:
+            keys = await session.scalars(
+                sa.select(JobRow.sandbox_key).where(JobRow.status == "running").distinct()
+            )
+            return set(keys)
