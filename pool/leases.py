@@ -325,25 +325,25 @@ class SlotPool:
         """The key's slot, queue place and the pool's figures, changing nothing."""
         if self._shared is None:
             return PoolView(self.lease_of(key), self.position_of(key), self.stats())
-        # Computed from a fresh read, leaving the memory alone: light calls never wait
-        # for the pool's lock (nor for each other).
-        snapshot = await self._state.load()
-        slots = [r for r in snapshot.slots if r.index < self.size]
-        holders = {r.sandbox_key for r in slots if r.sandbox_key is not None}
-        queue = [q for q in snapshot.queue if q.sandbox_key not in holders]
-        leased = [r.index for r in slots if r.sandbox_key == key and r.state == "leased"]
-        position = next((n for n, q in enumerate(queue, start=1) if q.sandbox_key == key), None)
-        reserved = sum(r.state == "reserved" for r in slots)
+        # Counted by the database, leaving the memory alone: light calls never wait
+        # for the pool's lock (nor for each other), nor read the whole pool.
+        survey = await self._shared.survey(key, self.size)
         stats = PoolStats(
             size=self.size,
-            busy=len(slots) - reserved,
-            free=self.size - len(slots),
-            reserved=reserved,
-            queued=len(queue),
-            oldest_wait_s=round(self._clock() - queue[0].enqueued_at, 3) if queue else None,
+            busy=survey.held - survey.reserved,
+            free=self.size - survey.held,
+            reserved=survey.reserved,
+            queued=survey.queued,
+            oldest_wait_s=(
+                None
+                if survey.oldest_enqueued_at is None
+                else round(self._clock() - survey.oldest_enqueued_at, 3)
+            ),
         )
-        slot = self._store.slot(leased[0]) if leased else None
-        return PoolView(slot, position, stats)
+        index = survey.leased_index
+        return PoolView(
+            None if index is None else self._store.slot(index), survey.queue_position, stats
+        )
 
     async def current_stats(self) -> PoolStats:
         return (await self.view("")).stats

@@ -16,6 +16,7 @@ from pool.state import (
     NoteRecord,
     PoolChanges,
     PoolSnapshot,
+    PoolSurvey,
     QueueRecord,
     SlotRecord,
     SlotState,
@@ -78,6 +79,43 @@ class SqlPoolState:
                 )
             )
         return None if index is None else int(index)
+
+    async def survey(self, sandbox_key: str, size: int) -> PoolSurvey:
+        # One statement of counts (one snapshot of the data on PostgreSQL): reading the
+        # whole pool for each sandbox_status was what held light calls back (issue 13).
+        slot, queue = PoolSlotRow, PoolQueueRow
+        in_pool = slot.slot_index < size
+        holders = sa.select(slot.sandbox_key).where(in_pool, slot.sandbox_key.is_not(None))
+        waiting = queue.sandbox_key.not_in(holders)
+        mine = sa.select(queue.seq).where(queue.sandbox_key == sandbox_key, waiting)
+        counted = sa.select(sa.func.count())
+        statement = sa.select(
+            sa.select(slot.slot_index)
+            .where(in_pool, slot.sandbox_key == sandbox_key, slot.state == "leased")
+            .scalar_subquery(),
+            counted.select_from(queue)
+            .where(waiting, queue.seq <= mine.scalar_subquery())
+            .scalar_subquery(),
+            counted.select_from(slot).where(in_pool).scalar_subquery(),
+            counted.select_from(slot).where(in_pool, slot.state == "reserved").scalar_subquery(),
+            counted.select_from(queue).where(waiting).scalar_subquery(),
+            sa.select(queue.enqueued_at)
+            .where(waiting)
+            .order_by(queue.seq)
+            .limit(1)
+            .scalar_subquery(),
+        )
+        async with transaction(self._sessions) as session:
+            row = (await session.execute(statement)).one()
+        leased, position, held, reserved, queued, oldest = row
+        return PoolSurvey(
+            leased_index=None if leased is None else int(leased),
+            queue_position=int(position) or None,
+            held=int(held),
+            reserved=int(reserved),
+            queued=int(queued),
+            oldest_enqueued_at=None if oldest is None else float(oldest),
+        )
 
     async def _read(self, session: AsyncSession) -> PoolSnapshot:
         slots = (await session.scalars(sa.select(PoolSlotRow))).all()
