@@ -107,8 +107,8 @@ class StatelessTransport:
         """Make the version header say what the body says (the body is the request)."""
         if _VERSION_KEY not in body:
             return  # a legacy-era body: the header routes it, as the SDK expects
-        if _agrees_with_header(scope, body):
-            return
+        if len(body) <= _PARSE_INLINE_MAX and _agrees_with_header(scope, body):
+            return  # (a larger body is parsed off the loop rather than scanned on it)
         try:
             decoded = (
                 json.loads(body)
