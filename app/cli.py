@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import socket
 import sys
@@ -215,6 +216,10 @@ def _serve(
         backlog=ACCEPT_BACKLOG,
     )
     server = GracefulServer(config, getattr(app.state, "begin_shutdown", None))
+    # What start-up built (modules, schemas, the app: ~150,000 objects) lives as long as
+    # the process. Frozen out of the collector's sight, a full collection scans only what
+    # serving allocated; unfrozen, each one walked them all (100 ms measured here).
+    gc.freeze()
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:

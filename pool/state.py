@@ -97,6 +97,20 @@ class PoolSnapshot:
     notes: list[NoteRecord]
 
 
+@dataclass(frozen=True)
+class PoolSurvey:
+    """What one key sees of a shared pool, counted by the storage in one read: the
+    slots counted are those below the pool's size, and the queue is the callers who
+    hold no such slot, in arrival order."""
+
+    leased_index: int | None  # the key's leased slot
+    queue_position: int | None  # 1 for the head of the queue
+    held: int  # slots leased, reserved or being emptied
+    reserved: int
+    queued: int
+    oldest_enqueued_at: float | None  # the head's arrival
+
+
 class PoolState(Protocol):
     """Durable storage for the pool's bookkeeping."""
 
@@ -175,6 +189,11 @@ class SharedPoolState(PoolState, Protocol):
 
     async def leased_index(self, sandbox_key: str) -> int | None:
         """The slot the key has leased right now, whichever process leased it."""
+        ...
+
+    async def survey(self, sandbox_key: str, size: int) -> PoolSurvey:
+        """The key's slot and queue place and the pool's counts, for a pool of ``size``
+        slots, without reading the whole pool (``sandbox_status`` on every call)."""
         ...
 
     async def listen(self, on_reserved: Callable[[str], None]) -> None:

@@ -58,7 +58,11 @@ def create_engine(url: str) -> AsyncEngine:
         engine = create_async_engine(url, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(url, pool_pre_ping=True)
+    # At most 15 connections per process, as SQLAlchemy's default (5 + 10 overflow), but
+    # all kept: overflow connections were closed at check-in, so 16 concurrent light
+    # calls opened a new PostgreSQL connection for most statements (a profile: a third
+    # of the process's CPU in asyncpg's connect; bench_workers.py).
+    return create_async_engine(url, pool_pre_ping=True, pool_size=15, max_overflow=0)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

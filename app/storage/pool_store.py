@@ -5,17 +5,19 @@ from __future__ import annotations
 from typing import cast
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.storage.db import Base, transaction
+from app.errors import DatabaseUnavailable
+from app.storage.db import Base, describe_db_error, transaction
 from pool.errors import StaleSlot
 from pool.state import (
     NoteKind,
     NoteRecord,
     PoolChanges,
     PoolSnapshot,
+    PoolSurvey,
     QueueRecord,
     SlotRecord,
     SlotState,
@@ -53,6 +55,30 @@ class PoolNoteRow(Base):
     created_at: Mapped[float] = mapped_column(sa.Float)
 
 
+# Built once: a statement's SQL and its cache key then cost nothing per call. The
+# queue counted is the callers who hold no slot below the size, by arrival (seq).
+_SURVEY = sa.text(
+    """
+    WITH waiting AS (
+        SELECT sandbox_key, seq, enqueued_at FROM pool_queue
+        WHERE sandbox_key NOT IN (
+            SELECT sandbox_key FROM pool_slots
+            WHERE slot_index < :size AND sandbox_key IS NOT NULL
+        )
+    )
+    SELECT
+        (SELECT slot_index FROM pool_slots
+         WHERE slot_index < :size AND sandbox_key = :key AND state = 'leased'),
+        (SELECT count(*) FROM waiting
+         WHERE seq <= (SELECT seq FROM waiting WHERE sandbox_key = :key)),
+        (SELECT count(*) FROM pool_slots WHERE slot_index < :size),
+        (SELECT count(*) FROM pool_slots WHERE slot_index < :size AND state = 'reserved'),
+        (SELECT count(*) FROM waiting),
+        (SELECT enqueued_at FROM waiting ORDER BY seq LIMIT 1)
+    """
+)
+
+
 class SqlPoolState:
     """Every change is one transaction, so a crash leaves all of it or none of it.
 
@@ -65,6 +91,9 @@ class SqlPoolState:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        # A single statement needs no transaction around it: no BEGIN and COMMIT round
+        # trips on PostgreSQL (it reads one snapshot all the same).
+        self._single_reads = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def load(self) -> PoolSnapshot:
         async with transaction(self._sessions) as session:
@@ -78,6 +107,25 @@ class SqlPoolState:
                 )
             )
         return None if index is None else int(index)
+
+    async def survey(self, sandbox_key: str, size: int) -> PoolSurvey:
+        # One statement of counts (one snapshot of the data on PostgreSQL): reading the
+        # whole pool for each sandbox_status was what held light calls back (issue 13).
+        params = {"key": sandbox_key, "size": size}
+        try:
+            async with self._single_reads.connect() as connection:
+                row = (await connection.execute(_SURVEY, params)).one()
+        except (SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+        leased, position, held, reserved, queued, oldest = row
+        return PoolSurvey(
+            leased_index=None if leased is None else int(leased),
+            queue_position=int(position) or None,
+            held=int(held),
+            reserved=int(reserved),
+            queued=int(queued),
+            oldest_enqueued_at=None if oldest is None else float(oldest),
+        )
 
     async def _read(self, session: AsyncSession) -> PoolSnapshot:
         slots = (await session.scalars(sa.select(PoolSlotRow))).all()

@@ -5,12 +5,18 @@ Prints figures, asserts nothing. 16 connections call for a fixed time (bounded):
 1. the bare SDK server (``_bare_sdk_server.py``: one echo tool, no auth, no audit);
 2. our server, ``sandbox_status`` with a bearer token (identity, audit row, metrics).
 
+Each line also gives the server process's CPU time per call (user + system, from
+``/proc``): on a machine shared with other work, calls/s follow the load, the CPU a
+call costs the server much less so. Both servers run the same uvicorn (h11, one
+process, the default asyncio loop).
+
     uv run python tests/bench/bench_light_calls.py
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +36,13 @@ CONNECTIONS = 16
 SECONDS = 8.0
 
 
-async def hammer(call: object, label: str) -> None:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def hammer(call: object, label: str, pid: int) -> None:
     latencies: list[float] = []
     deadline = time.perf_counter() + SECONDS
     errors = 0
@@ -43,12 +55,13 @@ async def hammer(call: object, label: str) -> None:
             latencies.append(time.perf_counter() - started)
             errors += response.status_code != 200
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds(pid)
     await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu
     print(
         f"{label:38s} {len(latencies) / elapsed:7.0f} calls/s  "
-        f"p50 {statistics.median(latencies) * 1000:5.1f} ms  errors {errors}"
+        f"p50 {statistics.median(latencies) * 1000:5.1f} ms  "
+        f"server CPU {cpu / len(latencies) * 1e6:5.0f} us/call  errors {errors}"
     )
 
 
@@ -93,7 +106,7 @@ async def bare_floor(http: httpx2.AsyncClient) -> None:
                 },
             )
 
-        await hammer(call, "bare SDK server, echo (floor)")
+        await hammer(call, "bare SDK server, echo (floor)", process.pid)
     finally:
         process.terminate()
         await asyncio.to_thread(process.wait, 10)
@@ -117,7 +130,7 @@ async def main() -> None:
                 async def call() -> httpx2.Response:
                     return await call_tool(http, server.base_url, token, "sandbox_status")
 
-                await hammer(call, "sandbox-mcp, sandbox_status + bearer")
+                await hammer(call, "sandbox-mcp, sandbox_status + bearer", server.process.pid)
             finally:
                 stop_server(server)
 

@@ -5,7 +5,9 @@ fresh PostgreSQL database, one state dir and one public URL (as behind a proxy
 spreading connections); one user signs in on the first and 16 connections call
 ``sandbox_status`` with its token, spread evenly over the processes, for a fixed
 time. Each call checks the bearer token, reads the pool from the database (it is
-shared) and writes an audit row.
+shared) and writes an audit row. Each line also gives the CPU time the server
+processes spent per call (PostgreSQL's own is not counted): on a loaded machine,
+calls/s follow the load, CPU per call much less so.
 
     source /tmp/dev/env.sh   # SANDBOX_MCP_TEST_POSTGRES_URL
     uv run python tests/bench/bench_workers.py
@@ -30,6 +32,9 @@ from e2e_server import RunningServer, free_port, start_server, stop_server
 from mcp_http import call_tool
 from oauth_browser import ManualClient
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_light_calls import cpu_seconds
+
 CONNECTIONS = 16
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 
@@ -47,11 +52,13 @@ async def hammer(http: httpx2.AsyncClient, servers: list[RunningServer], token: 
             latencies.append(time.perf_counter() - started)
             errors += response.status_code != 200
 
-    started = time.perf_counter()
+    pids = [server.process.pid for server in servers]
+    started, cpu = time.perf_counter(), sum(map(cpu_seconds, pids))
     await asyncio.gather(*(worker(servers[i % len(servers)]) for i in range(CONNECTIONS)))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, sum(map(cpu_seconds, pids)) - cpu
     return (
         f"{len(latencies) / elapsed:7.0f} calls/s  "
+        f"servers' CPU {cpu / len(latencies) * 1e6:5.0f} us/call  "
         f"p50 {statistics.median(latencies) * 1000:6.1f} ms  "
         f"p95 {statistics.quantiles(latencies, n=20)[-1] * 1000:6.1f} ms  errors {errors}"
     )

@@ -67,4 +67,4 @@ def register_tools(server: MCPServer, runner: ToolRunner, pool: SlotPool) -> Non
                 pool_queued=stats.queued,
             )
 
-        return await runner.run("sandbox_status", body, takes_slot=False)
+        return await runner.run("sandbox_status", body, takes_slot=False, sees_slot=False)

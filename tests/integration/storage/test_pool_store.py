@@ -12,7 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.storage.pool_store import SqlPoolState
 from pool.errors import StaleSlot
 from pool.leases import Queued, SlotPool
-from pool.state import NoteRecord, PoolChanges, QueueRecord, SlotRecord
+from pool.state import (
+    NoteRecord,
+    PoolChanges,
+    PoolSnapshot,
+    PoolSurvey,
+    QueueRecord,
+    SlotRecord,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -101,3 +108,60 @@ async def test_a_pool_on_the_database_survives_a_restart(state: SqlPoolState) ->
     with pytest.raises(Queued) as caught:
         await reopened.acquire("d")
     assert caught.value.position == 1
+
+
+def surveyed_from_snapshot(snapshot: PoolSnapshot, key: str, size: int) -> PoolSurvey:
+    """What ``survey`` must say, computed from the whole pool (as view did before)."""
+    slots = [r for r in snapshot.slots if r.index < size]
+    holders = {r.sandbox_key for r in slots if r.sandbox_key is not None}
+    queue = [q for q in snapshot.queue if q.sandbox_key not in holders]
+    leased = [r.index for r in slots if r.sandbox_key == key and r.state == "leased"]
+    return PoolSurvey(
+        leased_index=leased[0] if leased else None,
+        queue_position=next((n for n, q in enumerate(queue, 1) if q.sandbox_key == key), None),
+        held=len(slots),
+        reserved=sum(r.state == "reserved" for r in slots),
+        queued=len(queue),
+        oldest_enqueued_at=queue[0].enqueued_at if queue else None,
+    )
+
+
+async def test_a_survey_counts_what_the_whole_pool_says(state: SqlPoolState) -> None:
+    """sandbox_status reads these counts on every call instead of the whole pool (issue 13):
+    a retired slot (past the size) is not counted and its holder waits like anyone; a
+    stale queue entry of a holder is not a place in the queue."""
+    await state.apply(
+        PoolChanges(
+            put_slots=[
+                SlotRecord(0, "leased", "k1", 1.0, 2.0),
+                SlotRecord(1, "reserved", "k2", 1.0, 1.0, 99.0),
+                SlotRecord(2, "resetting", "k3", 1.0, 1.0),
+                SlotRecord(5, "leased", "k9", 1.0, 1.0),
+            ],
+            put_queue=[
+                QueueRecord("k4", 1, 10.0, 10.0),
+                QueueRecord("k1", 2, 11.0, 11.0),
+                QueueRecord("k5", 3, 12.0, 12.0),
+                QueueRecord("k9", 4, 13.0, 13.0),
+            ],
+        )
+    )
+    snapshot = await state.load()
+    expected = {
+        "k1": (0, None),
+        "k2": (None, None),
+        "k4": (None, 1),
+        "k5": (None, 2),
+        "k9": (None, 3),
+        "nobody": (None, None),
+    }
+    for key, (leased, position) in expected.items():
+        survey = await state.survey(key, 4)
+        assert survey == surveyed_from_snapshot(snapshot, key, 4), key
+        assert (survey.leased_index, survey.queue_position) == (leased, position), key
+    assert await state.survey("k5", 4) == PoolSurvey(None, 2, 3, 1, 3, 10.0)
+    # With room for slot 5, k9 holds it and waits no more.
+    assert await state.survey("k9", 6) == PoolSurvey(5, None, 4, 1, 2, 10.0)
+    empty = SqlPoolState(state._engine)
+    await state.apply(PoolChanges(free_slots=[0, 1, 2, 5], drop_queue=["k1", "k4", "k5", "k9"]))
+    assert await empty.survey("k1", 4) == PoolSurvey(None, None, 0, 0, 0, None)

@@ -175,3 +175,32 @@ async def test_a_resource_read_goes_through_the_runner(
         await ToolRunner(
             Nobody(), AuditTrail(repository.engine), SandboxMemory(), pool, queue_wait_s=0
         ).read("resource:x", body)
+
+
+async def test_a_call_that_never_sees_the_slot_skips_its_lookup(
+    parts: tuple[Repository, SlotPool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sandbox_status`` reads the pool itself: on a shared pool the runner's own
+    lookup of the held slot was one more database round trip per call (issue 13)."""
+    pool = parts[1]
+    await pool.acquire("k1")
+    lookups: list[str] = []
+    holding = pool.holding
+
+    async def counted(key: str) -> object:
+        lookups.append(key)
+        return await holding(key)
+
+    monkeypatch.setattr(pool, "holding", counted)
+    seen: list[CallContext] = []
+
+    async def body(call: CallContext) -> ToolOutput:
+        seen.append(call)
+        return ToolOutput()
+
+    await runner(parts).run("t", body, takes_slot=False)
+    await runner(parts).run("t", body, takes_slot=False, sees_slot=False)
+    assert lookups == ["k1"]
+    assert seen[0].slot_root is not None
+    assert seen[1].slot_root is None
+    assert [r.outcome for r in await parts[0].tool_calls("k1")] == ["ok", "ok"]

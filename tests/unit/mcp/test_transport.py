@@ -174,3 +174,76 @@ async def test_the_mismatch_is_logged_once_per_client_and_kind() -> None:
         ("claude-ai", "2025-11-25"),
     ]
     assert len(app.seen) == 6, "every request was served"
+
+
+async def test_a_body_that_agrees_with_its_header_is_not_parsed_here(monkeypatch: Any) -> None:
+    """The SDK parses the body; a second parse here cost every light call (issue 13)."""
+    import app.mcp.transport as transport
+
+    def no_parse(_: object) -> object:
+        raise AssertionError("parsed twice")
+
+    monkeypatch.setattr(transport.json, "loads", no_parse)
+    app = Recorder()
+    spaced = json.dumps(call(), indent=2).encode()  # "key" :  "value", with any spacing
+    await send(StatelessTransport(app), spaced, headers={"mcp-protocol-version": MODERN})
+    assert app.seen[0] == ({**app.seen[0][0], "mcp-protocol-version": MODERN}, spaced)
+
+
+async def test_a_lookalike_of_the_version_key_still_gets_the_full_parse() -> None:
+    """Only a body whose every mention of the key is a plain member equal to the header
+    skips the parse: the key inside a string, or a second member saying otherwise, does not."""
+    app = Recorder()
+    adapter = StatelessTransport(app)
+    legacy_meta = call(version="2025-11-25")
+    # An argument mentions the modern version under the same key; the _meta says legacy.
+    legacy_meta["params"]["arguments"] = {"io.modelcontextprotocol/protocolVersion": MODERN}
+    await send(adapter, legacy_meta, headers={"mcp-protocol-version": MODERN})
+    # The key, quoted, inside a string value: not a member, so the header is not trusted.
+    in_string = call(version="2025-11-25")
+    in_string["params"]["arguments"] = {
+        "text": '"io.modelcontextprotocol/protocolVersion": "2026-07-28"'
+    }
+    await send(adapter, in_string, headers={"mcp-protocol-version": MODERN})
+    assert [h["mcp-protocol-version"] for h, _ in app.seen] == ["2025-11-25", "2025-11-25"]
+
+
+async def test_a_post_to_mcp_goes_straight_to_the_sdk_endpoint() -> None:
+    """The SDK's Starlette app (router, error and exception middlewares) is skipped for
+    ``POST /mcp``: ours already ran around it. Other paths still get the whole app."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.routing import Route
+
+    endpoint = Recorder()
+    routed: list[bool] = []
+    scopes: list[Scope] = []
+
+    async def direct_check(scope: Scope, receive: Receive, send: Send) -> None:
+        scopes.append(scope)
+        await Recorder.__call__(endpoint, scope, receive, send)
+
+    class Endpoint:  # a plain ASGI endpoint, as the SDK's StreamableHTTPASGIApp is
+        __call__ = staticmethod(direct_check)
+
+    class Routed:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            routed.append(True)
+            await self.app(scope, receive, send)
+
+    plain = Starlette(routes=[Route("/mcp", endpoint=Endpoint())])
+    await send(StatelessTransport(plain), call(), headers={"mcp-protocol-version": MODERN})
+    assert len(endpoint.seen) == 1
+    assert "router" not in scopes[0], "the SDK's router did not run"
+    # An SDK app with middleware of its own is served as built, middleware included.
+    wrapped = Starlette(
+        routes=[Route("/mcp", endpoint=Endpoint())], middleware=[Middleware(Routed)]
+    )
+    await send(StatelessTransport(wrapped), call())
+    assert routed == [True]
+    assert "router" in scopes[1]
+    redirected = await send(StatelessTransport(plain), call(), path="/mcp/")
+    assert redirected.status_code == 307, "not /mcp exactly: the whole app (its redirect)"
