@@ -82,6 +82,7 @@ from app.runtime.errors import (
     RuntimeFailure,
     RuntimeUnavailable,
 )
+from app.runtime.fast_exec import ExecPath, Executors
 from app.runtime.git_egress import GIT_NETWORK, ensure_network, pin_remote, tenant_error
 from app.runtime.hardening import (
     CAPABILITIES,
@@ -157,6 +158,9 @@ class DockerBackend:
             stream is closed on our side.
         egress_proxy: The proxy of network ``restricted`` (None: the mode is refused);
             remote clones go through it too.
+        exec_path: ``auto``: commands go through each container's executor when it is
+            ready (:mod:`app.runtime.fast_exec`), else ``docker exec``;
+            ``docker-exec``: always ``docker exec``.
     """
 
     def __init__(
@@ -187,6 +191,7 @@ class DockerBackend:
         max_streams: int = 512,
         kill_grace_s: float = 15.0,
         egress_proxy: EgressProxy | None = None,
+        exec_path: ExecPath = "auto",
     ) -> None:
         if not allowed_images:
             raise ConfigurationError("At least one image must be allowed.")
@@ -231,8 +236,14 @@ class DockerBackend:
         self._owner = {self._process: process_id} if process_id else {}
         self._client_factory = client_factory or _default_client
         self._offload = Offload(calls=max_calls, streams=max_streams)
+        self.exec_path = exec_path
+        fast = Executors(api=self._api, offload=self._offload, user=user)
         self._exec = Executor(
-            api=self._api, offload=self._offload, user=user, kill_grace_s=kill_grace_s
+            api=self._api,
+            offload=self._offload,
+            user=user,
+            kill_grace_s=kill_grace_s,
+            fast=fast if exec_path == "auto" else None,
         )
         self._client: docker.DockerClient | None = None
         self._client_lock = anyio.Lock()
@@ -313,6 +324,7 @@ class DockerBackend:
                 await self._offload.call(api.start, container_id)
             if spec.network == "restricted":
                 await self._restricted().attach(api, container_id)
+            self._exec.prepare(container_id)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._remove_quietly(container_id)
@@ -382,6 +394,16 @@ class DockerBackend:
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         return await self._exec.kill_tree(container_id, pids)
 
+    async def fast_exec_ready(self, container_id: str) -> bool:
+        """Wait until the container's executor is ready (tests, benchmarks); False if
+        its commands go through docker exec."""
+        return await self._exec.fast_ready(container_id)
+
+    @property
+    def exec_runs(self) -> Mapping[str, int]:
+        """Commands run so far, by path ("fast", "docker-exec")."""
+        return self._exec.runs
+
     async def revive(self, container_ids: set[str]) -> Revival:
         api = await self._api()
         with translated():
@@ -403,6 +425,7 @@ class DockerBackend:
 
     async def remove(self, container_id: str) -> None:
         self._claimed.pop(container_id, None)
+        self._exec.forget(container_id)
         api = await self._api()
         try:
             await self._offload.call(api.remove_container, container_id, v=True, force=True)
@@ -539,6 +562,7 @@ class DockerBackend:
             sandbox_label,
         )
         self._helpers.add(container_id)
+        self._exec.docker_exec_only(container_id)
         try:
             with translated(container_id):
                 await self._offload.call(api.start, container_id)
@@ -571,6 +595,7 @@ class DockerBackend:
 
     async def aclose(self) -> None:
         """Close the Docker client (at shutdown); containers are left to the next sweep."""
+        await self._exec.aclose()
         if self._client is not None:
             client, self._client = self._client, None
             await self._offload.call(client.close)
