@@ -336,6 +336,7 @@ def build_backend(
         ),
         label_prefix=settings.label_prefix,
         user=settings.sandbox_user,
+        exec_path=settings.exec_path,
         allow_egress=settings.allow_egress,
         allow_git_egress=settings.allow_git_egress,
         egress_proxy=egress,

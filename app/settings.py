@@ -204,6 +204,14 @@ class Settings(BaseSettings):
         default="1000:1000",
         description="uid:gid the commands run as inside containers (never root).",
     )
+    exec_path: Literal["auto", "docker-exec"] = Field(
+        default="auto",
+        description=(
+            "How commands reach a container: auto runs them through the container's "
+            "persistent executor when it is ready (falling back to docker exec), "
+            "docker-exec runs each through its own docker exec."
+        ),
+    )
     dir_slot_budget_mb: int = Field(
         default=1024,
         ge=16,
