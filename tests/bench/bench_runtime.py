@@ -208,8 +208,12 @@ async def main() -> None:
         print(line("DockerBackend.run('true'), fast path", fast_exec))
         print(line("floor of the fast path: executor runs /bin/true", bare))
         floor = statistics.median(raw_exec)
-        print(f"  ratio p50, docker exec path vs floor: {statistics.median(slow_exec) / floor:.2f}x")
-        print(f"  ratio p50, fast path vs floor:        {statistics.median(fast_exec) / floor:.2f}x")
+        print(
+            f"  ratio p50, docker exec path vs floor: {statistics.median(slow_exec) / floor:.2f}x"
+        )
+        print(
+            f"  ratio p50, fast path vs floor:        {statistics.median(fast_exec) / floor:.2f}x"
+        )
 
         n = args.concurrent
         started = time.perf_counter()
