@@ -106,7 +106,12 @@ _HEADER = struct.Struct(">BxxxL")
 
 
 class ExecutorLost(Exception):
-    """The executor went away (or broke the protocol) while a request was pending."""
+    """The executor went away (or broke the protocol) while a request was pending.
+    ``at_start``: it exited before it was ready (the image cannot run it)."""
+
+    def __init__(self, reason: str, *, at_start: bool = False) -> None:
+        super().__init__(reason)
+        self.at_start = at_start
 
 
 @dataclass(eq=False)
@@ -344,7 +349,8 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
             if not chunk:
                 raise ExecutorLost(
                     "it exited at start: "
-                    + bytes(received[:300]).decode("utf-8", "replace").strip()
+                    + bytes(received[:300]).decode("utf-8", "replace").strip(),
+                    at_start=True,
                 )
             received += chunk
             stdout.clear()
@@ -477,8 +483,8 @@ class Executors:
             )
         except Exception as exc:
             log.info("fast_exec.unavailable", container_id=container_id[:12], reason=str(exc))
-            if "exited at start" in str(exc) and "python3" in str(exc).lower():
-                self._never.add(container_id)  # no python3 in this image
+            if isinstance(exc, ExecutorLost) and exc.at_start:
+                self._never.add(container_id)  # no (working) /usr/bin/python3 in the image
             return
         finally:
             if self._generation.get(container_id, 0) == generation:
