@@ -12,9 +12,10 @@ place that holds the engine client, the labels of this deployment and the helper
 in flight, which every operation here needs; each method is short and delegates.
 
 An experiment container's keep-alive is ``sleep infinity``; commands run through
-``docker exec``. ``clone`` runs ``git clone`` in a helper container with the same
-hardening and modest fixed limits, labelled ``<prefix>.role=git-clone`` and removed
-when the clone ends, however it ends. Its mounts are the (empty) workspace,
+its executor (:mod:`app.runtime.fast_exec`) or, as its fallback, ``docker exec``.
+``clone`` runs ``git clone`` in a helper container with the same hardening and
+modest fixed limits, labelled ``<prefix>.role=git-clone`` and removed when the
+clone ends, however it ends. Its mounts are the (empty) workspace,
 read-write, and, for a local repository, that repository read-only (and not
 recursively) at ``/source``. It is the only container that may get network for a
 clone, and only for an ``https`` URL on a server built with ``allow_git_egress``,

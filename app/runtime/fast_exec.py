@@ -34,8 +34,11 @@ this process has not started one in yet, a clone helper) or the setting
 garbled stream) is dropped at once: the commands it was running are killed through
 ``docker exec`` and reported as a runtime failure (their result is lost, as when a
 ``docker exec`` stream breaks), later ones go through ``docker exec`` while a new
-executor starts in the background; after ``MAX_STARTS`` executors a container
-stays on ``docker exec``.
+executor starts in the background; after ``MAX_STARTS`` executors that each died
+young (a crash loop, or a sandbox that keeps killing them) a container stays on
+``docker exec``. An executor that never answers after a kill (its job's supervisor
+stopped, say) is dropped too: its stdin closes and it kills every job it runs, so
+nothing runs on unobserved.
 
 **Threat model.** Code in the sandbox runs as the executor's uid, in its
 container: it can kill the executor, ``ptrace`` it, open its stdin and stdout
@@ -99,6 +102,7 @@ _BOOT: Final = (
 )
 AGENT_ARGV: Final = [PYTHON, "-I", "-S", "-c", _BOOT, str(len(AGENT_SOURCE))]
 MAX_STARTS: Final = 5  # executors per container and process; then docker exec only
+HEALTHY_S: Final = 60.0  # an executor that lived this long gives back the starts
 START_TIMEOUT_S: Final = 15.0
 KILL_ANSWER_S: Final = 5.0  # a kill the executor does not answer in time falls back
 _LARGE_LINE: Final = 64 * 1024  # decoded in a worker thread from this size on
@@ -137,7 +141,12 @@ class Session:
         self._next_id = 0
         self.alive = True
         self.served = 0
+        self._born = time.monotonic()
+        self._died: float | None = None
         self._reader: asyncio.Task[None] | None = None
+
+    def lived_s(self) -> float:
+        return (self._died or time.monotonic()) - self._born
 
     def start_reading(self, leftover: bytes) -> None:
         self._reader = asyncio.create_task(self._read(leftover), name="fast-exec-reader")
@@ -201,27 +210,36 @@ class Session:
         loop = asyncio.get_running_loop()
         frames = bytearray(buffered)
         lines = bytearray()
+        scanned = 0  # how much of ``lines`` holds no newline (never scanned twice)
         reason = "the stream ended"
         try:
             while True:
-                while len(frames) >= _HEADER.size:
-                    kind, length = _HEADER.unpack_from(frames)
-                    if len(frames) < _HEADER.size + length:
+                # Offsets, and one deletion per read: a long answer arrives in many
+                # frames, and shifting the buffer per frame would hold the loop.
+                pos = 0
+                while len(frames) - pos >= _HEADER.size:
+                    kind, length = _HEADER.unpack_from(frames, pos)
+                    end = pos + _HEADER.size + length
+                    if len(frames) < end:
                         break
-                    payload = bytes(frames[_HEADER.size : _HEADER.size + length])
-                    del frames[: _HEADER.size + length]
                     if kind == 1:
-                        lines += payload
+                        lines += frames[pos + _HEADER.size : end]
                     else:
+                        text = bytes(frames[pos + _HEADER.size : end][:500])
                         log.info(
                             "fast_exec.stderr",
                             container_id=self.container_id[:12],
-                            text=payload[:500].decode("utf-8", "replace"),
+                            text=text.decode("utf-8", "replace"),
                         )
-                while (end := lines.find(b"\n")) >= 0:
-                    line = bytes(lines[:end])
-                    del lines[: end + 1]
-                    await self._dispatch(line)
+                    pos = end
+                del frames[:pos]
+                start = 0
+                while (newline := lines.find(b"\n", max(start, scanned))) >= 0:
+                    await self._dispatch(bytes(lines[start:newline]))
+                    start = newline + 1
+                if start:
+                    del lines[:start]
+                scanned = len(lines)
                 if len(lines) > self._line_limit():
                     raise ValueError("an answer longer than the caps allow")
                 chunk = await loop.sock_recv(self._sock, 1 << 20)
@@ -284,6 +302,7 @@ class Session:
         if not self.alive:
             return
         self.alive = False
+        self._died = time.monotonic()
         log.info("fast_exec.closed", container_id=self.container_id[:12], reason=reason)
         _close_stream(self._sock, self._keep)
         for pending in self._pending.values():
@@ -424,6 +443,8 @@ class Executors:
         session = self._sessions.get(container_id)
         if session is not None and session.alive:
             return
+        if session is not None and session.lived_s() > HEALTHY_S:
+            self._starts[container_id] = 0  # it died after a long life: not a crash loop
         if self._starts.get(container_id, 0) >= MAX_STARTS:
             return
         self._starts[container_id] = self._starts.get(container_id, 0) + 1
