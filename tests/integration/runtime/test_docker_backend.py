@@ -512,7 +512,7 @@ async def test_a_symlinked_workspace_is_refused(backend: DockerBackend, slots: P
     link.symlink_to(target)
     with pytest.raises(WorkspaceRefused, match="symbolic link"):
         await backend.create(ContainerSpec("exp-x", "fp", IMAGE, link))
-    parent_link = slots / f"slot-link-{RUN}"
+    parent_link = slots / f"slot-link-{uuid.uuid4().hex[:8]}"  # once per exec path
     parent_link.symlink_to(target.parent)
     with pytest.raises(WorkspaceRefused, match="symbolic link"):
         await backend.create(ContainerSpec("exp-x", "fp", IMAGE, parent_link / "workspace"))
