@@ -63,7 +63,9 @@ gains it anything it does not already have:
   ``docker exec``, whose killer runs outside the executor's reach (a fresh exec).
 
 The executor costs the container one process (a pid of its pids limit) and about
-10 MB of its memory limit.
+12 MB of resident memory, 6 MB of it its own (the rest the interpreter's pages,
+shared), counted in the container's memory limit; an idle executor sleeps in
+``select`` (no wake-ups).
 """
 
 from __future__ import annotations
