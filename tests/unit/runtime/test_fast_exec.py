@@ -11,6 +11,7 @@ import random
 import socket
 import struct
 import subprocess
+import sys
 import time
 from base64 import b64decode
 
@@ -122,7 +123,7 @@ TREE = ["/bin/sh", "-c", """sh -c 'printf "%s %s\\n" "$PPID" "$$"; sleep 4545 & 
 class Local:
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            ["python3", *AGENT_ARGV[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, *AGENT_ARGV[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self.process.stdin is not None
         self.process.stdin.write(AGENT_SOURCE)
