@@ -8,7 +8,9 @@ how the killer finds every process of it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias
@@ -32,7 +34,8 @@ from app.runtime._jobs import (
 )
 from app.runtime._threads import Offload
 from app.runtime.backend import WORKSPACE, ExecResult
-from app.runtime.errors import ContainerGone, RuntimeFailure
+from app.runtime.errors import ContainerGone, RuntimeFailure, RuntimeUnavailable
+from app.runtime.fast_exec import ExecutorLost, Executors, Session
 
 log = structlog.get_logger(__name__)
 
@@ -55,12 +58,16 @@ class Executor:
         offload: Offload,
         user: str,
         kill_grace_s: float,
+        fast: Executors | None = None,
     ) -> None:
         self._api = api
+        self._fast = fast
         self._offload = offload
         self._user = user
         self._kill_grace_s = kill_grace_s
         self._jobs = JobTable()
+        # Results so far, by the path that ran them (for tests and benchmarks).
+        self.runs: collections.Counter[str] = collections.Counter()
 
     async def run(
         self,
@@ -81,53 +88,20 @@ class Executor:
         if job is None:
             raise InvalidArgument(f"A job {job_id!r} is already running in this container.")
         started = time.monotonic()
-        stdout, stderr = CappedBuffer(max_output_bytes), CappedBuffer(max_output_bytes)
-        stream: _Stream | None = None
+        session = self._fast.session(container_id) if self._fast is not None else None
         try:
-            api = await self._api()
-            with translated(container_id):
-                exec_id: str = (
-                    await self._offload.call(
-                        api.exec_create,
-                        container_id,
-                        job_argv(command),
-                        stdout=True,
-                        stderr=True,
-                        user=self._user,
-                        workdir=WORKSPACE,
-                        environment=env or None,
-                    )
-                )["Id"]
-                stream = await self._offload.call(_start_stream, api, exec_id)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._guard, api, job, stream, timeout)
-                try:
-                    with translated(container_id):
-                        await self._drain(stream, job, stdout, stderr, on_start)
-                finally:
-                    job.finished.set()
-                    job.announced.set()
-                    job.stop.set()
-            _close(stream)
-            with translated(container_id):
-                exit_code = await self._offload.call(_exit_code, api, exec_id)
-                if job.reason is None and (exit_code is None or exit_code >= 128):
-                    # Killed by a signal: by the command's own doing, or because its
-                    # container stopped under it (the engine stopping or restarting),
-                    # which is no outcome of the command's.
-                    await self._offload.call(_require_running, api, container_id)
-        except BaseException:
-            if stream is not None:
-                _close(stream)
-            if job.pids is not None and not job.eof and not job.was_running:
-                # Cancelled from outside, or the stream broke: never leave the
-                # command running unobserved.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-                    await self._kill_quietly(job)
-            raise
+            if session is not None:
+                exit_code, stdout, stderr = await self._run_fast(
+                    session, job, command, timeout, max_output_bytes, env, on_start
+                )
+            else:
+                exit_code, stdout, stderr = await self._run_exec(
+                    job, command, timeout, max_output_bytes, env, on_start
+                )
         finally:
             job.settled.set()
             self._jobs.discard(job)
+        self.runs["fast" if session is not None else "docker-exec"] += 1
         duration = time.monotonic() - started
         # The guard sets "timeout" only if the job had not finished at its deadline, so
         # it timed out even when the killer then found it already dying (a fork bomb's
@@ -153,6 +127,182 @@ class Executor:
             ms=round(duration * 1000),
         )
         return result
+
+    async def _run_exec(
+        self,
+        job: Job,
+        command: str,
+        limit_s: float,
+        max_output_bytes: int,
+        env: dict[str, str] | None,
+        on_start: OnStart | None,
+    ) -> tuple[int | None, CappedBuffer, CappedBuffer]:
+        """The ``docker exec`` path: one exec per command, its stream read here."""
+        container_id = job.container_id
+        stdout, stderr = CappedBuffer(max_output_bytes), CappedBuffer(max_output_bytes)
+        stream: _Stream | None = None
+        try:
+            api = await self._api()
+            with translated(container_id):
+                exec_id: str = (
+                    await self._offload.call(
+                        api.exec_create,
+                        container_id,
+                        job_argv(command),
+                        stdout=True,
+                        stderr=True,
+                        user=self._user,
+                        workdir=WORKSPACE,
+                        environment=env or None,
+                    )
+                )["Id"]
+                stream = await self._offload.call(_start_stream, api, exec_id)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._guard, api, job, stream, limit_s)
+                try:
+                    with translated(container_id):
+                        await self._drain(stream, job, stdout, stderr, on_start)
+                finally:
+                    job.finished.set()
+                    job.announced.set()
+                    job.stop.set()
+            _close(stream)
+            with translated(container_id):
+                exit_code = await self._offload.call(_exit_code, api, exec_id)
+                if job.reason is None and (exit_code is None or exit_code >= 128):
+                    # Killed by a signal: by the command's own doing, or because its
+                    # container stopped under it (the engine stopping or restarting),
+                    # which is no outcome of the command's.
+                    await self._offload.call(_require_running, api, container_id)
+        except BaseException:
+            if stream is not None:
+                _close(stream)
+            if job.pids is not None and not job.eof and not job.was_running:
+                # Cancelled from outside, or the stream broke: never leave the
+                # command running unobserved.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                    await self._kill(job)
+            raise
+        return exit_code, stdout, stderr
+
+    async def _run_fast(
+        self,
+        session: Session,
+        job: Job,
+        command: str,
+        limit_s: float,
+        max_output_bytes: int,
+        env: dict[str, str] | None,
+        on_start: OnStart | None,
+    ) -> tuple[int | None, CappedBuffer, CappedBuffer]:
+        """The fast path: the container's executor runs the same job (app.runtime.fast_exec)."""
+        container_id = job.container_id
+        try:
+            request_id = await session.submit(job_argv(command), env, max_output_bytes)
+        except ExecutorLost as exc:
+            await self._require_running(container_id)
+            raise RuntimeUnavailable("the sandbox's command executor stopped") from exc
+        pending = session.pending(request_id)
+        job.fast_kill = functools.partial(session.kill, request_id)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._guard_fast, session, job, limit_s)
+                try:
+                    await pending.announced.wait()
+                    job.pids = pending.pids
+                    job.announced.set()
+                    if on_start is not None and job.pids is not None and not pending.done.is_set():
+                        await on_start(job.pids)
+                    await pending.done.wait()
+                    job.eof = pending.result is not None
+                finally:
+                    job.finished.set()
+                    job.announced.set()
+                    job.stop.set()
+            if pending.result is None and job.reason is not None and job.pids is not None:
+                # Killed on purpose, and the executor went away meanwhile (the kill
+                # fell back to docker exec): the outcome stands, its output is lost.
+                return None, CappedBuffer(max_output_bytes), CappedBuffer(max_output_bytes)
+            if pending.result is None:
+                # The executor went away under the job (killed, crashed, a garbled
+                # stream) or could not start it: as when a docker exec stream breaks.
+                await self._require_running(container_id)
+                if pending.error is not None:
+                    raise RuntimeUnavailable(f"the command could not start: {pending.error}")
+                raise RuntimeUnavailable("the sandbox's command executor stopped under the job")
+            exit_code, stdout, stderr = pending.result
+            if job.reason is None and exit_code >= 128:
+                await self._require_running(container_id)  # as on the docker exec path
+        except BaseException:
+            if job.pids is not None and not job.eof and not job.was_running:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                    await self._kill(job)
+                    # Until T and W are gone too, as when the job is cancelled.
+                    with anyio.move_on_after(self._kill_grace_s):
+                        await pending.done.wait()
+            raise
+        finally:
+            session.forget(request_id)
+        return exit_code, stdout, stderr
+
+    async def _guard_fast(self, session: Session, job: Job, limit_s: float) -> None:
+        """Kill the job on timeout or cancel; drop an executor that then never answers."""
+        with anyio.move_on_after(limit_s):
+            await job.stop.wait()
+        if job.finished.is_set():
+            return
+        if job.reason is None:
+            job.reason = "timeout"
+        job.was_running = await self._kill(job)
+        with anyio.move_on_after(self._kill_grace_s):
+            await job.finished.wait()
+            return
+        log.warning("runtime.executor_stuck", container_id=job.container_id[:12], job_id=job.job_id)
+        session.close("no answer after a kill")
+
+    async def _kill(self, job: Job) -> bool:
+        """Kill the job's tree through its executor if it answers, else through docker
+        exec; True if it was still running. Never raises."""
+        if job.fast_kill is not None:
+            with anyio.move_on_after(30):
+                await job.announced.wait()
+            if job.pids is None:
+                return False
+            answer = await job.fast_kill()
+            if answer is not None:
+                return answer
+            log.info("runtime.executor_kill_fallback", job_id=job.job_id)
+        return await self._kill_quietly(job)
+
+    async def _require_running(self, container_id: str) -> None:
+        api = await self._api()
+        with translated(container_id):
+            await self._offload.call(_require_running, api, container_id)
+
+    # -- the fast path's executors (app.runtime.fast_exec) ------------------------------
+
+    def prepare(self, container_id: str) -> None:
+        """Start the container's executor in the background (no-op on docker exec only)."""
+        if self._fast is not None:
+            self._fast.prepare(container_id)
+
+    def docker_exec_only(self, container_id: str) -> None:
+        """Run this container's commands through docker exec (a short-lived helper)."""
+        if self._fast is not None:
+            self._fast.docker_exec_only(container_id)
+
+    def forget(self, container_id: str) -> None:
+        """The container is being removed: drop its executor."""
+        if self._fast is not None:
+            self._fast.forget(container_id)
+
+    async def fast_ready(self, container_id: str) -> bool:
+        """Wait until the container's executor is ready; False if it has none."""
+        return self._fast is not None and await self._fast.ready(container_id) is not None
+
+    async def aclose(self) -> None:
+        if self._fast is not None:
+            await self._fast.aclose()
 
     async def cancel(self, container_id: str, job_id: str) -> bool:
         """Kill a running job's process tree and wait for it to settle; False if none."""
@@ -245,6 +395,8 @@ class Executor:
             )
             with translated(job.container_id):
                 await self._offload.call(api.restart, job.container_id, timeout=0)
+            if self._fast is not None:
+                self._fast.forget(job.container_id)  # its executor died with the rest
         except ContainerGone:
             pass  # its processes went with it
         except RuntimeFailure:

@@ -35,8 +35,11 @@ its removal by ``destroy``, the idle watchdog or the start-up sweep):
 
 The host learns T and W from the first line W writes to stdout (written before
 the command starts, so the command cannot forge it) and the killer checks them
-again before killing: T is an exec root (parent pid 0) named docker-init and W
-is T's child, so a pid recycled after the job ended is left alone.
+again before killing: T is named docker-init, W is T's child, and T is an exec
+root (parent pid 0), a child of the container's executor (named smcp-executor:
+the fast path of :mod:`app.runtime.fast_exec` starts the same job argv there),
+or was handed to the container's PID 1 when that executor died; so a pid
+recycled after the job ended is left alone.
 
 The killer itself is a process, and a job that holds every pid the container
 may have (a fork bomb that keeps retrying) leaves it none: the backend then
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -138,7 +142,12 @@ PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 _status "$2"
 _wpp=$_pp
 _status "$1"
-if [ "$_pp" = 0 ] && [ "$_name" = docker-init ] && [ "$_wpp" = "$1" ]; then
+_tname=$_name _ok=
+case $_pp in
+  0|1) _ok=1 ;;
+  *) _status "$_pp"; [ "$_name" = smcp-executor ] && _ok=1 ;;
+esac
+if [ -n "$_ok" ] && [ "$_tname" = docker-init ] && [ "$_wpp" = "$1" ]; then
   _smcp_kill_tree "$1" "$2" || exit 4
   exit 0
 fi
@@ -177,6 +186,25 @@ class CappedBuffer:
         self._tail: deque[bytes] = deque()
         self._tail_len = 0
         self.omitted = 0
+
+    @classmethod
+    def restored(cls, cap: int, head: bytes, tail: bytes, omitted: int) -> CappedBuffer:
+        """The buffer another ``CappedBuffer`` of ``cap`` (the executor's) ended as.
+
+        Raises:
+            ValueError: the parts do not fit ``cap`` (a garbled or forged answer).
+        """
+        buffer = cls(cap)
+        if len(head) > buffer._head_cap or len(tail) > buffer._tail_cap or omitted < 0:
+            raise ValueError("output parts larger than their cap")
+        if (omitted or tail) and len(head) < buffer._head_cap:
+            raise ValueError("output tail before a full head")
+        buffer._head += head
+        if tail:
+            buffer._tail.append(tail)
+            buffer._tail_len = len(tail)
+        buffer.omitted = omitted
+        return buffer
 
     @property
     def truncated(self) -> bool:
@@ -254,6 +282,9 @@ class Job:
     reason: Literal["timeout", "cancel"] | None = None
     was_running: bool = False
     eof: bool = False
+    # On the fast path: asks the job's executor to kill its tree (True: it was
+    # running; None: no answer, kill it another way). See app.runtime.fast_exec.
+    fast_kill: Callable[[], Awaitable[bool | None]] | None = None
     announced: anyio.Event = field(default_factory=anyio.Event)
     stop: anyio.Event = field(default_factory=anyio.Event)
     finished: anyio.Event = field(default_factory=anyio.Event)

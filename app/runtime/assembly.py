@@ -85,6 +85,7 @@ def build_backend(
         ),
         label_prefix=runtime.label_prefix,
         user=runtime.sandbox_user,
+        exec_path=runtime.exec_path,
         allow_egress=settings.egress.allow,
         allow_git_egress=settings.egress.allow_git,
         egress_proxy=egress,

@@ -13,8 +13,10 @@ git runs in :mod:`app.runtime._git` and where it may connect in
 :mod:`app.runtime.errors` in :mod:`app.runtime._engine_errors`.
 
 An experiment container's keep-alive is ``sleep infinity``; commands run through
-``docker exec``. ``clone`` runs ``git clone`` in a helper container with the same
-hardening and modest fixed limits, removed when the clone ends, however it ends.
+its executor (:mod:`app.runtime.fast_exec`) or, as its fallback, ``docker exec``.
+``clone`` runs ``git clone`` in a helper container with the same hardening and
+modest fixed limits, removed when the clone ends, however it ends (its commands
+always go through ``docker exec``).
 
 Blocking SDK calls go through :class:`~app.runtime._threads.Offload`.
 
@@ -29,7 +31,7 @@ import dataclasses
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -59,6 +61,7 @@ from app.runtime.backend import (
 )
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.errors import ImageNotAllowed, RuntimeFailure
+from app.runtime.fast_exec import ExecPath, Executors
 from app.runtime.git_egress import GIT_NETWORK
 from app.runtime.hardening import CAPABILITIES, applied_isolation
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
@@ -121,6 +124,9 @@ class DockerBackend:
             stream is closed on our side.
         egress_proxy: The proxy of network ``restricted`` (None: the mode is refused);
             remote clones go through it too.
+        exec_path: ``auto``: commands go through each container's executor when it is
+            ready (:mod:`app.runtime.fast_exec`), else ``docker exec``;
+            ``docker-exec``: always ``docker exec``.
     """
 
     def __init__(
@@ -151,6 +157,7 @@ class DockerBackend:
         max_streams: int = 512,
         kill_grace_s: float = 15.0,
         egress_proxy: EgressProxy | None = None,
+        exec_path: ExecPath = "auto",
     ) -> None:
         if not allowed_images:
             raise ConfigurationError("At least one image must be allowed.")
@@ -187,8 +194,14 @@ class DockerBackend:
             api=self._engine.api,
             offload=self._offload,
         )
+        self.exec_path = exec_path
+        fast = Executors(api=self._engine.api, offload=self._offload, user=user)
         self._exec = Executor(
-            api=self._engine.api, offload=self._offload, user=user, kill_grace_s=kill_grace_s
+            api=self._engine.api,
+            offload=self._offload,
+            user=user,
+            kill_grace_s=kill_grace_s,
+            fast=fast if exec_path == "auto" else None,
         )
         self._cloner = Cloner(
             engine=self._engine,
@@ -197,9 +210,7 @@ class DockerBackend:
             slots_base=lambda: slots.base,
             ceilings=self._ceilings,
             image=git_image or self._default_image,
-            run=lambda container_id, script, timeout_s: self.run(
-                container_id, script, timeout_s=timeout_s, job_id=GIT_ROLE
-            ),
+            run=self._run_clone,
             remove=self._remove_quietly,
         )
 
@@ -238,6 +249,7 @@ class DockerBackend:
             with translated(container_id):
                 await self._offload.call(api.start, container_id)
             await self._networks.attach(api, container_id, joining)
+            self._exec.prepare(container_id)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._remove_quietly(container_id)
@@ -301,6 +313,16 @@ class DockerBackend:
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         return await self._exec.kill_tree(container_id, pids)
 
+    async def fast_exec_ready(self, container_id: str) -> bool:
+        """Wait until the container's executor is ready (tests, benchmarks); False if
+        its commands go through docker exec."""
+        return await self._exec.fast_ready(container_id)
+
+    @property
+    def exec_runs(self) -> Mapping[str, int]:
+        """Commands run so far, by path ("fast", "docker-exec")."""
+        return self._exec.runs
+
     async def revive(self, container_ids: set[str]) -> Revival:
         return await self._engine.revive(container_ids)
 
@@ -309,6 +331,7 @@ class DockerBackend:
         log.info("runtime.stop", container_id=container_id[:12])
 
     async def remove(self, container_id: str) -> None:
+        self._exec.forget(container_id)
         await self._engine.delete(container_id)
         await self._networks.detach(container_id)
         log.info("runtime.remove", container_id=container_id[:12])
@@ -354,8 +377,14 @@ class DockerBackend:
         )
 
     async def aclose(self) -> None:
-        """Close the Docker client (at shutdown); containers are left to the next sweep."""
+        """Close the executors' streams and the Docker client (at shutdown); containers
+        are left to the next sweep."""
+        await self._exec.aclose()
         await self._engine.aclose()
+
+    async def _run_clone(self, container_id: str, script: str, timeout_s: float) -> ExecResult:
+        self._exec.docker_exec_only(container_id)  # a short-lived helper: no executor
+        return await self.run(container_id, script, timeout_s=timeout_s, job_id=GIT_ROLE)
 
     async def _remove_quietly(self, container_id: str) -> None:
         try:

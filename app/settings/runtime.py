@@ -4,7 +4,7 @@ most one experiment may get (its ceilings)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,6 +25,14 @@ class RuntimeSettings(Group):
     sandbox_user: str = Field(
         default="1000:1000",
         description="uid:gid the commands run as inside containers (never root).",
+    )
+    exec_path: Literal["auto", "docker-exec"] = Field(
+        default="auto",
+        description=(
+            "How commands reach a container: auto runs them through the container's "
+            "persistent executor when it is ready (falling back to docker exec), "
+            "docker-exec runs each through its own docker exec."
+        ),
     )
     max_containers: int | None = Field(
         default=None,

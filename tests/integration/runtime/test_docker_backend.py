@@ -31,6 +31,7 @@ from docker_testkit import (
 )
 
 import app.runtime._exec as runtime_exec
+import app.runtime.fast_exec as fast_exec
 from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
 from app.runtime.errors import (
@@ -56,17 +57,25 @@ def _ours(client: docker.DockerClient, prefix: str = PREFIX) -> list[str]:
     return labelled(client, f"{prefix}.managed=1")
 
 
-@pytest.fixture
-async def backend(engine: docker.DockerClient, slots: Path) -> AsyncIterator[DockerBackend]:
+@pytest.fixture(params=["docker-exec", "auto"], ids=["docker-exec", "fast"])
+async def backend(
+    engine: docker.DockerClient, slots: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[DockerBackend]:
+    """Every test runs on both exec paths: ``docker exec`` per command, and each
+    container's executor (app/runtime/fast_exec.py); on the fast one, every command
+    must have gone through the executor."""
     backend = backend_on_engine(
         slots,
         PREFIX,
         (IMAGE, "sandbox-mcp/base:bookworm", MISSING),
         max_containers=100,
         kill_grace_s=20,
+        exec_path=request.param,
     )
     yield backend
     await backend.aclose()
+    if backend.exec_path == "auto":
+        assert backend.exec_runs["docker-exec"] == 0, backend.exec_runs
 
 
 @dataclass
@@ -89,7 +98,13 @@ class Sandbox:
         """Command lines of every process in the container but this `ps` itself."""
         result = await self.run("ps -eo args=")
         assert result.exit_code == 0, result
-        return [line for line in result.stdout.splitlines() if "ps -eo args=" not in line]
+        lines = [line for line in result.stdout.splitlines() if "ps -eo args=" not in line]
+        if self.backend.exec_path == "auto":
+            # The executor runs beside the keep-alive, and nothing else of ours does.
+            executor = [line for line in lines if "smcp-executor" in line]
+            assert len(executor) == 1, lines
+            lines.remove(executor[0])
+        return lines
 
 
 async def start(
@@ -104,7 +119,10 @@ async def start(
         limits=limits or Limits(),
         **kwargs,
     )
-    return Sandbox(backend, await backend.create(spec), workspace)
+    box = Sandbox(backend, await backend.create(spec), workspace)
+    # On the fast path the first command must not race the executor's start.
+    assert await backend.fast_exec_ready(box.id) == (backend.exec_path == "auto")
+    return box
 
 
 @pytest.fixture
@@ -407,12 +425,22 @@ async def test_when_the_killer_cannot_run_the_container_is_restarted(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, engine: docker.DockerClient
 ) -> None:
     monkeypatch.setattr(runtime_exec, "killer_argv", lambda *_: ["/bin/false"])
+    if sandbox.backend.exec_path == "auto":
+        # An executor that never answers a kill: the kill falls back to docker exec.
+        async def silent(*_: object) -> None:
+            return None
+
+        monkeypatch.setattr(fast_exec.Session, "kill", silent)
     started_before = engine.api.inspect_container(sandbox.id)["State"]["StartedAt"]
     result = await sandbox.run(f"sleep {TAG}0", timeout_s=2)
     assert result.timed_out
     state = engine.api.inspect_container(sandbox.id)["State"]
     assert state["Running"] is True
     assert state["StartedAt"] != started_before
+    # The restart took the executor with it: a new one serves the next commands.
+    assert await sandbox.backend.fast_exec_ready(sandbox.id) == (
+        sandbox.backend.exec_path == "auto"
+    )
     assert leftovers(await sandbox.processes()) == []
 
 
@@ -476,7 +504,7 @@ async def test_a_symlinked_workspace_is_refused(backend: DockerBackend, slots: P
     link.symlink_to(target)
     with pytest.raises(WorkspaceRefused, match="symbolic link"):
         await backend.create(ContainerSpec("exp-x", "fp", IMAGE, link))
-    parent_link = slots / f"slot-link-{RUN}"
+    parent_link = slots / f"slot-link-{uuid.uuid4().hex[:8]}"  # once per exec path
     parent_link.symlink_to(target.parent)
     with pytest.raises(WorkspaceRefused, match="symbolic link"):
         await backend.create(ContainerSpec("exp-x", "fp", IMAGE, parent_link / "workspace"))

@@ -18,6 +18,7 @@ from docker_testkit import RUN, backend_on_engine, labelled, new_workspace
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, Limits
 from app.runtime.docker import DockerBackend, output_streams
+from app.runtime.fast_exec import ExecPath
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +39,13 @@ def cleanup(engine: docker.DockerClient) -> Iterator[None]:
         engine.api.remove_container(container_id, force=True)
 
 
-def make_backend(slots: Path, **options: int) -> DockerBackend:
+def make_backend(slots: Path, exec_path: ExecPath = "auto", **options: int) -> DockerBackend:
     return backend_on_engine(
         slots,
         PREFIX,
         (IMAGE,),
         kill_grace_s=5,
+        exec_path=exec_path,
         **options,
     )
 
@@ -118,9 +120,13 @@ async def test_sandboxes_at_their_caps_leave_output_readers_for_everyone(
     slots: Path, cleanup: None
 ) -> None:
     # Readers sized as the server sizes them: 3 slots, 2 jobs and 1 creation each.
+    # (Output readers are the docker exec path's: the fallback of the fast one.)
     jobs, experiments = 2, 1
     backend = make_backend(
-        slots, max_containers=10, max_streams=output_streams(3, jobs, experiments)
+        slots,
+        "docker-exec",
+        max_containers=10,
+        max_streams=output_streams(3, jobs, experiments),
     )
     try:
         hostile = [await create(backend, slots, f"fp-hostile-{i}") for i in range(2)]
@@ -141,7 +147,7 @@ async def test_without_a_jobs_cap_one_sandbox_can_hold_every_reader(
 ) -> None:
     """What the caps prevent: one tenant's silent jobs, as many as there are readers,
     leave another tenant's output unread (the server before the caps)."""
-    backend = make_backend(slots, max_containers=10, max_streams=4)
+    backend = make_backend(slots, "docker-exec", max_containers=10, max_streams=4)
     try:
         hostile = await create(backend, slots, "fp-hostile")
         victim = await create(backend, slots, "fp-victim")
@@ -151,5 +157,25 @@ async def test_without_a_jobs_cap_one_sandbox_can_hold_every_reader(
                 backend.run(victim.container_id, "echo read", timeout_s=30, job_id="victim"), 5
             )
         await stop(backend, hostile, tasks)
+    finally:
+        await backend.aclose()
+
+
+async def test_on_the_fast_path_silent_jobs_hold_no_reader(slots: Path, cleanup: None) -> None:
+    """The same tenants on the fast path: a job's output comes back on its container's
+    executor stream, so silent jobs hold no reader thread and the victim reads at once."""
+    backend = make_backend(slots, max_containers=10, max_streams=4)
+    try:
+        hostile = await create(backend, slots, "fp-hostile")
+        victim = await create(backend, slots, "fp-victim")
+        for box in (hostile, victim):
+            assert await backend.fast_exec_ready(box.container_id)
+        tasks = await silent_jobs(backend, hostile, 8)
+        result = await asyncio.wait_for(
+            backend.run(victim.container_id, "echo read", timeout_s=30, job_id="victim"), 20
+        )
+        assert (result.exit_code, result.stdout) == (0, "read\n")
+        await stop(backend, hostile, tasks)
+        assert backend.exec_runs == {"fast": 9}
     finally:
         await backend.aclose()

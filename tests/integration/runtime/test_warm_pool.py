@@ -91,11 +91,14 @@ async def test_a_warm_container_goes_to_its_slot_once_and_is_replaced(
     target = alice.workspace.parent
     got = await warm.take(slots[0].root, alice, target)
     assert got is not None
+    # Born with its executor (the fast exec path), which survives the hand-over.
+    assert await backend.fast_exec_ready(got.container_id)
     # The mount followed the rename: what the container writes lands in the experiment's folder.
     result = await backend.run(
         got.container_id, "echo hi > /workspace/made", timeout_s=30, job_id="j1"
     )
     assert result.exit_code == 0
+    assert backend.exec_runs == {"fast": 1}
     assert (target / "workspace" / "made").read_text() == "hi\n"
     assert target.stat().st_mode & 0o777 == 0o700
     assert (target / "workspace").stat().st_uid == UID

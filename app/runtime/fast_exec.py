@@ -1,0 +1,530 @@
+"""The fast exec path: one persistent executor per container, no ``docker exec`` per command.
+
+``docker exec`` costs an engine round trip per command (create, start, the stream,
+inspect: about 57 ms here). Instead, each server process starts one executor in each
+experiment container it runs commands in (:mod:`app.runtime.executor.agent`, stdlib
+Python) as a single long-lived ``docker exec`` with stdin attached, and keeps its
+hijacked stream: requests go down it as JSON lines, results come back on it,
+multiplexed by request id. So:
+
+* **no network and no socket into the host**: the stream is the Docker API
+  connection the server already has; the container gets nothing new (no mount, no
+  port, no file: the agent's source is sent over its stdin and runs from memory);
+* **owned by the server**: it is started by the server (at create, warm containers
+  included, or lazily at a container's first command in this process) and lives as
+  long as the stream: when this process goes away the stream closes, the executor
+  reads the end of its stdin, kills every job's tree and exits;
+* **the same promises**: a job is the very ``job_argv`` of the ``docker exec`` path
+  (tini as a subreaper, the supervisor W, the command in its own session), run as the
+  same user, in ``/workspace``, with the environment ``docker exec`` would give (the
+  container's, the executor's own exec's defaults, and the request's ``env`` on top),
+  under the same container limits; W announces ``T W`` as before (``on_start`` gets
+  them, so any process can still kill the tree with the ``docker exec`` killer, which
+  accepts a T whose parent is an executor); output is capped by the same rule
+  (first quarter, last three quarters) and rendered by the same ``CappedBuffer``;
+  the exit code is T's (128 + signal when killed, as ``docker exec`` reports).
+  Timeouts and cancels ask the executor to kill the tree (the same algorithm as the
+  shell killer, in Python, without a fork); if it does not answer, the ``docker
+  exec`` killer (and its last resort, the container restart) does it.
+
+**Fallback**: a command goes through ``docker exec`` when the container has no
+ready executor (still starting, no ``/usr/bin/python3`` in the image, a container
+this process has not started one in yet, a clone helper) or the setting
+``exec_path`` is ``docker-exec``. A dead executor (killed, crashed, a broken or
+garbled stream) is dropped at once: the commands it was running are killed through
+``docker exec`` and reported as a runtime failure (their result is lost, as when a
+``docker exec`` stream breaks), later ones go through ``docker exec`` while a new
+executor starts in the background; after ``MAX_STARTS`` executors that each died
+young (a crash loop, or a sandbox that keeps killing them) a container stays on
+``docker exec``. An executor that never answers after a kill (its job's supervisor
+stopped, say) is dropped too: its stdin closes and it kills every job it runs, so
+nothing runs on unobserved.
+
+**Threat model.** Code in the sandbox runs as the executor's uid, in its
+container: it can kill the executor, ``ptrace`` it, open its stdin and stdout
+through ``/proc/PID/fd`` and write requests or forged answers, or (through the
+container's environment, e.g. ``LD_PRELOAD``) load code into it. None of that
+gains it anything it does not already have:
+
+* the executor has no privilege the sandbox lacks (same uid and groups, no
+  capability, ``no-new-privileges``, the same cgroup, namespaces and seccomp
+  filter), no network and no host socket, so it cannot be a stepping stone;
+* what the server reads from it is treated as tenant output, exactly like a
+  command's own stdout on the ``docker exec`` path (which a command controls
+  anyway): bounded (a line longer than the request's caps allow ends the
+  executor), validated (ids, pids, exit codes, base64 sizes within the caps) and
+  decoded off the event loop when large; a forged exit code or output can only
+  lie about the tenant's own commands in the tenant's own container, which the
+  tenant could already do (a command can print anything and exit with any code);
+* forged pids make the server kill processes of that container's user, which the
+  tenant can already do; the ``docker exec`` killer keeps its checks;
+* a dead or silent executor costs the tenant its own running commands (killed,
+  reported lost) and the speed-up, never the kill: every kill falls back to
+  ``docker exec``, whose killer runs outside the executor's reach (a fresh exec).
+
+The executor costs the container one process (a pid of its pids limit) and about
+12 MB of resident memory, 6 MB of it its own (the rest the interpreter's pages,
+shared), counted in the container's memory limit; an idle executor sleeps in
+``select`` (no wake-ups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import anyio
+import docker
+import structlog
+
+from app.runtime._jobs import CappedBuffer
+from app.runtime._threads import Offload
+from app.runtime.backend import WORKSPACE
+
+log = structlog.get_logger(__name__)
+
+ExecPath = Literal["auto", "docker-exec"]
+EXEC_PATHS: Final = ("auto", "docker-exec")
+PYTHON: Final = "/usr/bin/python3"
+AGENT_SOURCE: Final = (Path(__file__).parent / "executor" / "agent.py").read_bytes()
+# Reads exactly the agent's source from stdin (the server sends nothing more before
+# "ready"), then runs it; -I -S: no PYTHON* variable, no site, no user site.
+_BOOT: Final = (
+    'import sys;exec(compile(sys.stdin.buffer.read(int(sys.argv[1])),"smcp-executor","exec"))'
+)
+AGENT_ARGV: Final = [PYTHON, "-I", "-S", "-c", _BOOT, str(len(AGENT_SOURCE))]
+MAX_STARTS: Final = 5  # executors per container and process; then docker exec only
+HEALTHY_S: Final = 60.0  # an executor that lived this long gives back the starts
+START_TIMEOUT_S: Final = 15.0
+KILL_ANSWER_S: Final = 5.0  # a kill the executor does not answer in time falls back
+_LARGE_LINE: Final = 64 * 1024  # decoded in a worker thread from this size on
+_HEADER = struct.Struct(">BxxxL")
+
+
+class ExecutorLost(Exception):
+    """The executor went away (or broke the protocol) while a request was pending.
+    ``at_start``: it exited before it was ready (the image cannot run it)."""
+
+    def __init__(self, reason: str, *, at_start: bool = False) -> None:
+        super().__init__(reason)
+        self.at_start = at_start
+
+
+@dataclass(eq=False)
+class _Pending:
+    cap: int
+    pids: tuple[int, int] | None = None
+    announced: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: tuple[int, CappedBuffer, CappedBuffer] | None = None
+    error: str | None = None
+    killed: asyncio.Future[bool | None] | None = None
+
+
+class Session:
+    """One executor's stream: requests out, answers in (see the module doc)."""
+
+    def __init__(self, container_id: str, sock: socket.socket, keep: object) -> None:
+        self.container_id = container_id
+        self._sock = sock
+        self._keep = keep  # the SDK's socket wrapper and response: closed with us
+        self._send_lock = asyncio.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
+        self.alive = True
+        self.served = 0
+        self._born = time.monotonic()
+        self._died: float | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    def lived_s(self) -> float:
+        return (self._died or time.monotonic()) - self._born
+
+    def start_reading(self, leftover: bytes) -> None:
+        self._reader = asyncio.create_task(self._read(leftover), name="fast-exec-reader")
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def submit(self, argv: list[str], env: dict[str, str] | None, cap: int) -> int:
+        """Start a job; its request id. Raises ExecutorLost."""
+        self._next_id += 1
+        request_id = self._next_id
+        self._pending[request_id] = _Pending(cap=cap)
+        message = {
+            "op": "run",
+            "id": request_id,
+            "argv": argv,
+            "env": env or {},
+            "cwd": WORKSPACE,
+            "cap": cap,
+        }
+        await self._send(message)
+        self.served += 1
+        return request_id
+
+    def pending(self, request_id: int) -> _Pending:
+        return self._pending[request_id]
+
+    def forget(self, request_id: int) -> None:
+        self._pending.pop(request_id, None)
+
+    async def kill(self, request_id: int) -> bool | None:
+        """Have the executor kill the job's tree: True if it was running, None if the
+        executor did not answer (dead, silent): the caller must fall back."""
+        pending = self._pending.get(request_id)
+        if pending is None or not self.alive:
+            return None
+        pending.killed = asyncio.get_running_loop().create_future()
+        try:
+            await self._send({"op": "kill", "id": request_id})
+            with anyio.move_on_after(KILL_ANSWER_S):
+                return await asyncio.shield(pending.killed)
+        except ExecutorLost:
+            pass
+        return None
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if not self.alive:
+            raise ExecutorLost("the executor is gone")
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        loop = asyncio.get_running_loop()
+        try:
+            async with self._send_lock:
+                with anyio.fail_after(START_TIMEOUT_S):
+                    await loop.sock_sendall(self._sock, data)
+        except (OSError, TimeoutError) as exc:
+            self.close(f"send failed: {exc}")
+            raise ExecutorLost(str(exc)) from exc
+
+    # -- answers -----------------------------------------------------------------------
+
+    async def _read(self, buffered: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        frames = bytearray(buffered)
+        lines = bytearray()
+        scanned = 0  # how much of ``lines`` holds no newline (never scanned twice)
+        reason = "the stream ended"
+        try:
+            while True:
+                # Offsets, and one deletion per read: a long answer arrives in many
+                # frames, and shifting the buffer per frame would hold the loop.
+                pos = 0
+                while len(frames) - pos >= _HEADER.size:
+                    kind, length = _HEADER.unpack_from(frames, pos)
+                    end = pos + _HEADER.size + length
+                    if len(frames) < end:
+                        break
+                    if kind == 1:
+                        lines += frames[pos + _HEADER.size : end]
+                    else:
+                        text = bytes(frames[pos + _HEADER.size : end][:500])
+                        log.info(
+                            "fast_exec.stderr",
+                            container_id=self.container_id[:12],
+                            text=text.decode("utf-8", "replace"),
+                        )
+                    pos = end
+                del frames[:pos]
+                start = 0
+                while (newline := lines.find(b"\n", max(start, scanned))) >= 0:
+                    await self._dispatch(bytes(lines[start:newline]))
+                    start = newline + 1
+                if start:
+                    del lines[:start]
+                scanned = len(lines)
+                if len(lines) > self._line_limit():
+                    raise ValueError("an answer longer than the caps allow")
+                chunk = await loop.sock_recv(self._sock, 1 << 20)
+                if not chunk:
+                    break
+                frames += chunk
+        except asyncio.CancelledError:
+            reason = "closed"
+            raise
+        except (OSError, ValueError, KeyError, TypeError, binascii.Error) as exc:
+            reason = f"protocol broken: {exc}"
+        finally:
+            self.close(reason)
+
+    def _line_limit(self) -> int:
+        caps = [p.cap for p in self._pending.values()] or [0]
+        return 3 * max(caps) + 4096
+
+    async def _dispatch(self, line: bytes) -> None:
+        if len(line) > _LARGE_LINE:
+            message = await anyio.to_thread.run_sync(json.loads, line)
+        else:
+            message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ValueError("not an object")
+        request_id = message["id"]
+        pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+        if pending is None:
+            return  # an answer to a request forgotten meanwhile (or a forgery): ignored
+        if "pids" in message:
+            pids = message["pids"]
+            if pending.announced.is_set() or not _pids(pids):
+                raise ValueError("bad pids")
+            pending.pids = (pids[0], pids[1])
+            pending.announced.set()
+        elif "killed" in message:
+            if pending.killed is not None and not pending.killed.done():
+                pending.killed.set_result(bool(message["killed"]))
+        elif "error" in message:
+            pending.error = str(message["error"])[:500]
+            pending.announced.set()
+            pending.done.set()
+        elif "code" in message:
+            code = message["code"]
+            if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255:
+                raise ValueError("bad exit code")
+            if len(line) > _LARGE_LINE:
+                out, err = await anyio.to_thread.run_sync(_buffers, message, pending.cap)
+            else:
+                out, err = _buffers(message, pending.cap)
+            pending.result = (code, out, err)
+            pending.announced.set()
+            pending.done.set()
+        else:
+            raise ValueError("unknown answer")
+
+    def close(self, reason: str) -> None:
+        """Drop the stream (idempotent): the executor sees its stdin end, kills its
+        jobs' trees and exits; pending requests learn it is gone."""
+        if not self.alive:
+            return
+        self.alive = False
+        self._died = time.monotonic()
+        log.info("fast_exec.closed", container_id=self.container_id[:12], reason=reason)
+        _close_stream(self._sock, self._keep)
+        for pending in self._pending.values():
+            pending.announced.set()
+            pending.done.set()
+            if pending.killed is not None and not pending.killed.done():
+                pending.killed.set_result(None)
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()
+
+
+def _pids(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 1 << 22 for p in value)
+    )
+
+
+def _buffers(message: dict[str, Any], cap: int) -> tuple[CappedBuffer, CappedBuffer]:
+    return _buffer(message["out"], cap), _buffer(message["err"], cap)
+
+
+def _buffer(parts: object, cap: int) -> CappedBuffer:
+    if not (isinstance(parts, list) and len(parts) == 3 and isinstance(parts[2], int)):
+        raise ValueError("bad output")
+    head = base64.b64decode(parts[0], validate=True)
+    tail = base64.b64decode(parts[1], validate=True)
+    return CappedBuffer.restored(cap, head, tail, parts[2])
+
+
+# -- starting executors ------------------------------------------------------------------
+
+
+def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[Any, bytes]:
+    """Start the executor and wait for its "ready" (blocking: run it in a thread); the
+    SDK's socket wrapper and the bytes read after the ready line."""
+    exec_id = api.exec_create(
+        container_id,
+        AGENT_ARGV,
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        user=user,
+        workdir=WORKSPACE,
+    )["Id"]
+    wrapper = api.exec_start(exec_id, socket=True)
+    sock = _raw_socket(wrapper)
+    if sock is None:
+        with contextlib.suppress(Exception):
+            wrapper.close()  # (its own socket goes with it)
+        raise ExecutorLost("the engine connection is not a plain socket")
+    try:
+        sock.settimeout(START_TIMEOUT_S)
+        sock.sendall(AGENT_SOURCE)
+        received = bytearray()
+        stdout = bytearray()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while b"\n" not in stdout:
+            if time.monotonic() > deadline:
+                raise ExecutorLost("no ready line")
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ExecutorLost(
+                    "it exited at start: "
+                    + bytes(received[:300]).decode("utf-8", "replace").strip(),
+                    at_start=True,
+                )
+            received += chunk
+            stdout.clear()
+            rest = bytes(received)
+            # Everything up to the first complete stdout line of whole frames.
+            while len(rest) >= _HEADER.size:
+                kind, length = _HEADER.unpack_from(rest)
+                if len(rest) < _HEADER.size + length:
+                    break
+                if kind == 1:
+                    stdout += rest[_HEADER.size : _HEADER.size + length]
+                rest = rest[_HEADER.size + length :]
+                if b"\n" in stdout:
+                    break
+        line, _, after = bytes(stdout).partition(b"\n")
+        if not json.loads(line).get("ready"):
+            raise ExecutorLost("no ready line")
+        if after:
+            raise ExecutorLost("output after the ready line")
+        sock.settimeout(None)
+        sock.setblocking(False)
+        return wrapper, rest
+    except BaseException:
+        _close_stream(sock, wrapper)
+        raise
+
+
+def _close_stream(sock: socket.socket, wrapper: object) -> None:
+    """Shut and close the hijacked socket and what the SDK wraps it in (the socket's
+    descriptor is only released once its ``SocketIO`` is closed too)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+    for keep in (wrapper, getattr(wrapper, "_response", None)):
+        close = getattr(keep, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+
+
+def _raw_socket(wrapper: object) -> socket.socket | None:
+    raw = getattr(wrapper, "_sock", wrapper)
+    if type(raw) is socket.socket:
+        return raw
+    return None
+
+
+class Executors:
+    """The executors of this process, by container (see the module doc)."""
+
+    def __init__(
+        self, *, api: Callable[[], Awaitable[docker.APIClient]], offload: Offload, user: str
+    ) -> None:
+        self._api = api
+        self._offload = offload
+        self._user = user
+        self._sessions: dict[str, Session] = {}
+        self._starting: dict[str, asyncio.Task[None]] = {}
+        self._starts: dict[str, int] = {}
+        self._never: set[str] = set()
+        # Bumped when a container is forgotten: a start still under way for an older
+        # generation closes what it opened (its thread cannot be cancelled).
+        self._generation: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # every start under way
+
+    def prepare(self, container_id: str) -> None:
+        """Start the container's executor in the background (if it may have one)."""
+        if container_id in self._never or container_id in self._starting:
+            return
+        session = self._sessions.get(container_id)
+        if session is not None and session.alive:
+            return
+        if session is not None and session.lived_s() > HEALTHY_S:
+            self._starts[container_id] = 0  # it died after a long life: not a crash loop
+        if self._starts.get(container_id, 0) >= MAX_STARTS:
+            return
+        self._starts[container_id] = self._starts.get(container_id, 0) + 1
+        task = asyncio.create_task(self._start(container_id), name="fast-exec-start")
+        self._starting[container_id] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def session(self, container_id: str) -> Session | None:
+        """The container's ready executor, or None (then one is started for later)."""
+        session = self._sessions.get(container_id)
+        if session is not None and session.alive:
+            return session
+        self.prepare(container_id)
+        return None
+
+    async def ready(self, container_id: str) -> Session | None:
+        """Wait for the executor being started (tests, benchmarks); None if it failed."""
+        self.prepare(container_id)
+        task = self._starting.get(container_id)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        return self.session(container_id) if container_id in self._sessions else None
+
+    def docker_exec_only(self, container_id: str) -> None:
+        """Never start an executor in this container (a short-lived helper)."""
+        self._never.add(container_id)
+
+    def forget(self, container_id: str) -> None:
+        """The container is being removed: drop its executor."""
+        self._never.discard(container_id)
+        self._starts.pop(container_id, None)
+        self._starting.pop(container_id, None)
+        self._generation[container_id] = self._generation.get(container_id, 0) + 1
+        session = self._sessions.pop(container_id, None)
+        if session is not None:
+            session.close("container removed")
+
+    async def aclose(self) -> None:
+        """Drop every executor (at shutdown), waiting (bounded) for starts under way."""
+        starting = list(self._tasks)
+        for container_id in list(self._sessions) + list(self._starting):
+            self.forget(container_id)
+        with anyio.move_on_after(START_TIMEOUT_S):
+            for task in starting:
+                with contextlib.suppress(Exception):
+                    await task
+
+    async def _start(self, container_id: str) -> None:
+        started = time.monotonic()
+        generation = self._generation.get(container_id, 0)
+        try:
+            api = await self._api()
+            wrapper, leftover = await self._offload.call(
+                _open_stream, api, container_id, self._user
+            )
+        except Exception as exc:
+            log.info("fast_exec.unavailable", container_id=container_id[:12], reason=str(exc))
+            if isinstance(exc, ExecutorLost) and exc.at_start:
+                self._never.add(container_id)  # no (working) /usr/bin/python3 in the image
+            return
+        finally:
+            if self._generation.get(container_id, 0) == generation:
+                self._starting.pop(container_id, None)
+        sock = _raw_socket(wrapper)
+        assert sock is not None
+        session = Session(container_id, sock, wrapper)
+        if self._generation.get(container_id, 0) != generation:
+            session.close("container removed while its executor started")
+            return
+        old = self._sessions.get(container_id)
+        if old is not None:
+            old.close("replaced")
+        self._sessions[container_id] = session
+        session.start_reading(leftover)
+        log.info(
+            "fast_exec.ready",
+            container_id=container_id[:12],
+            ms=round((time.monotonic() - started) * 1000),
+        )

@@ -1,0 +1,215 @@
+"""The fast exec path's pieces without Docker: the executor's output caps against
+``CappedBuffer``, the server's reading of the executor's answers (bounded, validated),
+and the executor itself as a local process (run, announce, kill, end of stdin)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
+import time
+from base64 import b64decode
+
+import pytest
+
+from app.runtime._jobs import CappedBuffer
+from app.runtime.executor import agent
+from app.runtime.fast_exec import AGENT_ARGV, AGENT_SOURCE, Session
+
+
+@pytest.mark.parametrize("cap", [0, 1, 7, 100, 4096])
+def test_the_executors_caps_render_exactly_as_the_servers(cap: int) -> None:
+    rng = random.Random(cap)
+    for _ in range(50):
+        chunks = [os.urandom(rng.randrange(0, 300)) for _ in range(rng.randrange(0, 20))]
+        theirs, ours = agent.Capped(cap), CappedBuffer(cap)
+        for chunk in chunks:
+            theirs.add(chunk)
+            ours.add(chunk)
+        head, tail, omitted = theirs.parts()
+        restored = CappedBuffer.restored(cap, b64decode(head), b64decode(tail), omitted)
+        assert restored.text() == ours.text()
+        assert restored.truncated == ours.truncated
+
+
+def test_parts_larger_than_their_cap_are_refused() -> None:
+    with pytest.raises(ValueError, match="cap"):
+        CappedBuffer.restored(8, b"abc", b"", 0)  # head cap is 2
+    with pytest.raises(ValueError, match="cap"):
+        CappedBuffer.restored(8, b"ab", b"1234567", 0)  # tail cap is 6
+    with pytest.raises(ValueError, match="head"):
+        CappedBuffer.restored(8, b"a", b"xy", 0)  # a tail before a full head
+
+
+def _frame(data: bytes, kind: int = 1) -> bytes:
+    return struct.pack(">BxxxL", kind, len(data)) + data
+
+
+async def _session() -> tuple[Session, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    session = Session("c" * 64, ours, None)
+    session.start_reading(b"")
+    return session, theirs
+
+
+async def _answer(theirs: socket.socket, message: object) -> None:
+    theirs.sendall(_frame((json.dumps(message) + "\n").encode()))
+    await asyncio.sleep(0.05)
+
+
+async def test_answers_reach_their_request() -> None:
+    session, theirs = await _session()
+    request_id = await session.submit(["true"], {"A": "b"}, 16)
+    sent = json.loads(theirs.recv(65536))
+    assert sent == {
+        "op": "run",
+        "id": request_id,
+        "argv": ["true"],
+        "env": {"A": "b"},
+        "cwd": "/workspace",
+        "cap": 16,
+    }
+    pending = session.pending(request_id)
+    await _answer(theirs, {"id": request_id, "pids": [10, 11]})
+    assert pending.pids == (10, 11)
+    await _answer(theirs, {"id": 999, "code": 0, "out": ["", "", 0], "err": ["", "", 0]})
+    assert session.alive  # an answer to no request is ignored
+    await _answer(theirs, {"id": request_id, "code": 3, "out": ["aGk=", "", 0], "err": ["", "", 0]})
+    assert pending.result is not None
+    code, out, err = pending.result
+    assert (code, out.text(), err.text()) == (3, "hi", "")
+    session.close("test")
+    theirs.close()
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        b"not json\n",
+        b'{"id": 1, "pids": [1, "x"]}\n',
+        b'{"id": 1, "pids": [0, 5]}\n',
+        b'{"id": 1, "code": 300, "out": ["", "", 0], "err": ["", "", 0]}\n',
+        b'{"id": 1, "code": 0, "out": ["!!", "", 0], "err": ["", "", 0]}\n',
+        b'{"id": 1, "code": 0, "out": ["' + b"QUFB" * 10 + b'", "", 0], "err": ["", "", 0]}\n',
+        b"x" * 200_000,  # a line longer than the caps allow, never ended
+    ],
+)
+async def test_a_garbled_or_forged_answer_drops_the_executor(forged: bytes) -> None:
+    session, theirs = await _session()
+    request_id = await session.submit(["true"], None, 16)
+    theirs.recv(65536)
+    theirs.sendall(_frame(forged))
+    pending = session.pending(request_id)
+    async with asyncio.timeout(5):
+        await pending.done.wait()
+    assert pending.result is None
+    assert not session.alive
+    theirs.close()
+
+
+# -- the executor as a local process -----------------------------------------------------
+
+# A stand-in for the job argv (no tini on the test host): T is this shell, W its child
+# that announces "T W" first, then a grandchild that runs on.
+TREE = ["/bin/sh", "-c", """sh -c 'printf "%s %s\\n" "$PPID" "$$"; sleep 4545 & wait'"""]
+
+
+class Local:
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, *AGENT_ARGV[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self.process.stdin is not None
+        self.process.stdin.write(AGENT_SOURCE)
+        self.process.stdin.flush()
+        assert "ready" in self.read()
+
+    def send(self, message: object) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps(message) + "\n").encode())
+        self.process.stdin.flush()
+
+    def read(self) -> dict[str, object]:
+        assert self.process.stdout is not None
+        message: dict[str, object] = json.loads(self.process.stdout.readline())
+        return message
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "State:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/status") as status:
+                    if f"\nPPid:\t{pid}\n" in status.read():
+                        found.append(int(name))
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def test_the_executor_runs_caps_and_kills_a_tree() -> None:
+    local = Local()
+    try:
+        argv = ["/bin/sh", "-c", "echo abcdefgh; echo e >&2; exit 4"]
+        local.send({"op": "run", "id": 1, "argv": argv, "env": {}, "cwd": "/", "cap": 4})
+        end = local.read()
+        assert end["code"] == 4
+        assert end["out"] == ["YQ==", "Z2gK", 5]  # "a", 5 bytes left out, "gh\n"
+        assert end["err"] == ["ZQ==", "Cg==", 0]  # "e", "\n"
+        local.send({"op": "run", "id": 2, "argv": TREE, "env": {}, "cwd": "/", "cap": 64})
+        pids = local.read()["pids"]
+        assert isinstance(pids, list)
+        _root, supervisor = pids
+        deadline = time.monotonic() + 10
+        while not _children(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (sleeper,) = _children(supervisor)
+        local.send({"op": "kill", "id": 2})
+        answers = [local.read(), local.read()]
+        assert {"id": 2, "killed": True} in answers
+        assert not _alive(sleeper)
+        local.send({"op": "kill", "id": 2})  # over: nothing to kill
+        assert local.read() == {"id": 2, "killed": False}
+    finally:
+        local.close()
+
+
+def test_when_its_stdin_ends_the_executor_kills_its_jobs_and_exits() -> None:
+    local = Local()
+    try:
+        local.send({"op": "run", "id": 1, "argv": TREE, "env": {}, "cwd": "/", "cap": 64})
+        pids = local.read()["pids"]
+        assert isinstance(pids, list)
+        supervisor = pids[1]
+        deadline = time.monotonic() + 10
+        while not _children(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (sleeper,) = _children(supervisor)
+        assert local.process.stdin is not None
+        local.process.stdin.close()
+        assert local.process.wait(timeout=10) == 0
+        assert not _alive(sleeper)
+    finally:
+        local.close()
