@@ -25,6 +25,8 @@ from jail._snapshot_rules import SnapshotFilter, Verdict
 
 MAX_DEPTH = 256
 MAX_LISTED_SECRETS = 200
+# Files up to this size are copied whole, without looking for holes.
+SMALL_FILE = 64 * 1024
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_SRC_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -60,12 +62,21 @@ class Copier:
     """Copies one open folder into another, applying ``rules``.
 
     ``skip`` holds (st_dev, st_ino) of folders never to enter, such as the
-    destination itself when it lies inside the project.
+    destination itself when it lies inside the project. ``owner`` (uid, gid) is
+    given to every entry made in the first destination, through the descriptor
+    (or, for a link, its parent's) that made it: no second walk, no path lookup.
     """
 
-    def __init__(self, rules: SnapshotFilter, *, skip: frozenset[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        rules: SnapshotFilter,
+        *,
+        skip: frozenset[tuple[int, int]],
+        owner: tuple[int, int] | None = None,
+    ) -> None:
         self._rules = rules
         self._skip = skip
+        self._owner = owner
         self.tally = Tally()
 
     def copy_tree(self, src_fd: int, *dst_fds: int) -> Tally:
@@ -135,6 +146,8 @@ class Copier:
                 for dst_fd in dst_fds:
                     os.mkdir(name, 0o700, dir_fd=dst_fd)
                     dsts.append(os.open(name, _O_DIR, dir_fd=dst_fd))
+                if self._owner is not None:
+                    os.fchown(dsts[0], *self._owner)
                 self.tally.dirs_created += 1
                 self._copy_dir(src, tuple(dsts), path, depth + 1)
                 for dst in dsts:
@@ -159,6 +172,8 @@ class Copier:
             first = os.open(name, _O_DST_FILE_READABLE, 0o600, dir_fd=dst_fds[0])
             try:
                 self.tally.bytes_copied += _transfer(src, first, st.st_size)
+                if self._owner is not None:
+                    os.fchown(first, *self._owner)  # before the mode: chown clears setgid
                 _finish_file(first, st)
                 for dst_fd in dst_fds[1:]:
                     dst = os.open(name, _O_DST_FILE, 0o600, dir_fd=dst_fd)
@@ -178,6 +193,8 @@ class Copier:
         if _stays_inside(posixpath.dirname(path), target):
             for dst_fd in dst_fds:
                 os.symlink(target, name, dir_fd=dst_fd)
+            if self._owner is not None:
+                os.chown(name, *self._owner, dir_fd=dst_fds[0], follow_symlinks=False)
             self.tally.links_copied += 1
         else:
             self.tally.links_skipped += 1
@@ -216,10 +233,17 @@ def _transfer(src: int, dst: int, size: int) -> int:
     kept as holes: only the data segments move, so a sparse file (a tenant's 2 GB of
     nothing in a 16 KB slot) costs what it holds, not its apparent size. Returns the
     data bytes copied."""
-    copied = 0
-    for start, end in _data_segments(src, size):
-        copied += _copy_range(src, dst, start, end)
-    os.ftruncate(dst, min(size, os.fstat(src).st_size))  # the trailing hole, if any
+    if size <= SMALL_FILE:
+        # Most files of a project: no hole in them is worth two lseeks to find.
+        copied = _copy_range(src, dst, 0, size)
+        end = copied
+    else:
+        copied = end = 0
+        for start, stop in _data_segments(src, size):
+            moved = _copy_range(src, dst, start, stop)
+            copied, end = copied + moved, start + moved
+    if end < size:  # a trailing hole, or the file shrank: the size is not there yet
+        os.ftruncate(dst, min(size, os.fstat(src).st_size))
     return copied
 
 

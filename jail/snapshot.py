@@ -65,6 +65,7 @@ def snapshot_copy(
     include_build_output: bool = False,
     home: Path | None = None,
     mirror: Path | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> SnapshotReport:
     """Copy the host project ``source`` into ``dest``, an existing empty folder
     (and, in the same walk, into ``mirror``, another one: an identical copy).
@@ -80,6 +81,8 @@ def snapshot_copy(
         mirror: a second empty folder to fill in the same walk (an experiment's
             baseline): each file is read once from ``source``, then copied from
             ``dest``, so both hold the same bytes even if ``source`` changes.
+        owner: (uid, gid) to give ``dest`` and all it receives (the mirror keeps
+            the server's): the sandbox user's workspace, without a second walk.
 
     Raises:
         JailError: PROJECT_PATH_REFUSED, NOT_FOUND, NOT_A_DIRECTORY,
@@ -94,7 +97,9 @@ def snapshot_copy(
             dst_fds.append(_open_dest(Path(folder)))
         # Never copy a destination into itself (one may lie inside the project).
         skip = frozenset((st.st_dev, st.st_ino) for st in map(os.fstat, dst_fds))
-        tally = Copier(rules, skip=skip).copy_tree(src_fd, *dst_fds)
+        if owner is not None:
+            os.fchown(dst_fds[0], *owner)
+        tally = Copier(rules, skip=skip, owner=owner).copy_tree(src_fd, *dst_fds)
     finally:
         for fd in dst_fds:
             os.close(fd)

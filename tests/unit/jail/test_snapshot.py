@@ -382,3 +382,35 @@ def test_a_mirror_must_be_empty(project: Path, dest: Path) -> None:
     with pytest.raises(JailError) as caught:
         snapshot_copy(project, dest, home=project.parent / "home", mirror=mirror)
     assert caught.value.code == "DIRECTORY_NOT_EMPTY"
+
+
+def test_a_small_file_keeps_its_size_with_a_trailing_hole_and_an_empty_one_stays_empty(
+    tmp_path: Path,
+) -> None:
+    """Small files are copied whole (no hole search); their size still comes across."""
+    project, dest = tmp_path / "project", tmp_path / "copy"
+    project.mkdir()
+    dest.mkdir()
+    with (project / "tail.bin").open("wb") as out:
+        out.write(b"head")
+        out.truncate(10_000)  # a trailing hole well under SMALL_FILE
+    (project / "empty.txt").write_bytes(b"")
+    (project / "exact.txt").write_bytes(b"x" * 4096)
+    snapshot_copy(project, dest, home=tmp_path / "home")
+    assert (dest / "tail.bin").read_bytes() == b"head" + b"\0" * 9_996
+    assert (dest / "empty.txt").read_bytes() == b""
+    assert (dest / "exact.txt").read_bytes() == b"x" * 4096
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files away takes root (CI runs as root)")
+def test_the_owner_is_given_to_the_first_copy_only(project: Path, dest: Path) -> None:
+    """The workspace becomes the sandbox user's in the copying walk; the baseline stays ours."""
+    mirror = dest.parent / "baseline"
+    mirror.mkdir()
+    snapshot_copy(project, dest, home=project.parent / "home", mirror=mirror, owner=(4321, 4322))
+    given = [dest, *dest.rglob("*")]
+    assert len(given) > len(NORMAL_FILES)
+    assert {(p.lstat().st_uid, p.lstat().st_gid) for p in given} == {(4321, 4322)}
+    kept = [mirror, *mirror.rglob("*")]
+    assert {(p.lstat().st_uid, p.lstat().st_gid) for p in kept} == {(0, 0)}
+    assert any(p.is_symlink() for p in given)  # links were given away too (lchown)
