@@ -14,14 +14,19 @@ baseline): each entry is judged and read once, and written to each.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 import posixpath
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from jail._oserrors import translate
 from jail._snapshot_rules import SnapshotFilter, Verdict
+
+T = TypeVar("T")
 
 MAX_DEPTH = 256
 MAX_LISTED_SECRETS = 200
@@ -57,6 +62,13 @@ class Tally:
     too_deep_skipped: int = 0
     secret_paths: list[str] = field(default_factory=list)
 
+    def merge(self, other: Tally) -> None:
+        """Add the counts of a walk of another part of the same tree."""
+        for name in (f.name for f in fields(self) if f.name != "secret_paths"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = MAX_LISTED_SECRETS - len(self.secret_paths)
+        self.secret_paths.extend(other.secret_paths[: max(room, 0)])
+
 
 class Copier:
     """Copies one open folder into another, applying ``rules``.
@@ -79,23 +91,67 @@ class Copier:
         self._owner = owner
         self.tally = Tally()
 
-    def copy_tree(self, src_fd: int, *dst_fds: int) -> Tally:
-        """Copy the folder ``src_fd`` into each (empty) folder of ``dst_fds``."""
-        self._copy_dir(src_fd, dst_fds, "", 0)
+    def copy_tree(self, src_fd: int, *dst_fds: int, workers: int = 1) -> Tally:
+        """Copy the folder ``src_fd`` into each (empty) folder of ``dst_fds``.
+
+        With ``workers`` > 1, the project's top-level folders are copied on that many
+        threads, each its own walk with the same rules (descriptor-relative, as
+        here): creating files is kernel (or FUSE daemon) time, which threads overlap.
+        """
+        if workers <= 1:
+            self._copy_dir(src_fd, dst_fds, "", 0)
+            return self.tally
+        with concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="snapshot-copy"
+        ) as pool:
+            forked = self._copy_dir(src_fd, dst_fds, "", 0, pool=pool)
+            # Every folder is waited for before any error is raised: the caller empties
+            # the destinations next, and no thread may still be writing into them.
+            concurrent.futures.wait([future for _, future in forked])
+        for path, future in forked:
+            child = self._handled(path, future.result)
+            if child is not None:
+                self.tally.merge(child.tally)
         return self.tally
 
-    def _copy_dir(self, src_fd: int, dsts: tuple[int, ...], folder: str, depth: int) -> None:
+    def _copy_dir(
+        self,
+        src_fd: int,
+        dsts: tuple[int, ...],
+        folder: str,
+        depth: int,
+        pool: concurrent.futures.Executor | None = None,
+    ) -> list[tuple[str, concurrent.futures.Future[Copier]]]:
+        """Copy the listed entries; with ``pool``, subfolders are handed to it instead
+        (returned with their paths, for the caller to wait for)."""
         with os.scandir(src_fd) as listing:
             entries = list(listing)
+        forked: list[tuple[str, concurrent.futures.Future[Copier]]] = []
         for entry in entries:
             path = f"{folder}/{entry.name}" if folder else entry.name
-            try:
-                self._copy_entry(src_fd, dsts, entry, path, depth)
-            except PermissionError:
-                self.tally.unreadable_skipped += 1
-            except OSError as exc:
-                if exc.errno not in _CHANGED:
-                    raise translate(exc, path) from exc
+            if pool is not None and entry.is_dir(follow_symlinks=False):
+                forked.append((path, pool.submit(self._fork, src_fd, dsts, entry, path, depth)))
+                continue
+            self._handled(path, self._copy_entry, src_fd, dsts, entry, path, depth)
+        return forked
+
+    def _fork(
+        self, src_fd: int, dsts: tuple[int, ...], entry: os.DirEntry[str], path: str, depth: int
+    ) -> Copier:
+        child = Copier(self._rules, skip=self._skip, owner=self._owner)
+        child._handled(path, child._copy_entry, src_fd, dsts, entry, path, depth)
+        return child
+
+    def _handled(self, path: str, step: Callable[..., T], *args: Any) -> T | None:
+        """Run one entry's copy: an unreadable entry is counted, a vanished one ignored."""
+        try:
+            return step(*args)
+        except PermissionError:
+            self.tally.unreadable_skipped += 1
+        except OSError as exc:
+            if exc.errno not in _CHANGED:
+                raise translate(exc, path) from exc
+        return None
 
     def _copy_entry(
         self, src_fd: int, dsts: tuple[int, ...], entry: os.DirEntry[str], path: str, depth: int

@@ -6,12 +6,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _jail_testkit import tree_state
 
-from jail import JailError, snapshot_copy
+from jail import JailError, snapshot, snapshot_copy
+from jail._copier import Copier
 from jail._snapshot_rules import SnapshotFilter, is_secret
+
+
+@pytest.fixture(autouse=True, params=[1, 2], ids=["one-walk", "two-threads"])
+def copy_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every promise here holds for one walk and for the threaded copy workspaces use."""
+    monkeypatch.setattr(snapshot, "DEFAULT_WORKERS", request.param)
+    return int(request.param)
+
 
 SECRET_MARK = b"SECRET-MATERIAL-d41d8c"
 OUTSIDE_MARK = b"OUTSIDE-PROJECT-CONTENT-0b1e"
@@ -414,3 +424,24 @@ def test_the_owner_is_given_to_the_first_copy_only(project: Path, dest: Path) ->
     kept = [mirror, *mirror.rglob("*")]
     assert {(p.lstat().st_uid, p.lstat().st_gid) for p in kept} == {(0, 0)}
     assert any(p.is_symlink() for p in given)  # links were given away too (lchown)
+
+
+def test_a_folder_swapped_for_a_link_out_before_its_thread_starts_is_not_followed(
+    project: Path, dest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threaded copy lists the top level, then hands each folder to a thread: a folder
+    replaced meanwhile by a link out of the project is left out, never entered."""
+    outside = project.parent / "outside"
+    fork = Copier._fork
+
+    def swapped_first(self: Copier, src_fd: int, dsts: tuple[int, ...], entry: Any, *a: Any) -> Any:
+        if entry.name == "nested":
+            os.rename(project / "nested", project.parent / "nested-aside")
+            os.symlink(outside, project / "nested")
+        return fork(self, src_fd, dsts, entry, *a)
+
+    monkeypatch.setattr(Copier, "_fork", swapped_first)
+    snapshot_copy(project, dest, home=project.parent / "home", workers=2)
+    assert not (dest / "nested").exists()
+    assert not [p for p, data in _all_files(dest).items() if OUTSIDE_MARK in data]
+    assert (dest / "README.md").exists()  # the rest was copied
