@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.ready_relay import PgReadyRelay, asyncpg_dsn
 from app.storage.rate_store import SqlRateLedger
 from auth.ratelimit import SharedPrefixedBudget
+
+if TYPE_CHECKING:
+    from app.ready_relay import PgReadyRelay
 
 # The longest window any shared budget uses (the e-mails' hour).
 LONGEST_WINDOW_S = 3600
@@ -26,9 +29,12 @@ class SharedLimits:
 
     @classmethod
     def build(cls, engine: AsyncEngine, database_url: str, mails_per_hour: int) -> SharedLimits:
-        relay = (
-            PgReadyRelay(asyncpg_dsn(database_url)) if engine.dialect.name == "postgresql" else None
-        )
+        relay = None
+        if engine.dialect.name == "postgresql":
+            # asyncpg only where there is PostgreSQL: a SQLite server starts without it.
+            from app.ready_relay import PgReadyRelay, asyncpg_dsn
+
+            relay = PgReadyRelay(asyncpg_dsn(database_url))
         return cls(SqlRateLedger(engine), relay, mails_per_hour)
 
     async def take_mail(self) -> bool:

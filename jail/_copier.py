@@ -14,17 +14,24 @@ baseline): each entry is judged and read once, and written to each.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 import posixpath
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from jail._oserrors import translate
 from jail._snapshot_rules import SnapshotFilter, Verdict
 
+T = TypeVar("T")
+
 MAX_DEPTH = 256
 MAX_LISTED_SECRETS = 200
+# Files up to this size are copied whole, without looking for holes.
+SMALL_FILE = 64 * 1024
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_SRC_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -55,36 +62,96 @@ class Tally:
     too_deep_skipped: int = 0
     secret_paths: list[str] = field(default_factory=list)
 
+    def merge(self, other: Tally) -> None:
+        """Add the counts of a walk of another part of the same tree."""
+        for name in (f.name for f in fields(self) if f.name != "secret_paths"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = MAX_LISTED_SECRETS - len(self.secret_paths)
+        self.secret_paths.extend(other.secret_paths[: max(room, 0)])
+
 
 class Copier:
     """Copies one open folder into another, applying ``rules``.
 
     ``skip`` holds (st_dev, st_ino) of folders never to enter, such as the
-    destination itself when it lies inside the project.
+    destination itself when it lies inside the project. ``owner`` (uid, gid) is
+    given to every entry made in the first destination, through the descriptor
+    (or, for a link, its parent's) that made it: no second walk, no path lookup.
     """
 
-    def __init__(self, rules: SnapshotFilter, *, skip: frozenset[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        rules: SnapshotFilter,
+        *,
+        skip: frozenset[tuple[int, int]],
+        owner: tuple[int, int] | None = None,
+    ) -> None:
         self._rules = rules
         self._skip = skip
+        self._owner = owner
         self.tally = Tally()
 
-    def copy_tree(self, src_fd: int, *dst_fds: int) -> Tally:
-        """Copy the folder ``src_fd`` into each (empty) folder of ``dst_fds``."""
-        self._copy_dir(src_fd, dst_fds, "", 0)
+    def copy_tree(self, src_fd: int, *dst_fds: int, workers: int = 1) -> Tally:
+        """Copy the folder ``src_fd`` into each (empty) folder of ``dst_fds``.
+
+        With ``workers`` > 1, the project's top-level folders are copied on that many
+        threads, each its own walk with the same rules (descriptor-relative, as
+        here): creating files is kernel (or FUSE daemon) time, which threads overlap.
+        """
+        if workers <= 1:
+            self._copy_dir(src_fd, dst_fds, "", 0)
+            return self.tally
+        with concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="snapshot-copy"
+        ) as pool:
+            forked = self._copy_dir(src_fd, dst_fds, "", 0, pool=pool)
+            # Every folder is waited for before any error is raised: the caller empties
+            # the destinations next, and no thread may still be writing into them.
+            concurrent.futures.wait([future for _, future in forked])
+        for path, future in forked:
+            child = self._handled(path, future.result)
+            if child is not None:
+                self.tally.merge(child.tally)
         return self.tally
 
-    def _copy_dir(self, src_fd: int, dsts: tuple[int, ...], folder: str, depth: int) -> None:
+    def _copy_dir(
+        self,
+        src_fd: int,
+        dsts: tuple[int, ...],
+        folder: str,
+        depth: int,
+        pool: concurrent.futures.Executor | None = None,
+    ) -> list[tuple[str, concurrent.futures.Future[Copier]]]:
+        """Copy the listed entries; with ``pool``, subfolders are handed to it instead
+        (returned with their paths, for the caller to wait for)."""
         with os.scandir(src_fd) as listing:
             entries = list(listing)
+        forked: list[tuple[str, concurrent.futures.Future[Copier]]] = []
         for entry in entries:
             path = f"{folder}/{entry.name}" if folder else entry.name
-            try:
-                self._copy_entry(src_fd, dsts, entry, path, depth)
-            except PermissionError:
-                self.tally.unreadable_skipped += 1
-            except OSError as exc:
-                if exc.errno not in _CHANGED:
-                    raise translate(exc, path) from exc
+            if pool is not None and entry.is_dir(follow_symlinks=False):
+                forked.append((path, pool.submit(self._fork, src_fd, dsts, entry, path, depth)))
+                continue
+            self._handled(path, self._copy_entry, src_fd, dsts, entry, path, depth)
+        return forked
+
+    def _fork(
+        self, src_fd: int, dsts: tuple[int, ...], entry: os.DirEntry[str], path: str, depth: int
+    ) -> Copier:
+        child = Copier(self._rules, skip=self._skip, owner=self._owner)
+        child._handled(path, child._copy_entry, src_fd, dsts, entry, path, depth)
+        return child
+
+    def _handled(self, path: str, step: Callable[..., T], *args: Any) -> T | None:
+        """Run one entry's copy: an unreadable entry is counted, a vanished one ignored."""
+        try:
+            return step(*args)
+        except PermissionError:
+            self.tally.unreadable_skipped += 1
+        except OSError as exc:
+            if exc.errno not in _CHANGED:
+                raise translate(exc, path) from exc
+        return None
 
     def _copy_entry(
         self, src_fd: int, dsts: tuple[int, ...], entry: os.DirEntry[str], path: str, depth: int
@@ -135,6 +202,8 @@ class Copier:
                 for dst_fd in dst_fds:
                     os.mkdir(name, 0o700, dir_fd=dst_fd)
                     dsts.append(os.open(name, _O_DIR, dir_fd=dst_fd))
+                if self._owner is not None:
+                    os.fchown(dsts[0], *self._owner)
                 self.tally.dirs_created += 1
                 self._copy_dir(src, tuple(dsts), path, depth + 1)
                 for dst in dsts:
@@ -159,6 +228,8 @@ class Copier:
             first = os.open(name, _O_DST_FILE_READABLE, 0o600, dir_fd=dst_fds[0])
             try:
                 self.tally.bytes_copied += _transfer(src, first, st.st_size)
+                if self._owner is not None:
+                    os.fchown(first, *self._owner)  # before the mode: chown clears setgid
                 _finish_file(first, st)
                 for dst_fd in dst_fds[1:]:
                     dst = os.open(name, _O_DST_FILE, 0o600, dir_fd=dst_fd)
@@ -178,6 +249,8 @@ class Copier:
         if _stays_inside(posixpath.dirname(path), target):
             for dst_fd in dst_fds:
                 os.symlink(target, name, dir_fd=dst_fd)
+            if self._owner is not None:
+                os.chown(name, *self._owner, dir_fd=dst_fds[0], follow_symlinks=False)
             self.tally.links_copied += 1
         else:
             self.tally.links_skipped += 1
@@ -216,10 +289,17 @@ def _transfer(src: int, dst: int, size: int) -> int:
     kept as holes: only the data segments move, so a sparse file (a tenant's 2 GB of
     nothing in a 16 KB slot) costs what it holds, not its apparent size. Returns the
     data bytes copied."""
-    copied = 0
-    for start, end in _data_segments(src, size):
-        copied += _copy_range(src, dst, start, end)
-    os.ftruncate(dst, min(size, os.fstat(src).st_size))  # the trailing hole, if any
+    if size <= SMALL_FILE:
+        # Most files of a project: no hole in them is worth two lseeks to find.
+        copied = _copy_range(src, dst, 0, size)
+        end = copied
+    else:
+        copied = end = 0
+        for start, stop in _data_segments(src, size):
+            moved = _copy_range(src, dst, start, stop)
+            copied, end = copied + moved, start + moved
+    if end < size:  # a trailing hole, or the file shrank: the size is not there yet
+        os.ftruncate(dst, min(size, os.fstat(src).st_size))
     return copied
 
 

@@ -26,6 +26,7 @@ from pool.errors import PoolError
 from pool.slots import name_of
 from pool.slots_dir import SLOT_MODE, TRASH, slots_dir_of
 from pool.slots_zfs import SNAPSHOT, parent_root
+from pool.spread import spread_subfolders
 
 logger = structlog.get_logger(__name__)
 
@@ -150,6 +151,7 @@ def _fix_root(root: Path, owner: Owner | None) -> None:
 def _mkdir(path: Path, owner: Owner | None) -> None:
     path.mkdir(mode=SLOT_MODE)
     _fix_root(path, owner)
+    spread_subfolders(path)  # each experiment in its own ext4 block group (pool/spread.py)
 
 
 # -- dir backend -------------------------------------------------------------

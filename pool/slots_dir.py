@@ -29,6 +29,7 @@ from jail.privilege import can_chown
 from jail.tree_delete import DeleteStopped, delete_tree
 from pool.errors import PoolError, PoolErrorCode
 from pool.slots import Slot, name_of
+from pool.spread import spread_subfolders
 
 logger = structlog.get_logger(__name__)
 
@@ -133,6 +134,7 @@ class DirSlotStore:
             os.rename(slot.root, aside)
         os.mkdir(slot.root, SLOT_MODE)
         os.chmod(slot.root, SLOT_MODE)  # mkdir's mode is filtered by the umask
+        spread_subfolders(slot.root)  # each experiment in its own ext4 block group
         if old is not None and stat.S_ISDIR(old.st_mode) and can_chown():
             os.chown(slot.root, old.st_uid, old.st_gid)  # keep provisioning's --owner
         return aside

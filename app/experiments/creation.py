@@ -250,7 +250,9 @@ class ExperimentCreator:
             if job.status != "completed":
                 break
         created = await self._records.get(call.sandbox_key, experiment_id)
-        view = ExperimentView.of(created, await self._records.jobs_of(experiment_id))
+        # Its only jobs are setup commands: without any, there is nothing to read back.
+        jobs = await self._records.jobs_of(experiment_id) if setup else []
+        view = ExperimentView.of(created, jobs)
         return CreatedExperiment(
             **view.model_dump(exclude={"notes"}),
             setup=setup,

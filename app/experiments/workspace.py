@@ -22,6 +22,7 @@ import structlog
 from app.experiments.errors import ProjectSourceError
 from jail import Jail, snapshot_copy
 from jail.tree_delete import delete_tree
+from pool.spread import spread_subfolders
 
 log = structlog.get_logger(__name__)
 
@@ -147,6 +148,9 @@ async def make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
 
 
 def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
+    # Slots made before the pool set this flag: a big create after a destroy in the
+    # same ext4 block group takes seconds (pool/spread.py says why). One ioctl.
+    spread_subfolders(dirs.root.parent)
     dirs.root.mkdir(mode=0o700)
     dirs.workspace.mkdir(mode=0o755)
     if owner is not None:
@@ -154,11 +158,12 @@ def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
 
 
 def _finish(dirs: ExperimentDirs, owner: Owner | None) -> None:
+    """The baseline of a clone, and the workspace the sandbox user's."""
     if not dirs.baseline.exists():
-        # Files we wrote, or a clone: no tenant process has run on this workspace (the
-        # clone helper is gone; a warm container runs only its keep-alive), so a plain
-        # copy is race-free. cp -a copies links as links (never follows one), keeps
-        # mtimes (the diff trusts equal size and mtime) and is native code.
+        # A clone: no tenant process has run on this workspace (the clone helper is
+        # gone; a warm container runs only its keep-alive), so a plain copy is
+        # race-free. cp -a copies links as links (never follows one), keeps mtimes
+        # (the diff trusts equal size and mtime) and is native code.
         subprocess.run(  # noqa: S603 - argv of our own paths, no shell
             [_CP, "-a", "--no-target-directory", "--", str(dirs.workspace), str(dirs.baseline)],
             check=True,
@@ -177,15 +182,16 @@ def _prepare(
     owner: Owner | None,
     made: bool = False,
 ) -> WorkspaceReport:
+    ids = (owner.uid, owner.gid) if owner is not None else None
     if not made:
         _make_dirs(dirs, None)
     # A project is read once: one walk fills the workspace and the baseline (beside
-    # it, out of every mount); the others are copied to the baseline by _finish.
-    if project_path is not None or copy_from is not None:
-        dirs.baseline.mkdir(mode=0o755)
+    # it, out of every mount); given files are written to both (no cp process on the
+    # warm path); a clone is copied to the baseline by _finish.
+    dirs.baseline.mkdir(mode=0o755)
     if project_path is not None:
         snap = snapshot_copy(
-            project_path, dirs.workspace, extra_excludes=excludes, mirror=dirs.baseline
+            project_path, dirs.workspace, extra_excludes=excludes, mirror=dirs.baseline, owner=ids
         )
         report = WorkspaceReport(
             "project_path", snap.files_copied, snap.secrets_skipped, snap.build_skipped
@@ -194,19 +200,24 @@ def _prepare(
         # The other experiment's container may still run: snapshot_copy opens every
         # component relative to its parent with O_NOFOLLOW, so its links cannot lead out.
         snap = snapshot_copy(
-            copy_from.workspace, dirs.workspace, include_build_output=True, mirror=dirs.baseline
+            copy_from.workspace,
+            dirs.workspace,
+            include_build_output=True,
+            mirror=dirs.baseline,
+            owner=ids,
         )
         report = WorkspaceReport("from_experiment", snap.files_copied, snap.secrets_skipped, 0)
     elif files:
-        _write_files(dirs.workspace, files)
+        _write_files(dirs.workspace, files, dirs.baseline)
         report = WorkspaceReport("files", len(files))
     else:
         report = WorkspaceReport("empty", 0)
-    _finish(dirs, owner)
+    # A snapshot gave the workspace its owner as it copied (no second walk).
+    _finish(dirs, None if project_path is not None or copy_from is not None else owner)
     return report
 
 
-def _write_files(workspace: Path, files: Mapping[str, str]) -> None:
+def _write_files(workspace: Path, files: Mapping[str, str], baseline: Path) -> None:
     if len(files) > MAX_FILES:
         raise ProjectSourceError(f"At most {MAX_FILES} files can be given; split the project.")
     total = sum(len(content.encode()) for content in files.values())
@@ -214,9 +225,26 @@ def _write_files(workspace: Path, files: Mapping[str, str]) -> None:
         raise ProjectSourceError(
             f"The files add up to {total} bytes; at most {MAX_FILES_BYTES} are accepted."
         )
-    with Jail.open(workspace) as jail:
+    with Jail.open(workspace) as jail, Jail.open(baseline) as base:
         for path, content in files.items():
-            jail.write_bytes(path, content.encode(), make_parents=True)
+            data = content.encode()
+            jail.write_bytes(path, data, make_parents=True)
+            base.write_bytes(path, data, make_parents=True)
+            _same_times(jail, base, path)
+
+
+def _same_times(workspace: Jail, baseline: Jail, path: str) -> None:
+    # The diff takes equal size and mtime as unchanged (app/experiments/changes.py).
+    src = workspace.open_fd(path, os.O_RDONLY)
+    try:
+        st = os.fstat(src)
+    finally:
+        os.close(src)
+    dst = baseline.open_fd(path, os.O_RDONLY)
+    try:
+        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(dst)
 
 
 def _chown_tree(top: Path, owner: Owner) -> None:

@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -111,7 +111,12 @@ class SqlAuthStore:
         # document client cannot race (both dialects we run on have it).
         async with self._transaction() as session:
             dialect = session.get_bind().dialect.name
-            insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+            insert = sqlite.insert
+            if dialect == "postgresql":
+                # Imported here: the dialect (and asyncpg) cost a SQLite server's start.
+                from sqlalchemy.dialects import postgresql
+
+                insert = postgresql.insert  # type: ignore[assignment]
             statement = insert(OAuthClientRow).values(
                 client_id=client.client_id,
                 client_name=client.client_name,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import asyncpg
 import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import make_url
@@ -34,6 +34,12 @@ from app.storage.pool_store import SqlPoolState
 from pool.leases import label_of
 from pool.state import PoolChanges, PoolSnapshot, PoolState
 from pool.watchdog import Leadership, SoleWatchdog
+
+if TYPE_CHECKING:
+    import asyncpg
+
+# asyncpg is imported where it is used: only PostgreSQL needs it, and a SQLite
+# server's start (to its first /health) is shorter without it.
 
 log = structlog.get_logger(__name__)
 
@@ -131,6 +137,8 @@ class PgPoolState(SqlPoolState):
 
     async def keep_listening(self) -> None:
         """(Re)open the listening connection; a lost one only slows wake-ups to the re-poll."""
+        import asyncpg
+
         if self._on_reserved is None or (
             self._listener is not None and not self._listener.is_closed()
         ):
@@ -146,6 +154,8 @@ class PgPoolState(SqlPoolState):
             self._listener = None
 
     async def close(self) -> None:
+        import asyncpg
+
         if self._listener is not None:
             with contextlib.suppress(OSError, asyncpg.PostgresError):
                 await self._listener.close()
@@ -161,6 +171,8 @@ class AdvisoryLeadership:
         self._leading = False
 
     async def is_leader(self) -> bool:
+        import asyncpg
+
         try:
             if self._connection is None or self._connection.is_closed():
                 self._connection, self._leading = await asyncpg.connect(self._dsn), False
@@ -181,6 +193,8 @@ class AdvisoryLeadership:
             return False
 
     async def close(self) -> None:
+        import asyncpg
+
         connection, self._connection, self._leading = self._connection, None, False
         if connection is not None:
             with contextlib.suppress(OSError, asyncpg.PostgresError):

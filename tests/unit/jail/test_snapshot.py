@@ -6,12 +6,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _jail_testkit import tree_state
 
-from jail import JailError, snapshot_copy
+from jail import JailError, snapshot, snapshot_copy
+from jail._copier import Copier
 from jail._snapshot_rules import SnapshotFilter, is_secret
+
+
+@pytest.fixture(autouse=True, params=[1, 2], ids=["one-walk", "two-threads"])
+def copy_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every promise here holds for one walk and for the threaded copy workspaces use."""
+    monkeypatch.setattr(snapshot, "DEFAULT_WORKERS", request.param)
+    return int(request.param)
+
 
 SECRET_MARK = b"SECRET-MATERIAL-d41d8c"
 OUTSIDE_MARK = b"OUTSIDE-PROJECT-CONTENT-0b1e"
@@ -382,3 +392,56 @@ def test_a_mirror_must_be_empty(project: Path, dest: Path) -> None:
     with pytest.raises(JailError) as caught:
         snapshot_copy(project, dest, home=project.parent / "home", mirror=mirror)
     assert caught.value.code == "DIRECTORY_NOT_EMPTY"
+
+
+def test_a_small_file_keeps_its_size_with_a_trailing_hole_and_an_empty_one_stays_empty(
+    tmp_path: Path,
+) -> None:
+    """Small files are copied whole (no hole search); their size still comes across."""
+    project, dest = tmp_path / "project", tmp_path / "copy"
+    project.mkdir()
+    dest.mkdir()
+    with (project / "tail.bin").open("wb") as out:
+        out.write(b"head")
+        out.truncate(10_000)  # a trailing hole well under SMALL_FILE
+    (project / "empty.txt").write_bytes(b"")
+    (project / "exact.txt").write_bytes(b"x" * 4096)
+    snapshot_copy(project, dest, home=tmp_path / "home")
+    assert (dest / "tail.bin").read_bytes() == b"head" + b"\0" * 9_996
+    assert (dest / "empty.txt").read_bytes() == b""
+    assert (dest / "exact.txt").read_bytes() == b"x" * 4096
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files away takes root (CI runs as root)")
+def test_the_owner_is_given_to_the_first_copy_only(project: Path, dest: Path) -> None:
+    """The workspace becomes the sandbox user's in the copying walk; the baseline stays ours."""
+    mirror = dest.parent / "baseline"
+    mirror.mkdir()
+    snapshot_copy(project, dest, home=project.parent / "home", mirror=mirror, owner=(4321, 4322))
+    given = [dest, *dest.rglob("*")]
+    assert len(given) > len(NORMAL_FILES)
+    assert {(p.lstat().st_uid, p.lstat().st_gid) for p in given} == {(4321, 4322)}
+    kept = [mirror, *mirror.rglob("*")]
+    assert {(p.lstat().st_uid, p.lstat().st_gid) for p in kept} == {(0, 0)}
+    assert any(p.is_symlink() for p in given)  # links were given away too (lchown)
+
+
+def test_a_folder_swapped_for_a_link_out_before_its_thread_starts_is_not_followed(
+    project: Path, dest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threaded copy lists the top level, then hands each folder to a thread: a folder
+    replaced meanwhile by a link out of the project is left out, never entered."""
+    outside = project.parent / "outside"
+    fork = Copier._fork
+
+    def swapped_first(self: Copier, src_fd: int, dsts: tuple[int, ...], entry: Any, *a: Any) -> Any:
+        if entry.name == "nested":
+            os.rename(project / "nested", project.parent / "nested-aside")
+            os.symlink(outside, project / "nested")
+        return fork(self, src_fd, dsts, entry, *a)
+
+    monkeypatch.setattr(Copier, "_fork", swapped_first)
+    snapshot_copy(project, dest, home=project.parent / "home", workers=2)
+    assert not (dest / "nested").exists()
+    assert not [p for p, data in _all_files(dest).items() if OUTSIDE_MARK in data]
+    assert (dest / "README.md").exists()  # the rest was copied
