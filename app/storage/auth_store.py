@@ -9,11 +9,10 @@ from contextlib import AbstractAsyncContextManager
 from typing import TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.storage.db import Base, transaction
+from app.storage.db import Base, transaction, upsert_insert
 from auth.store import (
     Client,
     Grant,
@@ -111,13 +110,7 @@ class SqlAuthStore:
         # document client cannot race (both dialects we run on have it).
         async with self._transaction() as session:
             dialect = session.get_bind().dialect.name
-            insert = sqlite.insert
-            if dialect == "postgresql":
-                # Imported here: the dialect (and asyncpg) cost a SQLite server's start.
-                from sqlalchemy.dialects import postgresql
-
-                insert = postgresql.insert  # type: ignore[assignment]
-            statement = insert(OAuthClientRow).values(
+            statement = upsert_insert(dialect)(OAuthClientRow).values(
                 client_id=client.client_id,
                 client_name=client.client_name,
                 redirect_uris=json.dumps(list(client.redirect_uris)),

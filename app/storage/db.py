@@ -65,6 +65,18 @@ def create_engine(url: str) -> AsyncEngine:
     return create_async_engine(url, pool_pre_ping=True, pool_size=15, max_overflow=0)
 
 
+def upsert_insert(dialect: str) -> Any:
+    """The ``insert`` with ``ON CONFLICT`` of ``dialect`` (both dialects we run on have it)."""
+    if dialect == "postgresql":
+        # Imported here: the dialect (and asyncpg) cost a SQLite server's start.
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets the health probe and readers proceed while a writer commits.

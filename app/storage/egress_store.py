@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.storage.db import Base, transaction
+from app.storage.db import Base, transaction, upsert_insert
 
 
 class EgressUsageRow(Base):
@@ -48,9 +47,7 @@ class EgressUsageStore:
         return transaction(self._sessions)
 
     def _insert(self) -> Any:
-        return (postgresql.insert if self._dialect == "postgresql" else sqlite.insert)(
-            EgressUsageRow
-        )
+        return upsert_insert(self._dialect)(EgressUsageRow)
 
     async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
         """Add ``moved`` bytes to each experiment; every one's usage afterwards."""
