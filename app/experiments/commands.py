@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from app.errors import InvalidArgument
 from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
 from app.experiments.job_limits import JobLimits
@@ -45,6 +46,16 @@ class Command:
     timeout_s: float
     env: dict[str, str]
     background: bool
+
+
+def refuse_nul(command: Command) -> None:
+    """No process can be given a NUL byte (C strings end there): refused before anything
+    is recorded, whichever exec path would run it (the environment's values are checked
+    by ``jail.env_policy``)."""
+    if "\x00" in command.text:
+        raise InvalidArgument(
+            "The command contains a NUL byte (\\x00), which no program can receive; remove it."
+        )
 
 
 class CommandRunner:
@@ -99,6 +110,7 @@ class CommandRunner:
             LimitReached: the experiment or the sandbox runs its maximum of jobs at once
                 (setup commands are not counted: see ``app.experiments.job_limits``).
         """
+        refuse_nul(command)
         release = _nothing
         if command.kind != "setup":
             release = self._limits.claim(command.sandbox_key, command.experiment.experiment_id)

@@ -118,7 +118,7 @@ class Agent:
                 env=env,
                 close_fds=True,
             )
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # a NUL byte is a ValueError
             self.send({"id": job_id, "error": str(exc)})
             return
         job = Job(job_id, proc, int(request.get("cap", 1 << 20)))

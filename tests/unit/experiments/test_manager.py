@@ -124,6 +124,17 @@ async def test_commands_change_state_and_are_recorded(world: World) -> None:
     assert states == ["CREATING", "READY", "RUNNING", "COMPLETED", "RUNNING", "FAILED"]
 
 
+async def test_a_nul_byte_in_a_command_is_refused_before_anything_runs(world: World) -> None:
+    exp = await world.manager.create(world.call(), CreateRequest())
+    with pytest.raises(ServiceError) as refused:
+        await world.manager.execute(world.call(), exp.experiment_id, "echo a\x00b")
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert "NUL byte" in str(refused.value)
+    assert world.backend.ran == []
+    view = await world.manager.get(world.call(), exp.experiment_id)
+    assert (view.state, view.jobs) == ("READY", [])  # nothing recorded, nothing changed
+
+
 async def test_a_slow_synchronous_command_returns_its_job_id(
     tmp_path: Path, worlds: list[World]
 ) -> None:

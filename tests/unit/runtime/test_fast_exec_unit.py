@@ -196,6 +196,32 @@ def test_the_executor_runs_caps_and_kills_a_tree() -> None:
         local.close()
 
 
+@pytest.mark.parametrize(
+    "request_fields",
+    [
+        {"argv": ["/bin/sh", "-c", "echo a\x00b"]},  # Popen: ValueError (embedded null byte)
+        {"argv": ["/bin/sh", "-c", "true"], "env": {"X": "a\x00b"}},
+        {"argv": ["/no/such/program"]},  # OSError
+    ],
+    ids=["nul-in-argv", "nul-in-env", "missing-program"],
+)
+def test_a_request_that_cannot_start_is_answered_and_the_executor_serves_on(
+    request_fields: dict[str, object],
+) -> None:
+    """Seen after the merge: one NUL byte in a command killed the executor with a
+    traceback; the request is answered with its error, and the next one runs."""
+    local = Local()
+    try:
+        local.send({"op": "run", "id": 1, "env": {}, "cwd": "/", "cap": 64, **request_fields})
+        answer = local.read()
+        assert answer["id"] == 1
+        assert "error" in answer, answer
+        local.send({"op": "run", "id": 2, "argv": ["/bin/sh", "-c", "echo ok"], "env": {}})
+        assert local.read()["code"] == 0
+    finally:
+        local.close()
+
+
 def test_when_its_stdin_ends_the_executor_kills_its_jobs_and_exits() -> None:
     local = Local()
     try:
