@@ -86,9 +86,10 @@ class ManualClient:
         return cls(base_url, response.json()["client_id"])
 
     def authorize_url(self, challenge: str, **extra: str) -> str:
-        params = authorization_request(
-            self.client_id, REDIRECT_URI, challenge, state="st-" + secrets.token_hex(4), **extra
-        )
+        # A state of its own; ``extra`` may replace any parameter (the checklist's bad requests).
+        state = "st-" + secrets.token_hex(4)
+        params = authorization_request(self.client_id, REDIRECT_URI, challenge, state=state)
+        params.update(extra)
         return f"{self.base_url}/authorize?{urlencode(params)}"
 
     async def sign_in(self, http: httpx2.AsyncClient) -> tuple[str, str]:
