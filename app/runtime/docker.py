@@ -45,6 +45,7 @@ from app.runtime._clone import GIT_LIMITS, GIT_ROLE, Cloner
 from app.runtime._engine import Engine, Labels
 from app.runtime._engine_errors import translated
 from app.runtime._exec import Executor, OnStart
+from app.runtime._executors import Executors
 from app.runtime._handover import hand_over
 from app.runtime._jobs import JOB_ID
 from app.runtime._network import Networks
@@ -61,7 +62,7 @@ from app.runtime.backend import (
 )
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.errors import ImageNotAllowed, RuntimeFailure
-from app.runtime.fast_exec import ExecPath, Executors
+from app.runtime.fast_exec import ExecPath
 from app.runtime.git_egress import GIT_NETWORK
 from app.runtime.hardening import CAPABILITIES, applied_isolation
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
