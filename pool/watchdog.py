@@ -8,12 +8,12 @@ one expires leases, reservations and queue places: ``leadership`` says which.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import structlog
 
+from pool.background import cancel_and_wait
 from pool.leases import SlotPool
 
 log = structlog.get_logger(__name__)
@@ -86,10 +86,7 @@ class IdleWatchdog:
             self._task = asyncio.create_task(self._run(), name="idle-watchdog")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._pool.flush_activity()
         await self._leadership.close()

@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from app.experiments import _diff
+from app.experiments.result import Result
 from jail import Jail, JailError, PathInfo
 
 DEFAULT_EXCLUDED = frozenset(
@@ -59,8 +60,9 @@ class FileChange(BaseModel):
     size_after: int | None = None
 
 
-class ChangeReport(BaseModel):
-    """Changes since the baseline; ``files_changed`` counts files and links, not folders."""
+class ChangeReport(Result):
+    """Changes since the baseline; ``files_changed`` counts files and links, not folders.
+    (``inspect_changes`` returns it as it is, with the experiment's id: ``ChangesView``.)"""
 
     model_config = ConfigDict(frozen=True)
 
@@ -70,9 +72,8 @@ class ChangeReport(BaseModel):
     insertions: int
     deletions: int
     files_changed: int
-    diff: str | None
-    diff_truncated: bool
-    notes: list[str]
+    diff: str | None = None
+    diff_truncated: bool = False
 
 
 def inspect(

@@ -38,6 +38,7 @@ from app.experiments.recreation import recreate
 from app.experiments.states import State
 from app.runtime.backend import SandboxBackend
 from app.storage.experiment_store import ExperimentRecords
+from pool.background import cancel_and_wait
 from pool.slots import Slot
 
 log = structlog.get_logger(__name__)
@@ -187,10 +188,7 @@ class Recovery:
     async def stop(self) -> None:
         """At shutdown (after this process's jobs were stopped): report them lost, and
         leave the registry."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         try:
             live = await self.registry.live() - {self.registry.process_id}
             lost = await self._records.mark_lost_jobs(self._clock(), live, DEAD_OWNER)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.experiments.changes import ChangeReport, FileChange
+from app.experiments.changes import ChangeReport
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import Experiment, JobRecord
 from app.experiments.result import Result
@@ -284,18 +284,15 @@ class RuntimeView(Result):
         )
 
 
-class ChangesView(Result):
+class _OfExperiment(Result):
+    experiment_id: str
+
+
+# The report's own fields, declared once (ChangeReport); pydantic puts the fields of the
+# later base first, so the id still comes first in the result, as the agent reads it.
+class ChangesView(ChangeReport, _OfExperiment):
     """inspect_changes: what changed against the baseline taken before any command ran."""
 
-    experiment_id: str
-    created: list[FileChange]
-    modified: list[FileChange]
-    deleted: list[FileChange]
-    insertions: int
-    deletions: int
-    files_changed: int
-    diff: str | None = None
-    diff_truncated: bool = False
     # Seed 001's names: the paths alone.
     files_created: list[str] = Field(default_factory=list)
     files_modified: list[str] = Field(default_factory=list)

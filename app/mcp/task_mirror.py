@@ -12,7 +12,6 @@ A process polls only while it serves a task: the poll ends with its last one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -22,6 +21,7 @@ import structlog
 from app.experiments.process_registry import ProcessRegistry
 from app.mcp.task_store import TaskRecord, TaskStore
 from app.storage.task_records import TaskRecords
+from pool.background import cancel_and_wait
 
 log = structlog.get_logger(__name__)
 
@@ -138,9 +138,6 @@ class TaskMirror:
 
     async def stop(self) -> None:
         """Stop polling and let the last writes land (bounded)."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        await cancel_and_wait(self._loop_task)
         if self._writes:
             await asyncio.wait(set(self._writes), timeout=10)

@@ -46,7 +46,6 @@ from pool.slots import SlotsRoot
 
 log = structlog.get_logger(__name__)
 
-_USER = re.compile(r"([0-9]+):([0-9]+)")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
 _NAME_SAFE = re.compile(r"[A-Za-z0-9-]{1,64}")
 # The name a warm container takes when handed over: it carries its new sandbox label.
@@ -99,14 +98,15 @@ class Engine:
         slots: Where the slots live (the engine check looks at their mount).
         shares: How many containers the server and each sandbox may hold.
         labels: Which containers are ours.
-        user: ``uid:gid`` every container process runs as (never root).
+        user_ids: (uid, gid) every container process runs as (never root), as the
+            settings parsed them (``RuntimeSettings.sandbox_ids``).
         home: The user's home in the images (a tmpfs, as the root is read-only).
         host_paths: (as this process sees it, as the engine sees it): bind-mount
             sources are the engine's paths, which differ when this server runs in a
             container (None: the same).
 
     Raises:
-        ConfigurationError: a root or malformed user, a home that is not a folder of
+        ConfigurationError: a root user, a home that is not a folder of
             its own.
     """
 
@@ -118,12 +118,11 @@ class Engine:
         slots: SlotsRoot,
         shares: ContainerShares,
         labels: Labels,
-        user: str,
+        user_ids: tuple[int, int],
         home: str,
         host_paths: tuple[Path, Path] | None = None,
     ) -> None:
-        match = _USER.fullmatch(user)
-        if match is None or int(match.group(1)) == 0:
+        if user_ids[0] == 0:
             raise ConfigurationError("The sandbox user must be uid:gid of a non-root user.")
         if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
             raise ConfigurationError("home must be an absolute path other than / and /tmp.")
@@ -133,8 +132,8 @@ class Engine:
         self._slots = slots
         self._containers = ContainerLimiter(shares)
         self.labels = labels
-        self._user = user
-        self._uid, self._gid = int(match.group(1)), int(match.group(2))
+        self._uid, self._gid = user_ids
+        self.user = f"{self._uid}:{self._gid}"  # as the engine API wants it
         self.home = home.rstrip("/")
         self._client: docker.DockerClient | None = None
         self._client_lock = anyio.Lock()
@@ -286,7 +285,7 @@ class Engine:
                         api.create_container,
                         image,
                         entrypoint=["sleep", "infinity"],
-                        user=self._user,
+                        user=self.user,
                         environment={**env, "HOME": self.home},
                         working_dir=WORKSPACE,
                         hostname="sandbox",

@@ -1,6 +1,7 @@
-"""Commands in a running container: ``docker exec``, the output read as it comes, and
-the kill of a command's whole process tree (on timeout, on cancel, or when the
-stream breaks), so no command ever runs on unobserved.
+"""Commands in a running container, on either path: ``docker exec`` (its output read
+as it comes) or the container's executor (:mod:`app.runtime.fast_exec`); the job's
+timeout and cancel, and its kill (:mod:`app.runtime._kill`) when it times out, is
+cancelled or its stream breaks, so no command ever runs on unobserved.
 
 See :mod:`app.runtime._jobs` for how a command announces its process group and
 how the killer finds every process of it.
@@ -24,23 +25,22 @@ if TYPE_CHECKING:
 
 from app.errors import InvalidArgument
 from app.runtime._engine_errors import translated
+from app.runtime._executors import Executors
 from app.runtime._jobs import (
     Announcement,
     CappedBuffer,
     Job,
     JobTable,
     job_argv,
-    killer_argv,
 )
+from app.runtime._kill import TreeKiller
 from app.runtime._threads import Offload
 from app.runtime.backend import WORKSPACE, ExecResult
-from app.runtime.errors import ContainerGone, RuntimeFailure, RuntimeUnavailable
-from app.runtime.fast_exec import ExecutorLost, Executors, Session
+from app.runtime.errors import ContainerGone, RuntimeUnavailable
+from app.runtime.fast_exec import ExecutorLost, Session
 
 log = structlog.get_logger(__name__)
 
-_KILLED, _NOT_RUNNING = 0, 3  # exit codes of the killer (app.runtime._jobs.KILLER)
-_KILL_ATTEMPTS = 4
 _STILL_RUNNING_LOOKS = 10
 # Told the pids (T, W) of a job's process tree once it announced them.
 OnStart: TypeAlias = Callable[[tuple[int, int]], Awaitable[None]]
@@ -66,6 +66,7 @@ class Executor:
         self._user = user
         self._kill_grace_s = kill_grace_s
         self._jobs = JobTable()
+        self._killer = TreeKiller(api=api, offload=offload, user=user, fast=fast)
         # Results so far, by the path that ran them (for tests and benchmarks).
         self.runs: collections.Counter[str] = collections.Counter()
 
@@ -181,7 +182,7 @@ class Executor:
                 # Cancelled from outside, or the stream broke: never leave the
                 # command running unobserved.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-                    await self._kill(job)
+                    await self._killer.kill(job)
             raise
         return exit_code, stdout, stderr
 
@@ -236,7 +237,7 @@ class Executor:
         except BaseException:
             if job.pids is not None and not job.eof and not job.was_running:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-                    await self._kill(job)
+                    await self._killer.kill(job)
                     # Until T and W are gone too, as when the job is cancelled.
                     with anyio.move_on_after(self._kill_grace_s):
                         await pending.done.wait()
@@ -253,26 +254,12 @@ class Executor:
             return
         if job.reason is None:
             job.reason = "timeout"
-        job.was_running = await self._kill(job)
+        job.was_running = await self._killer.kill(job)
         with anyio.move_on_after(self._kill_grace_s):
             await job.finished.wait()
             return
         log.warning("runtime.executor_stuck", container_id=job.container_id[:12], job_id=job.job_id)
         session.close("no answer after a kill")
-
-    async def _kill(self, job: Job) -> bool:
-        """Kill the job's tree through its executor if it answers, else through docker
-        exec; True if it was still running. Never raises."""
-        if job.fast_kill is not None:
-            with anyio.move_on_after(30):
-                await job.announced.wait()
-            if job.pids is None:
-                return False
-            answer = await job.fast_kill()
-            if answer is not None:
-                return answer
-            log.info("runtime.executor_kill_fallback", job_id=job.job_id)
-        return await self._kill_quietly(job)
 
     async def _require_running(self, container_id: str) -> None:
         api = await self._api()
@@ -321,7 +308,7 @@ class Executor:
         process does, or did), given the pids it announced; True if it was running."""
         job = Job(container_id, "elsewhere", pids=pids)
         job.announced.set()
-        return await self._kill_quietly(job)
+        return await self._killer.kill_quietly(job)
 
     async def _drain(
         self,
@@ -355,58 +342,13 @@ class Executor:
             return
         if job.reason is None:
             job.reason = "timeout"
-        job.was_running = await self._kill_quietly(job, api)
+        job.was_running = await self._killer.kill_quietly(job, api)
         with anyio.move_on_after(self._kill_grace_s):
             await job.finished.wait()
             return
         log.warning("runtime.stream_stuck", container_id=job.container_id[:12], job_id=job.job_id)
         with contextlib.suppress(OSError):
             stream.close()  # only the socket: the reader thread still holds the response
-
-    async def _kill_quietly(self, job: Job, api: docker.APIClient | None = None) -> bool:
-        """Kill the job's process tree; True if it was still running. Never raises."""
-        with anyio.move_on_after(30):
-            await job.announced.wait()
-        if job.pids is None:
-            return False
-        try:
-            api = api or await self._api()
-            for attempt in range(_KILL_ATTEMPTS):
-                with translated(job.container_id):
-                    code = await self._offload.call(
-                        _exec_quietly,
-                        api,
-                        job.container_id,
-                        killer_argv(*job.pids),
-                        self._user,
-                    )
-                if code in (_KILLED, _NOT_RUNNING):
-                    return code == _KILLED
-                log.info("runtime.kill_retry", job_id=job.job_id, attempt=attempt, code=code)
-                await anyio.sleep(0.2 * (attempt + 1))
-            # The killer could not run or finish: the job holds every pid the
-            # container may have (a fork bomb). Restarting the container kills
-            # every process in it; the workspace stays, /tmp and home start empty.
-            log.warning(
-                "runtime.container_restarted",
-                container_id=job.container_id[:12],
-                job_id=job.job_id,
-                reason="the job's process tree could not be killed from inside",
-            )
-            with translated(job.container_id):
-                await self._offload.call(api.restart, job.container_id, timeout=0)
-            if self._fast is not None:
-                self._fast.forget(job.container_id)  # its executor died with the rest
-        except ContainerGone:
-            pass  # its processes went with it
-        except RuntimeFailure:
-            log.warning(
-                "runtime.kill_failed",
-                container_id=job.container_id[:12],
-                job_id=job.job_id,
-                exc_info=True,
-            )
-        return True
 
 
 def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
@@ -451,11 +393,3 @@ def _require_running(api: docker.APIClient, container_id: str) -> None:
         if not api.inspect_container(container_id).get("State", {}).get("Running"):
             raise ContainerGone(container_id)
         time.sleep(0.1)
-
-
-def _exec_quietly(api: docker.APIClient, container_id: str, argv: list[str], user: str) -> object:
-    """Run a short command of ours to completion; its exit code."""
-    # Attached (and the output dropped): only an attached exec_start waits for the end.
-    exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user)["Id"]
-    api.exec_start(exec_id)
-    return api.exec_inspect(exec_id).get("ExitCode")

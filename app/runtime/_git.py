@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 
 from app.runtime._workspace import refuse_docker_socket
 from app.runtime.backend import GitSource
-from app.runtime.errors import GitSourceRefused, WorkspaceRefused
+from app.runtime.errors import GitSourceField, GitSourceRefused, WorkspaceRefused
 
 SOURCE: Final = "/source"  # where a local repository is mounted, read-only
 TARGET: Final = "/workspace"
@@ -108,12 +108,7 @@ def check_url(url: str) -> str:
     Raises:
         GitSourceRefused: anything else (see the module doc).
     """
-    if not isinstance(url, str) or not url:
-        raise GitSourceRefused("url", "it is empty")
-    if len(url) > MAX_URL:
-        raise GitSourceRefused("url", f"longer than {MAX_URL} characters")
-    if url.startswith("-"):
-        raise GitSourceRefused("url", "it starts with '-', like an option")
+    _check_argument("url", url, MAX_URL)
     if _CONTROL.search(url):
         raise GitSourceRefused("url", "it holds control characters")
     if not _URL_CHARS.fullmatch(url):
@@ -149,12 +144,7 @@ def check_ref(ref: str) -> str:
             MAX_REF, a leading ``-``, ``..``, an empty or dot-led component,
             a leading or trailing ``/``, a trailing ``.`` or ``.lock``.
     """
-    if not isinstance(ref, str) or not ref:
-        raise GitSourceRefused("ref", "it is empty")
-    if len(ref) > MAX_REF:
-        raise GitSourceRefused("ref", f"longer than {MAX_REF} characters")
-    if ref.startswith("-"):
-        raise GitSourceRefused("ref", "it starts with '-', like an option")
+    _check_argument("ref", ref, MAX_REF)
     if not _REF.fullmatch(ref):
         raise GitSourceRefused("ref", "only letters, digits, '.', '_', '/' and '-' are allowed")
     if ".." in ref:
@@ -167,6 +157,17 @@ def check_ref(ref: str) -> str:
     if ref.endswith("."):
         raise GitSourceRefused("ref", "it ends with '.'")
     return ref
+
+
+def _check_argument(field: GitSourceField, value: str, max_chars: int) -> None:
+    """What a URL and a ref both must be: a non-empty string of at most ``max_chars``
+    that git cannot take for an option."""
+    if not isinstance(value, str) or not value:
+        raise GitSourceRefused(field, "it is empty")
+    if len(value) > max_chars:
+        raise GitSourceRefused(field, f"longer than {max_chars} characters")
+    if value.startswith("-"):
+        raise GitSourceRefused(field, "it starts with '-', like an option")
 
 
 def check_local_path(local_path: Path, slots_base: Path) -> Path:

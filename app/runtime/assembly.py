@@ -19,7 +19,7 @@ from app.runtime._capacity import output_streams
 from app.runtime.docker import DockerBackend
 from app.runtime.egress_meter import UsageRecords
 from app.runtime.egress_proxy import EgressProxy
-from app.runtime.warm import WarmPool
+from app.runtime.warm import WarmBackend, WarmPool
 from app.settings import RuntimeSettings, Settings
 from jail.privilege import can_chown
 from pool.slots import Slot, SlotsRoot
@@ -65,9 +65,11 @@ def build_backend(
     deployment: str,
     process_id: str | None = None,
     egress: EgressProxy | None = None,
-) -> DockerBackend:
-    """The Docker backend; ``slots`` is the slot store, opened later by the lifespan
-    (the backend asks it where the slots live only once the service runs)."""
+) -> WarmBackend:
+    """The Docker backend, as the protocol the root holds (``WarmBackend``: the
+    ``SandboxBackend`` the warm pool can hand containers over with); ``slots`` is the
+    slot store, opened later by the lifespan (the backend asks it where the slots live
+    only once the service runs)."""
     runtime, experiments, pool = settings.runtime, settings.experiments, settings.pool
     return DockerBackend(
         slots=slots,
@@ -84,7 +86,7 @@ def build_backend(
             pool.size, experiments.max_jobs_per_sandbox, experiments.max_experiments
         ),
         label_prefix=runtime.label_prefix,
-        user=runtime.sandbox_user,
+        user_ids=runtime.sandbox_ids,
         exec_path=runtime.exec_path,
         allow_egress=settings.egress.allow,
         allow_git_egress=settings.egress.allow_git,
@@ -95,7 +97,7 @@ def build_backend(
 
 def build_warm_pool(
     runtime: RuntimeSettings,
-    backend: DockerBackend,
+    backend: WarmBackend,
     next_free: Callable[[int], list[Slot]],
     *,
     claims: WarmClaims | None,

@@ -45,6 +45,7 @@ from app.runtime._clone import GIT_LIMITS, GIT_ROLE, Cloner
 from app.runtime._engine import Engine, Labels
 from app.runtime._engine_errors import translated
 from app.runtime._exec import Executor, OnStart
+from app.runtime._executors import Executors
 from app.runtime._handover import hand_over
 from app.runtime._jobs import JOB_ID
 from app.runtime._network import Networks
@@ -61,7 +62,7 @@ from app.runtime.backend import (
 )
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.errors import ImageNotAllowed, RuntimeFailure
-from app.runtime.fast_exec import ExecPath, Executors
+from app.runtime.fast_exec import ExecPath
 from app.runtime.git_egress import GIT_NETWORK
 from app.runtime.hardening import CAPABILITIES, applied_isolation
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
@@ -101,7 +102,8 @@ class DockerBackend:
         pool_size: Sandboxes promised their first container out of ``max_containers``
             (see :mod:`app.runtime._capacity`); 0: none.
         max_containers_per_sandbox: The most one sandbox may hold (None: no cap).
-        user: ``uid:gid`` every container process runs as (never root).
+        user_ids: (uid, gid) every container process runs as (never root), as the
+            settings parsed them (``RuntimeSettings.sandbox_ids``).
         home: The user's home in the images (a tmpfs, as the root is read-only).
         allow_egress: Whether ``network="egress"`` is honoured (else refused).
         egress_network: The Docker network egress containers join.
@@ -140,7 +142,7 @@ class DockerBackend:
         max_containers: int = 300,
         pool_size: int = 0,
         max_containers_per_sandbox: int | None = None,
-        user: str = "1000:1000",
+        user_ids: tuple[int, int] = (1000, 1000),
         home: str = "/home/sandbox",
         allow_egress: bool = False,
         egress_network: str = "bridge",
@@ -169,7 +171,6 @@ class DockerBackend:
         self._allowed = allowed_images
         self._default_image = default_image or allowed_images[0]
         self._ceilings = ceilings or Ceilings()
-        self._user = user
         self._offload = Offload(calls=max_calls, streams=max_streams)
         self._engine = Engine(
             client_factory=client_factory or _default_client,
@@ -177,11 +178,12 @@ class DockerBackend:
             slots=slots,
             shares=ContainerShares(max_containers, pool_size, max_containers_per_sandbox),
             labels=Labels(label_prefix, deployment, process_id),
-            user=user,
+            user_ids=user_ids,
             home=home,
             host_paths=host_paths,
         )
         self._labels = self._engine.labels
+        self._user = user = self._engine.user
         self._networks = Networks(
             allow_egress=allow_egress,
             egress_network=egress_network,

@@ -59,6 +59,7 @@ from app.runtime.egress_rules import clamp_allowlist, matches, not_public_ranges
 from app.runtime.egress_sockets import open_connections
 from app.runtime.egress_squid import SquidFolder, SquidProcess, make_folder
 from app.runtime.egress_usage import Client, Ledger
+from pool.background import cancel_and_wait
 
 log = structlog.get_logger(__name__)
 
@@ -219,10 +220,7 @@ class EgressProxy:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        await cancel_and_wait(self._watcher)
         if self._squid is not None:
             await self._squid.stop()  # it logs the connections it still held
         with contextlib.suppress(Exception):  # their bytes, recorded for the next start

@@ -65,6 +65,7 @@ from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from app.runtime.warm_claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
 from jail.tree_delete import delete_tree
+from pool.background import cancel_and_wait
 from pool.slots import Slot
 
 log = structlog.get_logger(__name__)
@@ -167,11 +168,8 @@ class WarmPool:
 
     async def stop(self) -> None:
         """Stop refilling and remove the unused warm containers and their folders."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         with anyio.CancelScope(shield=True):
             for warm in list(self._ready.values()):
                 await self._discard(warm)

@@ -1,4 +1,5 @@
-"""What the tool modules share: parameter types, annotation presets, progress.
+"""What the tool modules share: parameter types, annotation presets, progress, a
+command tool's call.
 
 Annotations are hints a client acts on (Claude runs read-only tools without
 asking, and its connector directory requires ``title``, ``readOnlyHint`` and
@@ -7,14 +8,17 @@ asking, and its connector directory requires ``title``, ``readOnlyHint`` and
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from mcp.server.mcpserver import Context
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from app.mcp.runner import Progress
+from app.experiments.views import JobView
+from app.mcp.runner import Progress, ToolRunner
 from app.mcp.tasks import running_as_task
+from jail import CallContext
 
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
@@ -56,3 +60,19 @@ def progress(ctx: Context | None) -> Progress | None:
     # Progress reaches the client only if it asked for it, and never from a task: the
     # response that would carry it has been sent.
     return ctx.report_progress if ctx is not None and not running_as_task() else None
+
+
+def run_job(
+    runner: ToolRunner,
+    tool: str,
+    ctx: Context | None,
+    start: Callable[[CallContext, bool], Awaitable[JobView]],
+) -> Awaitable[CallToolResult]:
+    """A command tool's call (execute_experiment, run_tests): it holds the sandbox's slot,
+    reports progress, and ``start`` is told to wait for the job's end (its second
+    argument) when the call runs as an MCP task."""
+
+    async def body(call: CallContext) -> JobView:
+        return await start(call, running_as_task())
+
+    return runner.run(tool, body, takes_slot=True, progress=progress(ctx))

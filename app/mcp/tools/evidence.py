@@ -16,9 +16,8 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
-from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, SeedTimeout, hints, progress
+from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, SeedTimeout, hints, run_job
 from jail import CallContext
 
 
@@ -57,16 +56,13 @@ def register_evidence_tools(
         timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
-        async def body(call: CallContext) -> JobView:
+        async def start(call: CallContext, until_done: bool) -> JobView:
+            seconds = seed.timeout(timeout_s, timeout)
             return await manager.run_tests(
-                call,
-                experiment_id,
-                command,
-                timeout_s=seed.timeout(timeout_s, timeout),
-                until_done=running_as_task(),
+                call, experiment_id, command, timeout_s=seconds, until_done=until_done
             )
 
-        return await runner.run("run_tests", body, takes_slot=True, progress=progress(ctx))
+        return await run_job(runner, "run_tests", ctx, start)
 
     @server.tool(
         title="Inspect changes",

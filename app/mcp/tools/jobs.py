@@ -19,7 +19,6 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.views import MAX_PAGE_CHARS, JobView
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
-from app.mcp.tasks import running_as_task
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools._common import (
     READ_ONLY,
@@ -31,6 +30,7 @@ from app.mcp.tools._common import (
     SeedTimeout,
     hints,
     progress,
+    run_job,
 )
 from jail import CallContext
 
@@ -77,7 +77,7 @@ def register_job_tools(
         timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, enveloped(JobView)]:
-        async def body(call: CallContext) -> JobView:
+        async def start(call: CallContext, until_done: bool) -> JobView:
             seconds = seed.timeout(timeout_s, timeout)
             text = command
             if workdir is not None:
@@ -90,10 +90,10 @@ def register_job_tools(
                 background=background,
                 timeout_s=seconds,
                 env=env,
-                until_done=running_as_task(),
+                until_done=until_done,
             )
 
-        return await runner.run("execute_experiment", body, takes_slot=True, progress=progress(ctx))
+        return await run_job(runner, "execute_experiment", ctx, start)
 
     @server.tool(
         title="Job status",

@@ -30,7 +30,7 @@ from docker_testkit import (
     new_workspace,
 )
 
-import app.runtime._exec as runtime_exec
+import app.runtime._kill as runtime_kill
 import app.runtime.fast_exec as fast_exec
 from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
 from app.runtime.docker import CAPABILITIES, DockerBackend
@@ -424,7 +424,7 @@ async def test_a_fork_bomb_is_bounded_and_killed(backend: DockerBackend, slots: 
 async def test_when_the_killer_cannot_run_the_container_is_restarted(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, engine: docker.DockerClient
 ) -> None:
-    monkeypatch.setattr(runtime_exec, "killer_argv", lambda *_: ["/bin/false"])
+    monkeypatch.setattr(runtime_kill, "killer_argv", lambda *_: ["/bin/false"])
     if sandbox.backend.exec_path == "auto":
         # An executor that never answers a kill: the kill falls back to docker exec.
         async def silent(*_: object) -> None:

@@ -22,7 +22,7 @@ import docker
 import pytest
 from docker_testkit import BACKEND_PREFIX, docker_client, new_workspace
 
-import app.runtime.fast_exec as fast_exec
+import app.runtime._executors as executors
 from app.runtime.backend import ContainerSpec, ExecResult, Limits
 from app.runtime.docker import DockerBackend
 from app.runtime.errors import RuntimeUnavailable
@@ -265,7 +265,7 @@ async def test_an_image_the_executor_cannot_run_in_uses_docker_exec(
     fast: DockerBackend, slots: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As in an image without /usr/bin/python3: the executor's exec fails at start.
-    monkeypatch.setattr(fast_exec, "AGENT_ARGV", ["/usr/bin/no-such-python3", "-c", "pass"])
+    monkeypatch.setattr(executors, "AGENT_ARGV", ["/usr/bin/no-such-python3", "-c", "pass"])
     spec = ContainerSpec("exp-nopy", "fp-fast", IMAGE, new_workspace(slots))
     made = await fast.create(spec)
     try:

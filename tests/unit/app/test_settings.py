@@ -52,6 +52,9 @@ def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
         ("TOKEN_KEY", "abcd", "SANDBOX_MCP_TOKEN_KEY='<hidden>' is invalid"),
         ("PUBLIC_URL", "https://x.test/mcp", "must be a base URL with no path"),
         ("PUBLIC_URL", "http://x.test", "must use https unless the host is loopback"),
+        # The one parse of the sandbox user (the runtime gets the ids: RuntimeSettings.sandbox_ids).
+        ("SANDBOX_USER", "sandbox", "must be uid:gid of an unprivileged user"),
+        ("SANDBOX_USER", "0:1000", "must be uid:gid of an unprivileged user"),
     ],
 )
 def test_a_bad_value_gets_one_line_naming_variable_value_and_rule(

@@ -17,9 +17,10 @@ from base64 import b64decode
 
 import pytest
 
+from app.runtime._executors import AGENT_ARGV, AGENT_SOURCE
 from app.runtime._jobs import CappedBuffer
 from app.runtime.executor import agent
-from app.runtime.fast_exec import AGENT_ARGV, AGENT_SOURCE, Session
+from app.runtime.fast_exec import Session
 
 
 @pytest.mark.parametrize("cap", [0, 1, 7, 100, 4096])

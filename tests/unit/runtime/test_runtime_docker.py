@@ -405,8 +405,8 @@ async def test_cancel_of_an_unknown_job_is_false(slots: Path, api: FakeApi) -> N
     [
         {"allowed_images": ()},
         {"default_image": "other:1"},
-        {"user": "0:0"},
-        {"user": "sandbox"},
+        {"user_ids": (0, 0)},
+        {"user_ids": (0, 1000)},
         {"label_prefix": "Bad Prefix"},
         {"max_containers": 0},
         {"home": "/"},
