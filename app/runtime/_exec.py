@@ -33,6 +33,7 @@ from app.runtime._jobs import (
     killer_argv,
 )
 from app.runtime._threads import Offload
+from app.runtime._upgraded import exec_stream
 from app.runtime.backend import WORKSPACE, ExecResult
 from app.runtime.errors import ContainerGone, RuntimeFailure, RuntimeUnavailable
 from app.runtime.fast_exec import ExecutorLost, Executors, Session
@@ -410,7 +411,8 @@ class Executor:
 
 
 def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
-    return api.exec_start(exec_id, stream=True, demux=True)
+    # Not docker-py's exec_start(stream=True): it loses output read with the answer.
+    return exec_stream(api, exec_id)
 
 
 def _close(stream: _Stream) -> None:

@@ -89,6 +89,7 @@ import structlog
 
 from app.runtime._jobs import CappedBuffer
 from app.runtime._threads import Offload
+from app.runtime._upgraded import read_ahead
 from app.runtime.backend import WORKSPACE
 
 log = structlog.get_logger(__name__)
@@ -360,7 +361,7 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
     try:
         sock.settimeout(START_TIMEOUT_S)
         sock.sendall(AGENT_SOURCE)
-        received = bytearray()
+        received = bytearray(read_ahead(wrapper))  # what came with the engine's answer
         stdout = bytearray()
         deadline = time.monotonic() + START_TIMEOUT_S
         while b"\n" not in stdout:
