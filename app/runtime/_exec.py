@@ -35,6 +35,7 @@ from app.runtime._jobs import (
 )
 from app.runtime._kill import TreeKiller
 from app.runtime._threads import Offload
+from app.runtime._upgraded import exec_stream
 from app.runtime.backend import WORKSPACE, ExecResult
 from app.runtime.errors import ContainerGone, RuntimeUnavailable
 from app.runtime.fast_exec import ExecutorLost, Session
@@ -352,7 +353,8 @@ class Executor:
 
 
 def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
-    return api.exec_start(exec_id, stream=True, demux=True)
+    # Not docker-py's exec_start(stream=True): it loses output read with the answer.
+    return exec_stream(api, exec_id)
 
 
 def _close(stream: _Stream) -> None:

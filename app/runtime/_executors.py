@@ -21,6 +21,7 @@ import docker
 import structlog
 
 from app.runtime._threads import Offload
+from app.runtime._upgraded import read_ahead
 from app.runtime.backend import WORKSPACE
 from app.runtime.fast_exec import (
     _HEADER,
@@ -64,9 +65,11 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
             wrapper.close()  # (its own socket goes with it)
         raise ExecutorLost("the engine connection is not a plain socket")
     try:
+        # What came with the engine's answer, taken before the source goes: the ready
+        # line cannot be in it (the loop below parses only what it receives after).
+        received = bytearray(read_ahead(wrapper))
         sock.settimeout(START_TIMEOUT_S)
         sock.sendall(AGENT_SOURCE)
-        received = bytearray()
         stdout = bytearray()
         deadline = time.monotonic() + START_TIMEOUT_S
         while b"\n" not in stdout:
