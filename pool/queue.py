@@ -51,7 +51,12 @@ class QueueingPool(PoolBase):
             elif state == "leased":
                 assert index is not None
                 self._touch_locked(key, index, now)
-            elif state is None and self._free and key not in self._queue:
+            elif (
+                state is None
+                and self._free
+                and key not in self._queue
+                and not self._being_emptied(key)
+            ):
                 index = heapq.heappop(self._free)
                 record = SlotRecord(index, "leased", key, now, now)
                 self._slots[index] = record
@@ -74,6 +79,12 @@ class QueueingPool(PoolBase):
             raise queued  # after the block: the queue place is committed, not rolled back
         assert index is not None
         return Lease(self._store.slot(index), key, notes)
+
+    def _being_emptied(self, key: str) -> bool:
+        """Whether the key's old slot is being reset: its record still names the key
+        (a resumed reset needs it), and a key holds one slot row at most, so the key
+        waits in the queue, whose head gets that slot once it is empty."""
+        return any(r.state == "resetting" and r.sandbox_key == key for r in self._slots.values())
 
     def _enqueue(self, key: str, now: float, changes: PoolChanges) -> Queued:
         entry = self._queue.get(key)

@@ -8,6 +8,7 @@ import pytest
 from pool_fakes import FakeSlotStore, MemoryPoolState
 
 from pool.leases import Queued, SlotPool
+from pool.slots import Slot
 
 
 class Clock:
@@ -233,3 +234,39 @@ async def test_a_lease_active_again_while_the_watchdog_empties_others_is_kept() 
     assert emptied == ["alice", "bob"]
     assert pool.lease_of("carol") is not None
     assert store.resets == [0, 1]
+
+
+class SlowResetStore(FakeSlotStore):
+    """A reset that lasts until the test lets it end (zfs-fuse took 3.5 s in CI)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+        self.finish = asyncio.Event()
+
+    async def reset(self, slot: Slot) -> None:
+        self.started.set()
+        await self.finish.wait()
+        await super().reset(slot)
+
+
+async def test_a_key_calling_while_its_old_sandbox_is_emptied_waits_for_that_slot() -> None:
+    """Seen in CI: the key's next call took another free slot while its emptied one was
+    still resetting; the database (one slot row per key) refused it, and the agent got
+    SANDBOX_UNAVAILABLE. It queues instead, and gets its old slot, empty, with the notes."""
+    store, state, clock = SlowResetStore(), MemoryPoolState(), Clock()
+    pool = SlotPool(state, store, size=2, idle_timeout_s=600, clock=clock)
+    await pool.open()
+    old = await pool.acquire("alice")
+    clock.now += 601
+    expiring = asyncio.create_task(pool.expire())
+    await store.started.wait()
+    waiting = await queued(pool, "alice")  # not a second slot while the first is emptied
+    assert waiting.position == 1
+    assert [r.sandbox_key for r in pool._slots.values()] == ["alice"]
+    store.finish.set()
+    assert await expiring == 1
+    fresh = await pool.acquire("alice")
+    assert fresh.slot.index == old.slot.index
+    assert fresh.notes == ("emptied", "ready")
+    pool.check_invariants()
