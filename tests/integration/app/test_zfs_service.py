@@ -102,6 +102,7 @@ async def test_a_zfs_sandbox_is_leased_used_and_emptied_by_rollback(
             # Idle past the timeout: the watchdog rolls the dataset back to @empty.
             assert await asyncio.to_thread(wait_until_gone, evidence, 30)
             again = await probe(http, server, token)
+            assert not again["is_error"], again
             assert again["files"] == []
             assert any("emptied" in note for note in again["notes"])
     finally:
