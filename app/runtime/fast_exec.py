@@ -28,7 +28,8 @@ multiplexed by request id. So:
   exec`` killer (and its last resort, the container restart) does it.
 
 **Fallback**: a command goes through ``docker exec`` when the container has no
-ready executor (still starting, no ``/usr/bin/python3`` in the image, a container
+ready executor (still starting: a new container's first command waits up to
+``FIRST_COMMAND_WAIT_S`` for it; no ``/usr/bin/python3`` in the image, a container
 this process has not started one in yet, a clone helper) or the setting
 ``exec_path`` is ``docker-exec``. A dead executor (killed, crashed, a broken or
 garbled stream) is dropped at once: the commands it was running are killed through
@@ -106,6 +107,9 @@ AGENT_ARGV: Final = [PYTHON, "-I", "-S", "-c", _BOOT, str(len(AGENT_SOURCE))]
 MAX_STARTS: Final = 5  # executors per container and process; then docker exec only
 HEALTHY_S: Final = 60.0  # an executor that lived this long gives back the starts
 START_TIMEOUT_S: Final = 15.0
+# How long a command waits for its container's executor being started before it goes
+# through docker exec instead (a new container's first command; Executors.session_soon).
+FIRST_COMMAND_WAIT_S: Final = 0.5
 KILL_ANSWER_S: Final = 5.0  # a kill the executor does not answer in time falls back
 _LARGE_LINE: Final = 64 * 1024  # decoded in a worker thread from this size on
 _HEADER = struct.Struct(">BxxxL")
@@ -462,6 +466,25 @@ class Executors:
             return session
         self.prepare(container_id)
         return None
+
+    async def session_soon(self, container_id: str) -> Session | None:
+        """The container's ready executor; waits up to ``FIRST_COMMAND_WAIT_S`` for its
+        first one.
+
+        A new container's first command usually comes while its executor starts: a
+        ``docker exec`` beside that start costs about as much as the start itself (both
+        are one exec of the engine, on the same cores), and the executor then serves
+        every later command. A container whose executor died does not wait (its
+        commands go through ``docker exec`` while a new one starts, as documented)."""
+        first = container_id not in self._sessions
+        session = self.session(container_id)
+        task = self._starting.get(container_id)
+        if session is not None or task is None or not first:
+            return session
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(task), FIRST_COMMAND_WAIT_S)
+        session = self._sessions.get(container_id)
+        return session if session is not None and session.alive else None
 
     async def ready(self, container_id: str) -> Session | None:
         """Wait for the executor being started (tests, benchmarks); None if it failed."""
