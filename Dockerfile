@@ -10,7 +10,9 @@ ARG BASE=python:3.11-slim-bookworm
 # Build stage: uv resolves the locked dependencies into /opt/sandbox-mcp. The
 # dependencies are their own layer, so a code change does not download them again.
 FROM ${BASE} AS build
-ENV UV_PROJECT_ENVIRONMENT=/opt/sandbox-mcp UV_LINK_MODE=copy
+# Compiled to bytecode here: the image runs with PYTHONDONTWRITEBYTECODE, and without
+# .pyc files every start compiled ~1,000 modules again (1.2 s of CPU, issue 13).
+ENV UV_PROJECT_ENVIRONMENT=/opt/sandbox-mcp UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1
 RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./

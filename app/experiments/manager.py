@@ -12,6 +12,7 @@ part that does the work (creation, execution, changes, testing, the shelf, compa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
@@ -276,8 +277,12 @@ class ExperimentManager:
             if self._jobs.get(row.job_id) is None:  # another server process runs it
                 await self._remote.cancel(row)
         jobs = await self._records.jobs_of(experiment.experiment_id)
-        # Recorded before teardown, so destroyed experiments stay comparable.
-        found = await evidence.gather(self._records, experiment, dirs)
+        # Recorded before the folder goes, so destroyed experiments stay comparable. The
+        # walk (a thread) overlaps the container's removal (the engine): on a 5,000-file
+        # workspace each took about 100 ms of the caller's time (issue 13).
+        found, _ = await asyncio.gather(
+            evidence.gather(self._records, experiment, dirs), self._remove_container(experiment)
+        )
         findings = {
             "state_before": experiment.state.value,
             "commands": len(jobs),
@@ -287,8 +292,6 @@ class ExperimentManager:
             "reason": reason,
             "evidence": found.model_dump(),
         }
-        if experiment.container_id:
-            await self._backend.remove(experiment.container_id)
         if dirs is not None:
             await self.trash.discard(dirs.root)
         fresh = await self._records.load(experiment.sandbox_key, experiment.experiment_id)
@@ -302,6 +305,10 @@ class ExperimentManager:
             experiment.experiment_id, State.DESTROYED, reason, self._clock(), findings=findings
         )
         log.info("experiment.destroyed", experiment_id=experiment.experiment_id, reason=reason)
+
+    async def _remove_container(self, experiment: Experiment) -> None:
+        if experiment.container_id:
+            await self._backend.remove(experiment.container_id)
 
     async def teardown_sandbox(self, sandbox_key: str, reason: str) -> int:
         """Destroy every live experiment of a sandbox (its slot is about to be emptied)."""

@@ -90,7 +90,7 @@ class Executor:
         if job is None:
             raise InvalidArgument(f"A job {job_id!r} is already running in this container.")
         started = time.monotonic()
-        session = self._fast.session(container_id) if self._fast is not None else None
+        session = await self._fast.session_soon(container_id) if self._fast is not None else None
         try:
             if session is not None:
                 exit_code, stdout, stderr = await self._run_fast(

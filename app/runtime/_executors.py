@@ -34,6 +34,9 @@ from app.runtime.fast_exec import (
 
 log = structlog.get_logger(__name__)
 
+# How long a command waits for its container's executor being started before it goes
+# through docker exec instead (a new container's first command; Executors.session_soon).
+FIRST_COMMAND_WAIT_S: Final = 0.5
 PYTHON: Final = "/usr/bin/python3"
 AGENT_SOURCE: Final = (Path(__file__).parent / "executor" / "agent.py").read_bytes()
 # Reads exactly the agent's source from stdin (the server sends nothing more before
@@ -150,6 +153,25 @@ class Executors:
             return session
         self.prepare(container_id)
         return None
+
+    async def session_soon(self, container_id: str) -> Session | None:
+        """The container's ready executor; waits up to ``FIRST_COMMAND_WAIT_S`` for its
+        first one.
+
+        A new container's first command usually comes while its executor starts: a
+        ``docker exec`` beside that start costs about as much as the start itself (both
+        are one exec of the engine, on the same cores), and the executor then serves
+        every later command. A container whose executor died does not wait (its
+        commands go through ``docker exec`` while a new one starts, as documented)."""
+        first = container_id not in self._sessions
+        session = self.session(container_id)
+        task = self._starting.get(container_id)
+        if session is not None or task is None or not first:
+            return session
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(task), FIRST_COMMAND_WAIT_S)
+        session = self._sessions.get(container_id)
+        return session if session is not None and session.alive else None
 
     async def ready(self, container_id: str) -> Session | None:
         """Wait for the executor being started (tests, benchmarks); None if it failed."""

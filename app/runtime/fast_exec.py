@@ -28,7 +28,8 @@ multiplexed by request id. So:
   exec`` killer (and its last resort, the container restart) does it.
 
 **Fallback**: a command goes through ``docker exec`` when the container has no
-ready executor (still starting, no ``/usr/bin/python3`` in the image, a container
+ready executor (still starting: a new container's first command waits up to
+``FIRST_COMMAND_WAIT_S`` for it; no ``/usr/bin/python3`` in the image, a container
 this process has not started one in yet, a clone helper) or the setting
 ``exec_path`` is ``docker-exec``. A dead executor (killed, crashed, a broken or
 garbled stream) is dropped at once: the commands it was running are killed through

@@ -118,6 +118,8 @@ def main() -> None:
         print(line("floor: bare Starlette app to /health 200", bare_app))
         print(line("ours (vs import app.main)", served, imported))
         print(line("ours (vs the bare Starlette app)", served, bare_app))
+        # Provisioning (as root) gave the slots folder a nosuid,nodev mount of its own.
+        subprocess.run(["umount", str(state / "slots")], check=False, capture_output=True)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,24 @@ async def test_a_command_sees_the_same_world_on_both_paths(
         assert codes[0] == codes[1], (command, codes)
 
 
+async def test_the_first_command_of_a_new_container_waits_for_its_executor(
+    fast: DockerBackend, slots: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It comes while the executor starts: a docker exec beside that start cost more
+    than waiting for it (issue 13's cold first output)."""
+    monkeypatch.setattr(executors, "FIRST_COMMAND_WAIT_S", 60)  # the start's end, not a clock
+    spec = ContainerSpec(
+        f"exp-{uuid.uuid4().hex[:8]}", "fp-fast", IMAGE, new_workspace(slots), limits=Limits()
+    )
+    made = await fast.create(spec)
+    try:
+        first = await run(fast, made.container_id, "echo first")
+        assert first.stdout == "first\n", first
+        assert fast.exec_runs == {"fast": 1}
+    finally:
+        await fast.remove(made.container_id)
+
+
 async def test_an_executor_killed_by_the_sandbox_falls_back_and_comes_back(
     fast: DockerBackend, slow: DockerBackend, container: str
 ) -> None:

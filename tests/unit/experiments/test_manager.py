@@ -262,6 +262,35 @@ async def test_destroy_is_idempotent_and_keeps_findings(world: World) -> None:
         await world.manager.execute(world.call(), exp.experiment_id, "echo late")
 
 
+async def test_destroy_walks_the_workspace_while_the_container_is_removed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evidence walk and the container's removal overlap: each was about 100 ms of
+    the caller's time on a 5,000-file project, one after the other (issue 13)."""
+    from app.experiments import evidence
+
+    exp = await world.manager.create(world.call(), CreateRequest(files={"a.py": "x\n"}))
+    (world.slot / f"exp-{exp.experiment_id}" / "workspace" / "b.py").write_text("new\n")
+    removing = asyncio.Event()
+    remove, walk = world.backend.remove, evidence.inspect
+
+    async def remove_and_say(container_id: str) -> None:
+        removing.set()
+        await remove(container_id)
+
+    async def walk_once_removing(*args: Any, **kwargs: Any) -> Any:
+        # Run one after the other, the walk would wait here for ever (bounded below).
+        await asyncio.wait_for(removing.wait(), 10)
+        return await walk(*args, **kwargs)
+
+    monkeypatch.setattr(world.backend, "remove", remove_and_say)
+    monkeypatch.setattr(evidence, "inspect", walk_once_removing)
+    gone = await world.manager.destroy(world.call(), exp.experiment_id)
+    assert gone.findings is not None
+    assert gone.findings["evidence"]["files_changed"] == 1
+    assert world.backend.removed == [f"c-{exp.experiment_id}"]
+
+
 async def test_copy_from_another_experiment(world: World) -> None:
     first = await world.manager.create(world.call(), CreateRequest(files={"x.txt": "v1"}))
     second = await world.manager.create(
