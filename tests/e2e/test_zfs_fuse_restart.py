@@ -16,10 +16,19 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import start_server, stop_server
-from mcp_http import run_command, tool
-from test_zfs_remount_over_http import dataset, wait_for, zfs
+from e2e_server import stop_server
+from mcp_http import tool
 from zfs_control import restore_others, zfs_fuse_restart
+from zfs_slot_server import (
+    assert_back_sealed,
+    assert_kept_while_away,
+    dataset,
+    live_experiment,
+    read_a,
+    slot_root,
+    start_on,
+    wait_for,
+)
 
 from pool.mount_flags import missing_flags
 
@@ -31,34 +40,13 @@ __all__ = ["dataset"]  # the fixture, shared with the remount tests
 async def test_live_experiments_come_back_after_a_zfs_fuse_restart(
     http: httpx2.AsyncClient, tmp_path: Path, dataset: str
 ) -> None:
-    slot = f"{dataset}/slot-000"
-    root = Path(zfs("get", "-H", "-o", "value", "mountpoint", slot))
-    server = start_server(
-        tmp_path / "state",
-        SANDBOX_MCP_SLOT_BACKEND="zfs",
-        SANDBOX_MCP_ZFS_PARENT=dataset,
-        SANDBOX_MCP_POOL_SIZE="1",
-        SANDBOX_MCP_PROCESS_STALE_S="3",
-    )
+    root = slot_root(dataset)
+    server = start_on(dataset, tmp_path / "state")
     try:
-        made = await tool(http, server, "", "create_experiment", {"files": {"a.txt": "kept\n"}})
-        assert not made["is_error"], made
-        experiment = made["experiment_id"]
-        ran = await run_command(http, server, "", experiment, "echo written > b.txt")
-        assert ran["exit_code"] == 0, ran
+        experiment, _ = await live_experiment(http, server)
         before = zfs_fuse_restart()
         try:
-            read = await tool(
-                http,
-                server,
-                "",
-                "read_sandbox_file",
-                {"experiment_id": experiment, "path": "a.txt"},
-            )
-            if read["is_error"]:
-                assert read["error"]["code"] == "WORKSPACE_UNAVAILABLE", read
-            else:
-                assert read["content"] == "kept\n", read
+            await assert_kept_while_away(http, server, experiment)
             wait_for(
                 lambda: (
                     '"slot.remounted"' in server.log() or '"slot.mount_renewed"' in server.log()
@@ -67,25 +55,13 @@ async def test_live_experiments_come_back_after_a_zfs_fuse_restart(
                 timeout_s=120,
             )
             assert missing_flags(root) == []
-            read = await tool(
-                http,
-                server,
-                "",
-                "read_sandbox_file",
-                {"experiment_id": experiment, "path": "a.txt"},
-            )
+            read = await read_a(http, server, experiment)
             assert not read["is_error"], read
             assert read["content"] == "kept\n"
             # The outage passed: the experiment is as its last command left it, not failed.
             shown = await tool(http, server, "", "get_experiment", {"experiment_id": experiment})
             assert shown["state"] == "COMPLETED", shown
-            ran = await run_command(
-                http, server, "", experiment, "cat a.txt b.txt; grep ' /workspace ' /proc/mounts"
-            )
-            assert ran["exit_code"] == 0, ran
-            assert ran["stdout"].startswith("kept\nwritten\n"), ran
-            assert "nosuid" in ran["stdout"], ran["stdout"]
-            assert "nodev" in ran["stdout"], ran["stdout"]
+            await assert_back_sealed(http, server, experiment, "a.txt b.txt")
         finally:
             restore_others(before)
     finally:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+from daemon_proc import started_as
 
 PID_FILE = Path("/var/run/docker.pid")
 SOCKET = "/var/run/docker.sock"
@@ -41,16 +42,10 @@ class Daemon:
 
 def current_daemon() -> Daemon:
     pid = int(PID_FILE.read_text().strip())
-    proc = Path(f"/proc/{pid}")
-    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    argv, env, cwd = started_as(pid)
     assert argv, f"pid {pid} has no command line"
     assert Path(argv[0]).name == "dockerd", f"pid {pid} is not dockerd: {argv}"
-    env = dict(
-        entry.decode().split("=", 1)
-        for entry in (proc / "environ").read_bytes().split(b"\0")
-        if b"=" in entry
-    )
-    return Daemon(pid, argv, env, os.readlink(proc / "cwd"))
+    return Daemon(pid, argv, env, cwd)
 
 
 def answers() -> bool:

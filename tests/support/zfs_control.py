@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon_proc import started_as
+
 from pool.mount_flags import seal
 
 STOP_TIMEOUT_S = 30
@@ -46,15 +48,8 @@ def current_daemon() -> Daemon:
         if entry.name.isdigit() and _comm(entry) == "zfs-fuse"
     ]
     assert len(found) == 1, f"expected one zfs-fuse, found {found}"
-    proc = Path(f"/proc/{found[0]}")
-    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
-    env = dict(
-        entry.decode().split("=", 1)
-        for entry in (proc / "environ").read_bytes().split(b"\0")
-        if b"=" in entry
-    )
-    log = os.readlink(proc / "fd" / "1")
-    return Daemon(found[0], argv, env, os.readlink(proc / "cwd"), log)
+    argv, env, cwd = started_as(found[0])
+    return Daemon(found[0], argv, env, cwd, os.readlink(f"/proc/{found[0]}/fd/1"))
 
 
 def _comm(proc: Path) -> str:
