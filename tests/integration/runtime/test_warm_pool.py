@@ -47,9 +47,9 @@ def cleanup(engine: docker.DockerClient) -> Iterator[None]:
         engine.api.remove_container(container_id, force=True)
 
 
-@pytest.fixture
-async def backend(slots: list[Slot], cleanup: None) -> AsyncIterator[DockerBackend]:
-    made = backend_on_engine(
+def a_server_process(slots: list[Slot]) -> DockerBackend:
+    """The backend one server process has on these slots (one container per sandbox)."""
+    return backend_on_engine(
         slots[0].root.parent,
         PREFIX,
         (IMAGE,),
@@ -58,6 +58,11 @@ async def backend(slots: list[Slot], cleanup: None) -> AsyncIterator[DockerBacke
         max_containers_per_sandbox=1,
         kill_grace_s=5,
     )
+
+
+@pytest.fixture
+async def backend(slots: list[Slot], cleanup: None) -> AsyncIterator[DockerBackend]:
+    made = a_server_process(slots)
     yield made
     await made.aclose()
 
@@ -126,19 +131,7 @@ async def test_a_handed_over_container_counts_in_its_sandbox_share(
 ) -> None:
     # Another server process on the same engine never saw the hand-over: it reads the
     # container's new name (its label, fixed at creation, still says warm-slot-000).
-    other = (
-        backend_on_engine(
-            slots[0].root.parent,
-            PREFIX,
-            (IMAGE,),
-            max_containers=6,
-            pool_size=3,
-            max_containers_per_sandbox=1,
-            kill_grace_s=5,
-        )
-        if creator == "another process"
-        else None
-    )
+    other = a_server_process(slots) if creator == "another process" else None
     try:
         await warm.fill()
         alice = spec(slots[0], "sbx-0123456789ab")
