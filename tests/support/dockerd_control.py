@@ -17,14 +17,11 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
-from daemon_proc import started_as
+from daemon_proc import Daemon, repoint_pid_files, wait_until
 
 PID_FILE = Path("/var/run/docker.pid")
 SOCKET = "/var/run/docker.sock"
@@ -32,20 +29,12 @@ STOP_TIMEOUT_S = 90
 START_TIMEOUT_S = 120
 
 
-@dataclass
-class Daemon:
-    pid: int
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-
-
 def current_daemon() -> Daemon:
     pid = int(PID_FILE.read_text().strip())
-    argv, env, cwd = started_as(pid)
-    assert argv, f"pid {pid} has no command line"
-    assert Path(argv[0]).name == "dockerd", f"pid {pid} is not dockerd: {argv}"
-    return Daemon(pid, argv, env, cwd)
+    daemon = Daemon.of(pid)
+    assert daemon.argv, f"pid {pid} has no command line"
+    assert Path(daemon.argv[0]).name == "dockerd", f"pid {pid} is not dockerd: {daemon.argv}"
+    return daemon
 
 
 def answers() -> bool:
@@ -70,39 +59,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/cmdline").exists()
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s} s")
-
-
-def _start(daemon: Daemon, log: Path) -> None:
-    """Start dockerd detached: through a shell that backgrounds it and exits, so the
-    daemon outlives this test run (as the original did) and is no child of ours."""
-    with log.open("ab") as out:
-        subprocess.run(
-            ["/bin/sh", "-c", 'exec 0</dev/null; "$@" & exit 0', "start-dockerd", *daemon.argv],
-            env=daemon.env,
-            cwd=daemon.cwd,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            check=True,
-        )
-
-
-def _repoint_pid_files(old: int, new: int) -> None:
-    roots = {os.environ.get("CI_WORK_DIR", ""), "/tmp/sandbox-mcp-ci", "/tmp/sandbox-mcp-dev"}
-    for root in filter(None, roots):
-        path = Path(root) / "run" / "dockerd.pid"
-        with contextlib.suppress(OSError, ValueError):
-            if int(path.read_text().strip()) == old:
-                path.write_text(f"{new}\n")
 
 
 def _running_containers() -> set[str]:
@@ -133,14 +89,14 @@ def daemon_outage(log: Path, *, leave_stopped: set[str]) -> Iterator[None]:
     others = _running_containers() - leave_stopped
     try:
         os.kill(daemon.pid, signal.SIGTERM)
-        _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
+        wait_until(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
         yield
     finally:
         if not answers():
             if _alive(daemon.pid):  # it never stopped: let it finish first
-                _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
-            _start(daemon, log)
-            _wait(answers, START_TIMEOUT_S, f"dockerd did not answer again (log: {log})")
-            _repoint_pid_files(daemon.pid, int(PID_FILE.read_text().strip()))
+                wait_until(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "dockerd did not stop")
+            daemon.start_again(log)
+            wait_until(answers, START_TIMEOUT_S, f"dockerd did not answer again (log: {log})")
+            repoint_pid_files("dockerd", daemon.pid, int(PID_FILE.read_text().strip()))
         # Other test runs' containers: as they were (CI runs none at the same time).
         _start_again(others)

@@ -19,12 +19,9 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from daemon_proc import started_as
+from daemon_proc import Daemon, repoint_pid_files, wait_until
 
 from pool.mount_flags import seal
 
@@ -32,24 +29,15 @@ STOP_TIMEOUT_S = 30
 START_TIMEOUT_S = 60
 
 
-@dataclass
-class Daemon:
-    pid: int
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    log: str
-
-
-def current_daemon() -> Daemon:
+def current_daemon() -> tuple[Daemon, Path]:
+    """The zfs-fuse process, and the log its output goes to."""
     found = [
         int(entry.name)
         for entry in Path("/proc").iterdir()
         if entry.name.isdigit() and _comm(entry) == "zfs-fuse"
     ]
     assert len(found) == 1, f"expected one zfs-fuse, found {found}"
-    argv, env, cwd = started_as(found[0])
-    return Daemon(found[0], argv, env, cwd, os.readlink(f"/proc/{found[0]}/fd/1"))
+    return Daemon.of(found[0]), Path(os.readlink(f"/proc/{found[0]}/fd/1"))
 
 
 def _comm(proc: Path) -> str:
@@ -79,15 +67,6 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and _comm(Path(f"/proc/{pid}")) == "zfs-fuse"
 
 
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s} s")
-
-
 def _unmount_dead(points: list[str]) -> None:
     for point in sorted(points, reverse=True):  # deepest first
         try:
@@ -96,42 +75,21 @@ def _unmount_dead(points: list[str]) -> None:
             subprocess.run(["umount", "-l", point], capture_output=True, timeout=15, check=False)
 
 
-def _repoint_pid_files(old: int, new: int) -> None:
-    roots = {os.environ.get("CI_WORK_DIR", ""), "/tmp/sandbox-mcp-ci", "/tmp/sandbox-mcp-dev"}
-    for root in filter(None, roots):
-        path = Path(root) / "run" / "zfs-fuse.pid"
-        with contextlib.suppress(OSError, ValueError):
-            if int(path.read_text().strip()) == old:
-                path.write_text(f"{new}\n")
-
-
 def zfs_fuse_restart() -> dict[str, tuple[str, bool]]:
     """Restart zfs-fuse; returns the mounts there were before (for ``restore_others``)."""
-    daemon = current_daemon()
+    daemon, log = current_daemon()
     before = zfs_mounts()
     os.kill(daemon.pid, signal.SIGTERM)
     try:
-        _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not stop")
+        wait_until(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not stop")
     finally:
         if _alive(daemon.pid):
             os.kill(daemon.pid, signal.SIGKILL)
-            _wait(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not die")
+            wait_until(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not die")
         _unmount_dead(list(before))
-        # Through a shell that backgrounds it and exits: the daemon outlives this test
-        # run (as the original did) and is no child of ours.
-        shell = 'exec 0</dev/null; "$@" >>"$ZFS_LOG" 2>&1 & echo $!'
-        spawned = subprocess.run(
-            ["/bin/sh", "-c", shell, "zfs-fuse", *daemon.argv],
-            env={**daemon.env, "ZFS_LOG": daemon.log},
-            cwd=daemon.cwd,
-            capture_output=True,
-            text=True,
-            start_new_session=True,
-            check=True,
-        )
-        new_pid = int(spawned.stdout.strip())
-        _wait(answers, START_TIMEOUT_S, f"zfs-fuse did not answer again (log: {daemon.log})")
-        _repoint_pid_files(daemon.pid, new_pid)
+        new_pid = daemon.start_again(log)
+        wait_until(answers, START_TIMEOUT_S, f"zfs-fuse did not answer again (log: {log})")
+        repoint_pid_files("zfs-fuse", daemon.pid, new_pid)
     return before
 
 
