@@ -28,6 +28,7 @@ from pathlib import Path
 import docker
 import httpx2
 import pytest
+from bytecode_probe import UNCOMPILED_MODULES
 from e2e_server import RunningServer, free_port
 from mcp_http import run_command, tool, write_file
 from oauth_browser import new_user
@@ -153,15 +154,9 @@ def test_the_image_is_non_root_with_a_health_check_and_no_socket_inside(image: s
 def test_the_image_runs_its_python_precompiled(image: str) -> None:
     """It runs with PYTHONDONTWRITEBYTECODE: a module without its .pyc in the image is
     compiled again at every start (1.2 s of CPU of the 2 s to /health, issue 13)."""
-    probe = (
-        "import json, os, sys, sysconfig; import app.main; "
-        "site = sysconfig.get_paths()['purelib']; "
-        "print(json.dumps(sorted(m.__name__ for m in list(sys.modules.values()) "
-        "if (getattr(m, '__file__', None) or '').startswith(site) "
-        "and m.__file__.endswith('.py') and not os.path.exists(m.__cached__))))"
-    )
     found = sh(
-        "docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", probe
+        "docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", image,
+        "-c", UNCOMPILED_MODULES,
     )  # fmt: skip
     assert found.strip().splitlines()[-1] == "[]"
 
