@@ -29,11 +29,12 @@ from docker_testkit import (
     labelled,
     new_workspace,
 )
+from hardening_checks import assert_hardened
 
 import app.runtime._kill as runtime_kill
 import app.runtime.fast_exec as fast_exec
 from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
-from app.runtime.docker import CAPABILITIES, DockerBackend
+from app.runtime.docker import DockerBackend
 from app.runtime.errors import (
     CapacityExceeded,
     ContainerGone,
@@ -146,21 +147,9 @@ async def test_the_container_carries_every_hardening_flag(
 ) -> None:
     attrs = engine.api.inspect_container(sandbox.id)
     host = attrs["HostConfig"]
-    assert host["Privileged"] is False
-    assert host["CapDrop"] == ["ALL"]
-    assert sorted(host.get("CapAdd") or []) == sorted(CAPABILITIES) == []
-    assert host["SecurityOpt"] == ["no-new-privileges:true"]
-    assert host["PidsLimit"] == 128
-    assert host["Memory"] == 512 * 1024 * 1024
-    assert host["MemorySwap"] == host["Memory"], "no swap"
-    assert host["NanoCpus"] == 1_000_000_000
-    assert host["Init"] is True
-    assert host["NetworkMode"] == "none"
-    assert host["ReadonlyRootfs"] is True
-    assert set(host["Tmpfs"]) == {"/tmp", "/home/sandbox"}
+    assert host["Privileged"] is False  # as the engine reports it, not just omitted
+    assert_hardened(host, pids=128, memory_mb=512)
     assert host["Tmpfs"]["/tmp"].startswith("rw,exec,nosuid,nodev,size=64m")
-    assert not host.get("Binds")
-    assert not host.get("Devices")
     [mount] = attrs["Mounts"]
     assert mount["Type"] == "bind"
     assert mount["Destination"] == "/workspace"

@@ -34,10 +34,11 @@ from docker_testkit import (
     labelled,
     new_workspace,
 )
+from hardening_checks import assert_hardened
 
 import app.runtime._clone as runtime_clone
 from app.runtime.backend import ContainerSpec, GitSource
-from app.runtime.docker import CAPABILITIES, DockerBackend
+from app.runtime.docker import DockerBackend
 from app.runtime.errors import (
     CapacityExceeded,
     GitEgressDisabled,
@@ -290,17 +291,8 @@ async def test_the_helper_carries_the_hardening_and_is_removed_when_cancelled(
         raise AssertionError("the helper never appeared")
     attrs = engine.api.inspect_container(found[0])
     host = attrs["HostConfig"]
-    assert host["Privileged"] is False
-    assert host["CapDrop"] == ["ALL"]
-    assert sorted(host.get("CapAdd") or []) == sorted(CAPABILITIES) == []
-    assert host["SecurityOpt"] == ["no-new-privileges:true"]
-    assert host["NetworkMode"] == "none"
-    assert host["ReadonlyRootfs"] is True
-    assert host["Init"] is True
-    assert host["PidsLimit"] == 256
-    assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024
-    assert host["NanoCpus"] == 1_000_000_000
-    assert set(host["Tmpfs"]) == {"/tmp", "/home/sandbox"}
+    assert host["Privileged"] is False  # as the engine reports it, not just omitted
+    assert_hardened(host, pids=256, memory_mb=1024)
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert set(mounts) == {"/workspace", "/source"}
     assert mounts["/source"]["RW"] is False
@@ -328,11 +320,13 @@ async def test_a_timeout_kills_the_clone_and_removes_the_helper(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(runtime_clone, "clone_script", lambda plan: "echo started; sleep 300")
-    result = await backend.clone(local(repo.path), new_workspace(slots), timeout_s=2)
+    # 5 s, not less: the clock starts with the exec request, and on a loaded machine
+    # the engine can take seconds to start the script (it failed so under load here).
+    result = await backend.clone(local(repo.path), new_workspace(slots), timeout_s=5)
     assert result.timed_out
     assert result.exit_code is None
     assert result.stdout == "started\n"
-    assert 2 <= result.duration_s < 60
+    assert 5 <= result.duration_s < 60
     assert helpers(engine) == []
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from docker.types import HostConfig
+from hardening_checks import assert_hardened
 
 from app.errors import ConfigurationError
 from app.runtime._git import (
@@ -27,7 +28,7 @@ from app.runtime._git import (
     require_empty,
 )
 from app.runtime.backend import ExecResult, GitSource
-from app.runtime.docker import CAPABILITIES, DockerBackend
+from app.runtime.docker import DockerBackend
 from app.runtime.errors import (
     ContainerGone,
     GitEgressDisabled,
@@ -507,16 +508,7 @@ async def test_a_local_clone_mounts_the_repository_read_only_without_network(
             "BindOptions": {"NonRecursive": True},
         },
     ]
-    assert host["CapDrop"] == ["ALL"]
-    assert (host.get("CapAdd") or []) == list(CAPABILITIES) == []
-    assert host["SecurityOpt"] == ["no-new-privileges:true"]
-    assert not host.get("Privileged")
-    assert host["ReadonlyRootfs"] is True
-    assert host["Init"] is True
-    assert host["PidsLimit"] == 256
-    assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024
-    assert host["NanoCpus"] == 1_000_000_000
-    assert set(host["Tmpfs"]) == {"/tmp", "/home/sandbox"}
+    assert_hardened(host, pids=256, memory_mb=1024)
     [call] = ran
     assert call["job_id"] == "git-clone"
     assert call["timeout_s"] == 60
