@@ -16,6 +16,8 @@ from pathlib import Path
 import docker
 import httpx2
 
+from app.runtime.hardening import CAPABILITIES
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 from e2e_server import RunningServer, start_server, stop_server
@@ -83,23 +85,34 @@ def server_on(backend: str, root: Path, slots: int, **env: str) -> Iterator[Runn
                 time.sleep(0.5)
 
 
-def hardened_floor(api: docker.APIClient, workspace: Path, labels: dict[str, str]) -> float:
-    """Seconds for docker create + start + exec ``true`` of a hardened container (removed)."""
+def hardened_host_config(api: docker.APIClient, workspace: Path) -> object:
+    """A HostConfig with our hardening (app/runtime/hardening.py), for the floors."""
     memory = 1024 * 1024 * 1024
-    host_config = api.create_host_config(
+    return api.create_host_config(
         mounts=[docker.types.Mount(target="/workspace", source=str(workspace), type="bind")],
         network_mode="none",
         cap_drop=["ALL"],
+        cap_add=list(CAPABILITIES),
         security_opt=["no-new-privileges:true"],
         pids_limit=256,
         mem_limit=memory,
         memswap_limit=memory,
         nano_cpus=1_000_000_000,
         read_only=True,
-        tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=256m,mode=1777"},
+        tmpfs={
+            "/tmp": "rw,exec,nosuid,nodev,size=256m,mode=1777",
+            "/home/sandbox": "rw,exec,nosuid,nodev,size=256m,uid=1000,gid=1000,mode=0700",
+        },
         init=True,
+        ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
+        oom_score_adj=500,
         log_config=docker.types.LogConfig(type="none"),
     )
+
+
+def hardened_floor(api: docker.APIClient, workspace: Path, labels: dict[str, str]) -> float:
+    """Seconds for docker create + start + exec ``true`` of a hardened container (removed)."""
+    host_config = hardened_host_config(api, workspace)
     started = time.perf_counter()
     created = api.create_container(
         IMAGE, entrypoint=["sleep", "infinity"], user="1000:1000", labels=labels,
