@@ -22,8 +22,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-stamp=node_modules/.sandbox-mcp-lock.sha256
-want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+# shellcheck source=../npm_locked.sh
+source ../npm_locked.sh
+
 claude_want="$(sed -n 's/.*"@anthropic-ai\/claude-code": "\([^"]*\)".*/\1/p' package.json)"
 
 versions() {
@@ -34,7 +35,6 @@ versions() {
 }
 
 healthy() {
-  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
   local version
   version="$(node_modules/.bin/node --version 2>/dev/null)" || return 1
   [[ "$version" == v22.* ]] || return 1
@@ -44,25 +44,11 @@ healthy() {
   [[ -f node_modules/@modelcontextprotocol/client/package.json ]] || return 1
 }
 
-if healthy; then
-  echo "[clients] already installed ($(versions))"
-  exit 0
-fi
+# Claude Code's postinstall, skipped by --ignore-scripts: it copies the platform
+# package's binary over bin/claude.exe (it downloads nothing).
+place_claude_binary() {
+  node_modules/.bin/node node_modules/@anthropic-ai/claude-code/install.cjs
+}
 
-if ! command -v npm >/dev/null 2>&1; then
-  echo "[clients] ERROR: npm not found (apt-get install -y npm, or any Node.js with npm)" >&2
-  exit 1
-fi
-
-echo "[clients] npm ci in $here"
-start=$SECONDS
-# --ignore-scripts: no install script may download anything from outside the registry.
-npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
-node_modules/.bin/node node_modules/@anthropic-ai/claude-code/install.cjs
-sha256sum package-lock.json | cut -d' ' -f1 >"$stamp"
-
-if ! healthy; then
-  echo "[clients] ERROR: installed, but Node 22, Claude Code $claude_want or an SDK is missing" >&2
-  exit 1
-fi
-echo "[clients] installed in $((SECONDS - start))s: $(versions)"
+install_locked clients healthy versions "Node 22, Claude Code $claude_want or an SDK is missing" \
+  place_claude_binary

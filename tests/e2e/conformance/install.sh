@@ -18,39 +18,20 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-stamp=node_modules/.sandbox-mcp-lock.sha256
-want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+# shellcheck source=../npm_locked.sh
+source ../npm_locked.sh
+
+versions() {
+  echo "node $(node_modules/.bin/node --version)," \
+    "conformance $(node_modules/.bin/node node_modules/.bin/conformance --version)"
+}
 
 healthy() {
-  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
   local version
   version="$(node_modules/.bin/node --version 2>/dev/null)" || return 1
   [[ "$version" == v22.* ]] || return 1
   [[ -x node_modules/.bin/conformance ]] || return 1
 }
 
-if healthy; then
-  echo "[conformance] already installed ($(node_modules/.bin/node --version)," \
-    "conformance $(node_modules/.bin/node node_modules/.bin/conformance --version))"
-  exit 0
-fi
-
-if ! command -v npm >/dev/null 2>&1; then
-  echo "[conformance] ERROR: npm not found (apt-get install -y npm, or any Node.js with npm)" >&2
-  exit 1
-fi
-
-echo "[conformance] npm ci in $here"
-start=$SECONDS
-# --ignore-scripts: nothing in this tree needs an install script, and none may
-# download anything from outside the registry.
-npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
-sha256sum package-lock.json | cut -d' ' -f1 >"$stamp"
-
-if ! healthy; then
-  echo "[conformance] ERROR: installed, but node_modules/.bin/node is not Node 22" \
-    "or the conformance binary is missing" >&2
-  exit 1
-fi
-echo "[conformance] installed in $((SECONDS - start))s: node $(node_modules/.bin/node --version)," \
-  "conformance $(node_modules/.bin/node node_modules/.bin/conformance --version)"
+install_locked conformance healthy versions \
+  "node_modules/.bin/node is not Node 22 or the conformance binary is missing"
