@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -226,29 +226,28 @@ class SqlPoolState:
     async def record_activity(
         self, last_activity: dict[str, float], seen: dict[str, float]
     ) -> None:
+        slots = cast(sa.Table, PoolSlotRow.__table__)
+        queue = cast(sa.Table, PoolQueueRow.__table__)
         async with transaction(self._sessions) as session:
-            # Core executemany: one statement, many parameter sets, and a lease or a
-            # queue place gone meanwhile simply matches nothing. Times never go back.
-            if last_activity:
-                slots = cast(sa.Table, PoolSlotRow.__table__)
-                await session.execute(
-                    sa.update(slots)
-                    .where(
-                        slots.c.sandbox_key == sa.bindparam("key"),
-                        slots.c.state == "leased",
-                        slots.c.last_activity < sa.bindparam("at"),
-                    )
-                    .values(last_activity=sa.bindparam("at")),
-                    [{"key": k, "at": at} for k, at in last_activity.items()],
-                )
-            if seen:
-                queue = cast(sa.Table, PoolQueueRow.__table__)
-                await session.execute(
-                    sa.update(queue)
-                    .where(
-                        queue.c.sandbox_key == sa.bindparam("key"),
-                        queue.c.last_seen < sa.bindparam("at"),
-                    )
-                    .values(last_seen=sa.bindparam("at")),
-                    [{"key": k, "at": at} for k, at in seen.items()],
-                )
+            await _advance_times(
+                session, slots.c.last_activity, last_activity, slots.c.state == "leased"
+            )
+            await _advance_times(session, queue.c.last_seen, seen)
+
+
+async def _advance_times(
+    session: AsyncSession, column: sa.Column[float], at: dict[str, float], *where: Any
+) -> None:
+    """Set ``column`` to each sandbox key's time in ``at``, never back in time.
+
+    Core executemany: one statement, many parameter sets; a lease or a queue place
+    gone meanwhile simply matches nothing."""
+    if not at:
+        return
+    table = column.table
+    await session.execute(
+        sa.update(table)
+        .where(table.c.sandbox_key == sa.bindparam("key"), column < sa.bindparam("at"), *where)
+        .values({column.name: sa.bindparam("at")}),
+        [{"key": key, "at": when} for key, when in at.items()],
+    )
