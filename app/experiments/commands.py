@@ -23,7 +23,7 @@ from app.errors import InvalidArgument
 from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
 from app.experiments.job_limits import JobLimits
-from app.experiments.jobs import JobRegistry, RunningJob
+from app.experiments.jobs import JobRegistry, RunningJob, stop_job
 from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
@@ -157,7 +157,7 @@ class CommandRunner:
 
     async def kill(self, running: RunningJob) -> None:
         """Kill the command's process tree and wait (10 s at most) for its record."""
-        await self._backend.cancel(running.container_id, running.job_id)
+        await stop_job(self._backend, running)
         await self._jobs.wait(running, 10)
 
     async def _start(
@@ -195,6 +195,7 @@ class CommandRunner:
                     await self._records.finish_job(job_id, _never_started(self._clock()))
                     raise
         assert experiment.container_id is not None
+        stopping = asyncio.Event()
         work = self._finish(
             experiment.experiment_id,
             experiment.container_id,
@@ -204,9 +205,10 @@ class CommandRunner:
             command.env,
             tests,
             release,
+            stopping,
         )
         return self._jobs.start(
-            job_id, sandbox_key, experiment.experiment_id, experiment.container_id, work
+            job_id, sandbox_key, experiment.experiment_id, experiment.container_id, work, stopping
         )
 
     async def _finish(
@@ -219,6 +221,7 @@ class CommandRunner:
         env: dict[str, str],
         tests: TestContext | None,
         release: Callable[[], None],
+        stopping: asyncio.Event,
     ) -> ExecResult:
         started = self._clock()
         announced = False
@@ -234,15 +237,18 @@ class CommandRunner:
                 log.warning("job.pids_not_recorded", job_id=job_id, exc_info=True)
 
         try:
-            result = await self._backend.run(
-                container_id,
-                command,
-                timeout_s=timeout_s,
-                job_id=job_id,
-                max_output_bytes=self._max_output_bytes,
-                env=env,
-                on_start=record_pids,
-            )
+            if stopping.is_set():  # stopped before it reached the runtime: never started
+                result = ExecResult(None, "", "", False, False, 0.0, cancelled=True)
+            else:
+                result = await self._backend.run(
+                    container_id,
+                    command,
+                    timeout_s=timeout_s,
+                    job_id=job_id,
+                    max_output_bytes=self._max_output_bytes,
+                    env=env,
+                    on_start=record_pids,
+                )
         except RuntimeFailure as exc:
             release()
             await self._runtime_failed(experiment_id, job_id, exc, announced, started)

@@ -38,7 +38,7 @@ from typing import Protocol
 import structlog
 
 from app.errors import ServiceError
-from app.experiments.jobs import JobRegistry
+from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.records import Experiment
 from app.runtime.backend import SandboxBackend
 
@@ -244,7 +244,7 @@ class DiskBudget:
     async def _stop(self, sandbox_key: str, usage: Usage) -> None:
         jobs = [job for job in self._jobs.running() if job.sandbox_key == sandbox_key]
         for job in jobs:
-            await self._backend.cancel(job.container_id, job.job_id)
+            await stop_job(self._backend, job)
         containers = list(await self._containers_of(sandbox_key))
         for container_id in containers:
             try:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from app.runtime.backend import SandboxBackend
 
 
 @dataclass
@@ -16,6 +18,20 @@ class RunningJob:
     experiment_id: str
     container_id: str
     task: asyncio.Task[Any]
+    # Set by whoever stops the job; its run reads it before it reaches the runtime,
+    # where a cancel would find nothing yet to kill (see ``stop_job``).
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def stop_job(backend: SandboxBackend, job: RunningJob) -> None:
+    """Stop a job's command, whether it runs or has not yet reached the runtime.
+
+    The one way a job of this process is stopped (cancel_job, a cancelled MCP task,
+    destroy, the disk budget). A job whose task has not had its first step yet is not
+    known to the runtime, so the runtime's cancel misses it: the flag makes its run end
+    as cancelled instead of starting the command."""
+    job.stopping.set()
+    await backend.cancel(job.container_id, job.job_id)
 
 
 class JobRegistry:
@@ -31,9 +47,11 @@ class JobRegistry:
         experiment_id: str,
         container_id: str,
         work: Coroutine[Any, Any, Any],
+        stopping: asyncio.Event,
     ) -> RunningJob:
+        """Run ``work`` as the job's task; ``stopping`` is the flag ``work`` reads."""
         task = asyncio.create_task(work, name=f"job-{job_id}")
-        job = RunningJob(job_id, sandbox_key, experiment_id, container_id, task)
+        job = RunningJob(job_id, sandbox_key, experiment_id, container_id, task, stopping)
         self._jobs[job_id] = job
         task.add_done_callback(lambda _: self._jobs.pop(job_id, None))
         return job

@@ -37,7 +37,7 @@ from app.experiments.errors import (
 )
 from app.experiments.execution import Execution
 from app.experiments.job_limits import JobLimits
-from app.experiments.jobs import JobRegistry
+from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.options import ExperimentOptions
 from app.experiments.process_registry import ProcessRegistry
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord
@@ -271,7 +271,7 @@ class ExperimentManager:
         self, experiment: Experiment, dirs: ExperimentDirs | None, reason: str
     ) -> None:
         for job in self._jobs.running_in(experiment.experiment_id):
-            await self._backend.cancel(job.container_id, job.job_id)
+            await stop_job(self._backend, job)
             await self._jobs.wait(job, 10)
         for row in await self._records.running_jobs(experiment.experiment_id):
             if self._jobs.get(row.job_id) is None:  # another server process runs it

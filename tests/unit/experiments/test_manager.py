@@ -15,7 +15,9 @@ from runtime_fakes import FakeBackend
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import ServiceError
+from app.experiments.commands import Command, CommandRunner
 from app.experiments.creation import CreateRequest
+from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
@@ -601,6 +603,28 @@ async def test_a_command_run_until_done_dies_with_its_call_wherever_it_is_cancel
     ran = await world.records.jobs_of(exp.experiment_id)
     assert ran  # the later cancellations did catch commands running
     assert all(job.status == "cancelled" for job in ran)
+
+
+async def test_a_job_stopped_before_its_run_reaches_the_runtime_never_starts(
+    world: World,
+) -> None:
+    """The window the schedule above hit about one run in ten: a job's task is created
+    but has not had its first step, so the runtime does not know the job and its cancel
+    finds nothing to kill. The command must not start afterwards (it ran to its own
+    timeout, its record "running", while the call that owned it was gone)."""
+    exp = await world.manager.create(world.call(), CreateRequest())
+    experiment = await world.records.get("alice", exp.experiment_id)
+    jobs = JobRegistry()
+    runner = CommandRunner(world.records, world.backend, jobs, 1024, JobLimits(8, 8))
+    command = Command("alice", experiment, "sleep 30", "command", 60, {}, False)
+    running = await runner.start(command)  # its task is scheduled, not yet run
+    await runner.kill(running)
+    assert running.task.done()
+    assert "sleep 30" not in world.backend.ran
+    record = await world.records.load_job("alice", running.job_id)
+    assert record is not None
+    assert record.status == "cancelled"
+    assert jobs.running_in(exp.experiment_id) == []
 
 
 async def test_a_command_run_until_done_outlasts_the_sync_wait(
