@@ -33,6 +33,7 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
+from docker_testkit import exec_output
 from egress_fakes import MemoryUsage
 from egress_testkit import PYTHON_IMAGE, outside_world
 
@@ -91,11 +92,14 @@ async def main(samples: int) -> None:
             rounds, per_round = max(1, samples // 10), min(10, samples)
             for _ in range(rounds):  # interleaved
                 for name, container in (("proxied", proxied), ("direct", direct)):
-                    done = await asyncio.to_thread(
-                        container.exec_run, ["python3", "-c", CLIENT, str(per_round)]
+                    code, output = await asyncio.to_thread(
+                        exec_output,
+                        client.api,
+                        container.id,
+                        ["python3", "-c", CLIENT, str(per_round)],
                     )
-                    assert done.exit_code == 0, done.output.decode()
-                    times[name] += json.loads(done.output)
+                    assert code == 0, output.decode()
+                    times[name] += json.loads(output)
             print(f"One new https connection + GET, {len(times['direct'])} samples each:")
             for name, values in times.items():
                 print(

@@ -9,6 +9,7 @@ from typing import Any
 
 import docker
 
+from app.runtime._upgraded import exec_stream
 from app.runtime.docker import DockerBackend
 from pool.slots import SlotsAt
 
@@ -96,3 +97,16 @@ def remove_containers_mounting(folder: Path) -> None:
                 container.remove(force=True)
     finally:
         client.close()
+
+
+def exec_output(api: docker.APIClient, container_id: str, argv: list[str]) -> tuple[int, bytes]:
+    """Run ``argv`` in the container: its exit code and stdout (blocking). Not docker-py's
+    ``exec_run``, whose output can come back empty on a loaded machine
+    (docker/docker-py#3332): read as the server reads it (app/runtime/_upgraded.py)."""
+    exec_id = api.exec_create(container_id, argv)["Id"]
+    stream = exec_stream(api, exec_id)
+    try:
+        stdout = b"".join(out for out, _ in stream if out)
+    finally:
+        stream.close()
+    return api.exec_inspect(exec_id)["ExitCode"], stdout
