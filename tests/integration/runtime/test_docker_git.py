@@ -283,12 +283,15 @@ async def test_the_helper_carries_the_hardening_and_is_removed_when_cancelled(
 ) -> None:
     monkeypatch.setattr(runtime_clone, "clone_script", lambda plan: "sleep 300")
     cloning = asyncio.create_task(backend.clone(local(repo.path), new_workspace(slots)))
+    # Running, not just created: the backend counts a helper as its own from the moment
+    # its create returns, which can be a little after the engine lists it.
     for _ in range(200):
-        if found := helpers(engine):
+        found = helpers(engine)
+        if found and engine.api.inspect_container(found[0])["State"]["Running"]:
             break
         await asyncio.sleep(0.05)
     else:
-        raise AssertionError("the helper never appeared")
+        raise AssertionError("the helper never started")
     attrs = engine.api.inspect_container(found[0])
     host = attrs["HostConfig"]
     assert host["Privileged"] is False  # as the engine reports it, not just omitted
