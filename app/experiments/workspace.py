@@ -21,6 +21,7 @@ import structlog
 
 from app.experiments.errors import ProjectSourceError
 from jail import Jail, snapshot_copy
+from jail.context import InThread
 from jail.tree_delete import delete_tree
 from pool.spread import spread_subfolders
 
@@ -71,9 +72,11 @@ async def prepare(
     owner: Owner | None,
     clone: Cloner | None = None,
     made: bool = False,
+    in_thread: InThread = asyncio.to_thread,
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
 
+    ``in_thread`` runs the copies: the creating sandbox's thread share.
     ``made``: the folders exist already (:func:`make_dirs`, or a warm container's
     renamed to this experiment's), the workspace empty; a container may have it
     mounted, but runs nothing of the tenant's yet.
@@ -86,13 +89,13 @@ async def prepare(
         JailError: a refused path (in ``files``) or project path.
     """
     if clone is None:
-        return await asyncio.to_thread(
+        return await in_thread(
             _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner, made
         )
     if not made:
-        await asyncio.to_thread(_make_dirs, dirs, owner)
+        await in_thread(_make_dirs, dirs, owner)
     count = await clone(dirs.workspace)
-    await asyncio.to_thread(_finish, dirs, owner)
+    await in_thread(_finish, dirs, owner)
     return WorkspaceReport("git", count)
 
 
