@@ -84,7 +84,7 @@ class Execution:
             command or (plan.command if plan else ""),
             kind="tests",
             timeout_s=timeout_s,
-            tests=(workspace_dir, plan),
+            tests=(workspace_dir, plan, call.in_thread),
             until_done=until_done,
         )
         if plan is not None:

@@ -274,7 +274,7 @@ class ExperimentManager:
         experiment: Experiment,
         dirs: ExperimentDirs | None,
         reason: str,
-        in_thread: InThread = asyncio.to_thread,  # walks dirs, if any: the caller's share
+        in_thread: InThread,  # walks dirs, if any: the caller's thread share
     ) -> None:
         for job in self._jobs.running_in(experiment.experiment_id):
             await self._backend.cancel(job.container_id, job.job_id)
@@ -323,7 +323,7 @@ class ExperimentManager:
         live = await self._records.of_sandbox(sandbox_key, include_destroyed=False)
         for experiment in live:
             # The folders go with the slot reset itself.
-            await self._teardown(experiment, None, reason)
+            await self._teardown(experiment, None, reason, asyncio.to_thread)  # no walk
         return len(live)
 
     async def live_containers(self) -> dict[str, str]:
@@ -343,9 +343,8 @@ class ExperimentManager:
         live_containers: set[str] = set()
         for experiment in await self._records.live():
             if experiment.sandbox_key not in leased_keys:
-                await self._teardown(
-                    experiment, None, "the sandbox was emptied while the server was down"
-                )
+                reason = "the sandbox was emptied while the server was down"
+                await self._teardown(experiment, None, reason, asyncio.to_thread)  # no walk
                 gone += 1
                 continue
             if experiment.state is State.RUNNING and not await self._records.running_jobs(

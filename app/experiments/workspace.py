@@ -72,7 +72,7 @@ async def prepare(
     owner: Owner | None,
     clone: Cloner | None = None,
     made: bool = False,
-    in_thread: InThread = asyncio.to_thread,
+    in_thread: InThread,
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
 
