@@ -149,7 +149,8 @@ class DiskBudget:
         threads: TenantThreads | None = None,
     ) -> None:
         self._slot_root_of = slot_root_of
-        # A measurement walks the sandbox's tree: within that sandbox's thread share.
+        # A measurement walks the sandbox's tree: in the tenants' threads, but never
+        # behind the sandbox's own calls (its flood must not put off its check).
         self._threads = threads or TenantThreads()
         self._artifact_bytes_of = artifact_bytes_of
         self._containers_of = containers_of
@@ -222,7 +223,7 @@ class DiskBudget:
 
     async def _measure(self, sandbox_key: str, root: Path) -> Usage:
         try:
-            tree = await self._threads.run(sandbox_key, measure_tree, root, self._max_entries)
+            tree = await self._threads.run_server_work(measure_tree, root, self._max_entries)
             artifacts = await self._artifact_bytes_of(sandbox_key)
             usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)

@@ -18,6 +18,8 @@ A call whose caller is cancelled (the client went away) keeps its places until i
 thread returns: a Python thread cannot be stopped, and giving its place back early
 would let a tenant start unbounded threads by cancelling. Every such call is
 bounded (the search's time budget, the entry caps), so the place comes back soon.
+(``anyio.to_thread.run_sync`` would not do: its shield holds against anyio's
+cancel scopes, not against ``Task.cancel()``, which the runner and the SDK use.)
 """
 
 from __future__ import annotations
@@ -77,15 +79,22 @@ class TenantThreads:
             share = self._shares[sandbox_key] = _Share(anyio.CapacityLimiter(self.per_sandbox))
         share.users += 1
         try:
-            async with share.limiter, self._total:
-                thread = asyncio.get_running_loop().run_in_executor(
-                    self._executor, functools.partial(func, *args, **kwargs)
-                )
-                return await _until_returned(thread)
+            async with share.limiter:
+                return await self.run_server_work(func, *args, **kwargs)
         finally:
             share.users -= 1
             if share.users == 0:  # the last user drops it: no limiter per past sandbox
                 del self._shares[sandbox_key]
+
+    async def run_server_work(self, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """The server's own work on a tenant's tree (the disk budget's measurement),
+        within the total but outside the sandbox's share: the sandbox's own flood of
+        calls must not put off the check that would stop its commands."""
+        async with self._total:
+            thread = asyncio.get_running_loop().run_in_executor(
+                self._executor, functools.partial(func, *args, **kwargs)
+            )
+            return await _until_returned(thread)
 
     def for_sandbox(self, sandbox_key: str) -> InThread:
         """``run`` bound to one sandbox key (what a call's context carries)."""

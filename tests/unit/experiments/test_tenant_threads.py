@@ -167,3 +167,19 @@ async def test_an_error_in_the_thread_reaches_the_caller_and_frees_the_place() -
 def test_a_share_of_zero_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         TenantThreads(total=0, per_sandbox=1)
+
+
+async def test_the_server_s_work_on_a_tree_does_not_wait_behind_the_sandbox_s_calls() -> None:
+    # The disk budget's measurement of a flooding sandbox must still run.
+    threads = TenantThreads(total=4, per_sandbox=1)
+    gates = Gates()
+    flood = [asyncio.create_task(threads.run("mallory", gates.call(f"m{n}"))) for n in range(4)]
+    await gates.until_started(1)
+    measured = asyncio.create_task(threads.run_server_work(gates.call("measure")))
+    await gates.until_started(2)
+    assert gates.started == ["m0", "measure"]
+    gates.release("measure")
+    assert await asyncio.wait_for(measured, WAIT_S) == "measure"
+    for n in range(4):
+        gates.release(f"m{n}")
+    await asyncio.gather(*flood)
