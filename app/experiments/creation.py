@@ -186,7 +186,7 @@ class ExperimentCreator:
                 warm = await self._warm.take(call.slot_root, spec, dirs.root)
                 started += [warm] if warm is not None else []
             if not started:
-                await workspace.make_dirs(dirs, self._options.owner)
+                await workspace.make_dirs(dirs, self._options.owner, call.in_thread)
             fill = workspace.prepare(
                 dirs,
                 files=request.files,
@@ -223,7 +223,7 @@ class ExperimentCreator:
             await self._records.transition(
                 experiment_id, State.DESTROYED, _refusal(exc), self._clock()
             )
-            await workspace.remove(dirs)
+            await workspace.remove(dirs, call.in_thread)
             raise
         await self._records.transition(
             experiment_id,

@@ -15,7 +15,15 @@ TENANT_FACING = sorted(
         *(ROOT / "app" / "mcp" / "tools").glob("*.py"),
         *(
             ROOT / "app" / "experiments" / f"{name}.py"
-            for name in ("files", "execution", "commands", "creation", "evidence", "disk_budget")
+            for name in (
+                "files",
+                "execution",
+                "commands",
+                "creation",
+                "workspace",
+                "evidence",
+                "disk_budget",
+            )
         ),
     ]
 )

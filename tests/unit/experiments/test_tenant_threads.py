@@ -183,3 +183,16 @@ async def test_the_server_s_work_on_a_tree_does_not_wait_behind_the_sandbox_s_ca
     for n in range(4):
         gates.release(f"m{n}")
     await asyncio.gather(*flood)
+
+
+async def test_the_upkeep_s_executor_is_free_while_every_tenant_thread_is_taken() -> None:
+    # The loop's default executor (asyncio.to_thread) is the server's upkeep's.
+    threads = TenantThreads(total=2, per_sandbox=1)
+    gates = Gates()
+    taken = [asyncio.create_task(threads.run(key, gates.call(key))) for key in ("a", "b", "c")]
+    await gates.until_started(2)
+    assert threads.busy() == 2
+    assert await asyncio.wait_for(asyncio.to_thread(sum, [1, 2]), WAIT_S) == 3
+    for key in ("a", "b", "c"):
+        gates.release(key)
+    await asyncio.gather(*taken)
