@@ -26,6 +26,7 @@ from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.process_registry import ProcessRegistry
 from app.experiments.slot_mounts import SlotMounts
+from app.experiments.tenant_threads import TenantThreads
 from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
@@ -120,7 +121,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     if isinstance(store, ZfsSlotStore):  # a dataset can go away under live experiments
         mounts = SlotMounts(records, backend, store.dataset, pool.holding)
         manager.recovery.check_mounts = mounts.repair
-    disk_budget = build_disk_budget(settings.pool, pool, records, jobs, backend)
+    # Tenants' blocking work: a thread share per sandbox, apart from the upkeep's executor.
+    threads = TenantThreads(
+        total=settings.mcp.tenant_threads, per_sandbox=settings.mcp.threads_per_sandbox
+    )
+    disk_budget = build_disk_budget(settings.pool, pool, records, jobs, backend, threads)
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.
     auth = build_auth(settings, engine, mailer, shared) if settings.auth.hosted else None
     retention = Retention(repository, records, keep_s=settings.storage.record_retention_s)
@@ -146,6 +151,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         progress_every_s=settings.mcp.progress_interval_s,
         on_call=metrics.tool_call,
         disk_budget=disk_budget,
+        threads=threads,
     )
     mcp = build_mcp_server(
         settings, identity, runner, pool, manager, TaskRecords(engine), registry, extra_tools

@@ -10,6 +10,7 @@ from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
+from app.experiments.tenant_threads import TenantThreads
 from app.experiments.workspace import Owner
 from app.runtime.backend import SandboxBackend
 from app.settings import PoolSettings, Settings
@@ -60,6 +61,7 @@ def build_disk_budget(
     records: ExperimentRecords,
     jobs: JobRegistry,
     backend: SandboxBackend,
+    threads: TenantThreads,
 ) -> DiskBudget | None:
     """The measured byte budget of dir slots; None on ZFS, whose slots have a kernel quota."""
     if pool_settings.slot_backend != "dir":
@@ -73,6 +75,7 @@ def build_disk_budget(
         limit_bytes=pool_settings.dir_slot_budget_mb * 1_048_576,
         max_entries=pool_settings.dir_slot_max_entries,
         interval_s=pool_settings.disk_check_interval_s,
+        threads=threads,
     )
 
 

@@ -30,11 +30,13 @@ from app.experiments.testing import TestPlan
 from app.runtime.backend import ExecResult, SandboxBackend
 from app.runtime.errors import RuntimeFailure
 from app.storage.experiment_store import ExperimentRecords
+from jail.context import InThread
 
 log = structlog.get_logger(__name__)
 
 # run_tests: the workspace to read the report from, and the plan detection chose.
-TestContext = tuple[Path, TestPlan | None]
+# The workspace, the detected runner, and the caller's thread share (reads its report).
+TestContext = tuple[Path, TestPlan | None, InThread]
 
 
 @dataclass(frozen=True)
@@ -309,11 +311,11 @@ class CommandRunner:
 
     @staticmethod
     async def _summarize(tests: TestContext, result: ExecResult) -> dict[str, Any]:
-        workspace_dir, plan = tests
+        workspace_dir, plan, in_thread = tests
         if plan is None:
             summary = testing.parse_any(result.stdout, result.stderr, result.exit_code)
         else:
-            report = await asyncio.to_thread(project.read_report, workspace_dir, plan.report_path)
+            report = await in_thread(project.read_report, workspace_dir, plan.report_path)
             summary = testing.parse(
                 plan.runner, result.stdout, result.stderr, report, result.exit_code
             )

@@ -186,7 +186,7 @@ class ExperimentCreator:
                 warm = await self._warm.take(call.slot_root, spec, dirs.root)
                 started += [warm] if warm is not None else []
             if not started:
-                await workspace.make_dirs(dirs, self._options.owner)
+                await workspace.make_dirs(dirs, self._options.owner, call.in_thread)
             fill = workspace.prepare(
                 dirs,
                 files=request.files,
@@ -194,8 +194,9 @@ class ExperimentCreator:
                 copy_from=copy_from,
                 excludes=self._options.snapshot_excludes,
                 owner=self._options.owner,
-                clone=self._cloner(request, call.sandbox_key) if request.git_url else None,
+                clone=self._cloner(request, call) if request.git_url else None,
                 made=True,
+                in_thread=call.in_thread,
             )
             if started:
                 prepared = await fill
@@ -222,7 +223,7 @@ class ExperimentCreator:
             await self._records.transition(
                 experiment_id, State.DESTROYED, _refusal(exc), self._clock()
             )
-            await workspace.remove(dirs)
+            await workspace.remove(dirs, call.in_thread)
             raise
         await self._records.transition(
             experiment_id,
@@ -260,7 +261,7 @@ class ExperimentCreator:
             secrets_skipped=prepared.secrets_skipped,
         )
 
-    def _cloner(self, request: CreateRequest, sandbox_key: str) -> workspace.Cloner:
+    def _cloner(self, request: CreateRequest, call: CallContext) -> workspace.Cloner:
         assert request.git_url is not None
         url = request.git_url
         # Local mode may clone a repository on this machine; it is mounted read-only.
@@ -272,7 +273,7 @@ class ExperimentCreator:
 
         async def clone(target: Path) -> int:
             result = await self._backend.clone(
-                source, target, sandbox_label=fingerprint(sandbox_key)
+                source, target, sandbox_label=fingerprint(call.sandbox_key)
             )
             if result.exit_code != 0:
                 tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
@@ -282,7 +283,7 @@ class ExperimentCreator:
                     + (f": {' / '.join(tail)}" if tail else "")
                     + "; check the URL and the ref.",
                 )
-            return await asyncio.to_thread(workspace.count_cloned_files, target)
+            return await call.in_thread(workspace.count_cloned_files, target)
 
         return clone
 

@@ -40,6 +40,7 @@ import structlog
 from app.errors import ServiceError
 from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.records import Experiment
+from app.experiments.tenant_threads import TenantThreads
 from app.runtime.backend import SandboxBackend
 
 log = structlog.get_logger(__name__)
@@ -145,8 +146,12 @@ class DiskBudget:
         max_entries: int,
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
+        threads: TenantThreads | None = None,
     ) -> None:
         self._slot_root_of = slot_root_of
+        # A measurement walks the sandbox's tree: in the tenants' threads, but never
+        # behind the sandbox's own calls (its flood must not put off its check).
+        self._threads = threads or TenantThreads()
         self._artifact_bytes_of = artifact_bytes_of
         self._containers_of = containers_of
         self._jobs = jobs
@@ -218,7 +223,7 @@ class DiskBudget:
 
     async def _measure(self, sandbox_key: str, root: Path) -> Usage:
         try:
-            tree = await asyncio.to_thread(measure_tree, root, self._max_entries)
+            tree = await self._threads.run_server_work(measure_tree, root, self._max_entries)
             artifacts = await self._artifact_bytes_of(sandbox_key)
             usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)

@@ -6,23 +6,27 @@ teardown, so that a destroyed experiment stays comparable.
 
 from __future__ import annotations
 
-import asyncio
-
 from app.experiments import changes
 from app.experiments.compare import ExperimentEvidence
 from app.experiments.records import Experiment
 from app.experiments.workspace import ExperimentDirs
 from app.storage.experiment_store import ExperimentRecords
+from jail.context import InThread
 
 # Test reports and dependency folders are not the agent's changes.
 EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
 
 
 async def inspect(
-    dirs: ExperimentDirs, *, include_diff: bool, max_files_with_diff: int | None = None
+    in_thread: InThread,
+    dirs: ExperimentDirs,
+    *,
+    include_diff: bool,
+    max_files_with_diff: int | None = None,
 ) -> changes.ChangeReport:
-    """The workspace against its baseline (in a worker thread: it walks and reads files)."""
-    return await asyncio.to_thread(
+    """The workspace against its baseline (in a worker thread of the caller's share,
+    ``in_thread``: it walks and reads files)."""
+    return await in_thread(
         changes.inspect,
         dirs.workspace,
         dirs.baseline,
@@ -33,7 +37,10 @@ async def inspect(
 
 
 async def gather(
-    records: ExperimentRecords, experiment: Experiment, dirs: ExperimentDirs | None
+    records: ExperimentRecords,
+    experiment: Experiment,
+    dirs: ExperimentDirs | None,
+    in_thread: InThread,
 ) -> ExperimentEvidence:
     """The experiment's evidence: recorded findings if destroyed, else measured now."""
     if experiment.findings and "evidence" in experiment.findings:
@@ -59,7 +66,7 @@ async def gather(
         evidence.tests_total = summary["total"]
         evidence.failing_tests = summary["failing_tests"][:50]
     if dirs is not None and dirs.workspace.exists():
-        report = await inspect(dirs, include_diff=False)
+        report = await inspect(in_thread, dirs, include_diff=False)
         evidence.files_changed = report.files_changed
         evidence.lines_changed = report.insertions + report.deletions
     return evidence

@@ -9,7 +9,6 @@ shown to the agent), the command goes to :class:`~app.experiments.commands.Comma
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -70,7 +69,7 @@ class Execution:
         workspace_dir = await self._workspace(call, experiment_id)
         plan: TestPlan | None = None
         if not command:
-            facts = await asyncio.to_thread(project.facts, workspace_dir)
+            facts = await call.in_thread(project.facts, workspace_dir)
             plan = testing.detect(facts)
             if plan is None:
                 reasons = testing.explain(facts)
@@ -85,7 +84,7 @@ class Execution:
             command or (plan.command if plan else ""),
             kind="tests",
             timeout_s=timeout_s,
-            tests=(workspace_dir, plan),
+            tests=(workspace_dir, plan, call.in_thread),
             until_done=until_done,
         )
         if plan is not None:

@@ -60,6 +60,7 @@ from app.experiments.workspace import ExperimentDirs
 from app.runtime.backend import SandboxBackend
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext
+from jail.context import InThread
 
 OutputPageRequest = tuple[Stream, int, int]  # stream, offset, max characters
 
@@ -211,7 +212,7 @@ class ExperimentManager:
             workspace_dir.parent, workspace_dir, workspace_dir.parent / "baseline"
         )
         report = await evidence.inspect(
-            dirs, include_diff=include_diff, max_files_with_diff=max_files_with_diff
+            call.in_thread, dirs, include_diff=include_diff, max_files_with_diff=max_files_with_diff
         )
         return ChangesView.of(experiment_id, report)
 
@@ -233,7 +234,7 @@ class ExperimentManager:
                 if call.slot_root is not None and experiment.state is not State.DESTROYED
                 else None
             )
-            gathered = await evidence.gather(self._records, experiment, dirs)
+            gathered = await evidence.gather(self._records, experiment, dirs, call.in_thread)
             found.append(gathered.model_copy(update={"label": labels.get(experiment_id)}))
         recommended, reason = recommend(found)
         return Comparison(experiments=found, recommended=recommended, reason=reason)
@@ -242,7 +243,9 @@ class ExperimentManager:
         self, call: CallContext, experiment_id: str, patterns: list[str]
     ) -> ArtifactList:
         workspace_dir = await self.workspace(call, experiment_id)
-        return await self.shelf.collect(call.sandbox_key, experiment_id, workspace_dir, patterns)
+        return await self.shelf.collect(
+            call.sandbox_key, experiment_id, workspace_dir, patterns, call.in_thread
+        )
 
     async def list_artifacts(self, call: CallContext, experiment_id: str) -> ArtifactList:
         await self._get(call, experiment_id)
@@ -252,7 +255,7 @@ class ExperimentManager:
         self, call: CallContext, experiment_id: str, artifact_id: str
     ) -> tuple[ArtifactRecord, bytes]:
         await self._get(call, experiment_id)
-        return await self.shelf.read(call.sandbox_key, experiment_id, artifact_id)
+        return await self.shelf.read(call.sandbox_key, experiment_id, artifact_id, call.in_thread)
 
     # -- destroy -------------------------------------------------------------------
 
@@ -261,14 +264,17 @@ class ExperimentManager:
         already = experiment.state is State.DESTROYED
         if not already:
             assert call.slot_root is not None
-            await self._teardown(
-                experiment, ExperimentDirs.of(call.slot_root, experiment_id), "destroy_experiment"
-            )
+            dirs = ExperimentDirs.of(call.slot_root, experiment_id)
+            await self._teardown(experiment, dirs, "destroy_experiment", call.in_thread)
         view = await self.get(call, experiment_id)
         return DestroyReport(**view.model_dump(exclude={"notes"}), already_destroyed=already)
 
     async def _teardown(
-        self, experiment: Experiment, dirs: ExperimentDirs | None, reason: str
+        self,
+        experiment: Experiment,
+        dirs: ExperimentDirs | None,
+        reason: str,
+        in_thread: InThread,  # walks dirs, if any: the caller's thread share
     ) -> None:
         for job in self._jobs.running_in(experiment.experiment_id):
             await stop_job(self._backend, job)
@@ -281,7 +287,8 @@ class ExperimentManager:
         # walk (a thread) overlaps the container's removal (the engine): on a 5,000-file
         # workspace each took about 100 ms of the caller's time (issue 13).
         found, _ = await asyncio.gather(
-            evidence.gather(self._records, experiment, dirs), self._remove_container(experiment)
+            evidence.gather(self._records, experiment, dirs, in_thread),
+            self._remove_container(experiment),
         )
         findings = {
             "state_before": experiment.state.value,
@@ -316,7 +323,7 @@ class ExperimentManager:
         live = await self._records.of_sandbox(sandbox_key, include_destroyed=False)
         for experiment in live:
             # The folders go with the slot reset itself.
-            await self._teardown(experiment, None, reason)
+            await self._teardown(experiment, None, reason, asyncio.to_thread)  # no walk
         return len(live)
 
     async def live_containers(self) -> dict[str, str]:
@@ -336,9 +343,8 @@ class ExperimentManager:
         live_containers: set[str] = set()
         for experiment in await self._records.live():
             if experiment.sandbox_key not in leased_keys:
-                await self._teardown(
-                    experiment, None, "the sandbox was emptied while the server was down"
-                )
+                reason = "the sandbox was emptied while the server was down"
+                await self._teardown(experiment, None, reason, asyncio.to_thread)  # no walk
                 gone += 1
                 continue
             if experiment.state is State.RUNNING and not await self._records.running_jobs(

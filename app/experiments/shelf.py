@@ -17,6 +17,7 @@ from app.experiments.artifacts import Artifact, ArtifactList
 from app.experiments.errors import ExperimentNotFound
 from app.experiments.records import ArtifactRecord
 from app.storage.experiment_store import ExperimentRecords
+from jail.context import InThread
 
 
 def fingerprint(sandbox_key: str) -> str:
@@ -46,22 +47,35 @@ class ArtifactShelf:
         return self._directory / fingerprint(sandbox_key)
 
     async def collect(
-        self, sandbox_key: str, experiment_id: str, workspace: Path, patterns: list[str]
+        self,
+        sandbox_key: str,
+        experiment_id: str,
+        workspace: Path,
+        patterns: list[str],
+        in_thread: InThread,
     ) -> ArtifactList:
+        """Copy the matching files to the shelf, in a thread of the caller's share."""
         lock = self._collecting.setdefault(sandbox_key, asyncio.Lock())
         try:
             async with lock:
-                return await self._collect(sandbox_key, experiment_id, workspace, patterns)
+                return await self._collect(
+                    sandbox_key, experiment_id, workspace, patterns, in_thread
+                )
         finally:
             if not lock.locked() and self._collecting.get(sandbox_key) is lock:
                 del self._collecting[sandbox_key]
 
     async def _collect(
-        self, sandbox_key: str, experiment_id: str, workspace: Path, patterns: list[str]
+        self,
+        sandbox_key: str,
+        experiment_id: str,
+        workspace: Path,
+        patterns: list[str],
+        in_thread: InThread,
     ) -> ArtifactList:
         held = await self._records.artifact_bytes_of(sandbox_key)
         room = max(0, self._max_bytes - held)
-        collected, skipped = await asyncio.to_thread(
+        collected, skipped = await in_thread(
             artifacts.collect, workspace, patterns, self.folder(sandbox_key), room
         )
         if any(
@@ -110,13 +124,13 @@ class ArtifactShelf:
         )
 
     async def read(
-        self, sandbox_key: str, experiment_id: str, artifact_id: str
+        self, sandbox_key: str, experiment_id: str, artifact_id: str, in_thread: InThread
     ) -> tuple[ArtifactRecord, bytes]:
         rows = await self._records.artifacts_of(sandbox_key, experiment_id)
         row = next((r for r in rows if r.artifact_id == artifact_id), None)
         if row is None:
             raise ExperimentNotFound("artifact", artifact_id)
-        data = await asyncio.to_thread((self.folder(sandbox_key) / row.stored_as).read_bytes)
+        data = await in_thread((self.folder(sandbox_key) / row.stored_as).read_bytes)
         return row, data
 
     async def start_clock(self, sandbox_key: str) -> None:

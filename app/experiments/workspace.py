@@ -9,7 +9,6 @@ a container can change what its changes are measured against.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import structlog
 
 from app.experiments.errors import ProjectSourceError
 from jail import Jail, snapshot_copy
+from jail.context import InThread
 from jail.tree_delete import delete_tree
 from pool.spread import spread_subfolders
 
@@ -71,9 +71,11 @@ async def prepare(
     owner: Owner | None,
     clone: Cloner | None = None,
     made: bool = False,
+    in_thread: InThread,
 ) -> WorkspaceReport:
     """Create the folders, fill the workspace from one source, and capture the baseline.
 
+    ``in_thread`` runs the copies: the creating sandbox's thread share.
     ``made``: the folders exist already (:func:`make_dirs`, or a warm container's
     renamed to this experiment's), the workspace empty; a container may have it
     mounted, but runs nothing of the tenant's yet.
@@ -86,13 +88,13 @@ async def prepare(
         JailError: a refused path (in ``files``) or project path.
     """
     if clone is None:
-        return await asyncio.to_thread(
+        return await in_thread(
             _prepare, dirs, files, project_path, copy_from, tuple(excludes), owner, made
         )
     if not made:
-        await asyncio.to_thread(_make_dirs, dirs, owner)
+        await in_thread(_make_dirs, dirs, owner)
     count = await clone(dirs.workspace)
-    await asyncio.to_thread(_finish, dirs, owner)
+    await in_thread(_finish, dirs, owner)
     return WorkspaceReport("git", count)
 
 
@@ -141,10 +143,10 @@ def count_cloned_files(root: Path) -> int:
     return count
 
 
-async def make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
+async def make_dirs(dirs: ExperimentDirs, owner: Owner | None, in_thread: InThread) -> None:
     """The experiment's folder and its empty workspace (the sandbox user's), for
     :func:`prepare` with ``made`` (a container may be started on it meanwhile)."""
-    await asyncio.to_thread(_make_dirs, dirs, owner)
+    await in_thread(_make_dirs, dirs, owner)
 
 
 def _make_dirs(dirs: ExperimentDirs, owner: Owner | None) -> None:
@@ -255,11 +257,12 @@ def _chown_tree(top: Path, owner: Owner) -> None:
             os.chown(os.path.join(base, name), owner.uid, owner.gid, follow_symlinks=False)
 
 
-async def remove(dirs: ExperimentDirs) -> None:
-    """Delete an experiment's folders (its container must be gone)."""
+async def remove(dirs: ExperimentDirs, in_thread: InThread) -> None:
+    """Delete an experiment's folders (its container must be gone), in a thread of the
+    caller's share."""
     try:
         # Iterative: a tenant's tree may be deeper than rmtree's recursion allows.
-        await asyncio.to_thread(delete_tree, dirs.root)
+        await in_thread(delete_tree, dirs.root)
     except OSError:
         # As before (rmtree's ignore_errors): what is left stays until its slot is reset.
         log.exception("workspace.remove_failed", path=str(dirs.root))

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from app.errors import DatabaseUnavailable, ServiceError
 from app.experiments.disk_budget import DiskBudget
+from app.experiments.tenant_threads import TenantThreads
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.storage.audit import AuditTrail
 from jail.context import CallContext, SandboxMemory, new_call_context
@@ -120,6 +121,7 @@ class ToolRunner:
         progress_every_s: float = 15.0,
         on_call: Callable[[str, str, float], None] | None = None,
         disk_budget: DiskBudget | None = None,
+        threads: TenantThreads | None = None,
     ) -> None:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
         self._identity = identity
@@ -130,6 +132,8 @@ class ToolRunner:
         self._queue_wait_s = queue_wait_s
         self._progress_every_s = progress_every_s
         self._disk_budget = disk_budget
+        # Each call's blocking work runs within its sandbox's share of the tenant threads.
+        self._threads = threads or TenantThreads()
 
     async def run(
         self,
@@ -164,7 +168,13 @@ class ToolRunner:
             # A call that takes no slot still sees the one the caller holds, if any.
             held = lease.slot if lease else await self._pool.holding(key) if sees_slot else None
             slot_root = held.root if held else None
-            ctx = new_call_context(self._memory, key, request_id=request_id, slot_root=slot_root)
+            ctx = new_call_context(
+                self._memory,
+                key,
+                request_id=request_id,
+                slot_root=slot_root,
+                in_thread=self._threads.for_sandbox(key),
+            )
             output = await self._alive(tool, body(ctx), progress)
             self._pool.touch(key)  # every call is activity, however long it ran
             if lease is None:
@@ -209,7 +219,11 @@ class ToolRunner:
         try:
             held = await self._pool.holding(key)
             ctx = new_call_context(
-                self._memory, key, request_id=request_id, slot_root=held.root if held else None
+                self._memory,
+                key,
+                request_id=request_id,
+                slot_root=held.root if held else None,
+                in_thread=self._threads.for_sandbox(key),
             )
             value = await body(ctx)
             self._pool.touch(key)

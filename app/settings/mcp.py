@@ -1,10 +1,11 @@
 """The tool layer: how long a call waits in the queue, how often it reports progress, the
-MCP tasks kept, and the caps on listen streams."""
+MCP tasks kept, the caps on listen streams, and the worker threads of tenants' calls."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from app.experiments.tenant_threads import DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
 from app.settings.base import Group
 
 
@@ -70,3 +71,30 @@ class McpSettings(Group):
         le=100_000,
         description="Open subscriptions/listen streams, all sandboxes together.",
     )
+    threads_per_sandbox: int = Field(
+        default=DEFAULT_PER_SANDBOX,
+        ge=1,
+        le=64,
+        description=(
+            "Worker threads one sandbox's calls use at once (file reads, searches, listings, "
+            "project maps, change reports, artifact copies); its further calls wait their "
+            "turn, first come first served."
+        ),
+    )
+    tenant_threads: int = Field(
+        default=DEFAULT_TOTAL,
+        ge=1,
+        le=256,
+        description=(
+            "Worker threads of all sandboxes' calls together; the server's own upkeep has "
+            "threads of its own, which no sandbox can take."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _share_fits(self) -> McpSettings:
+        if self.threads_per_sandbox > self.tenant_threads:
+            raise ValueError(
+                "SANDBOX_MCP_THREADS_PER_SANDBOX must not exceed SANDBOX_MCP_TENANT_THREADS"
+            )
+        return self

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -171,7 +170,7 @@ def register_evidence_tools(
             if cached is not None and cached.get("experiment_id") == experiment_id:
                 return project.ProjectMap.model_validate(cached["map"])
             workspace = await manager.workspace(call, experiment_id)
-            mapped = await asyncio.to_thread(project.project_map, workspace)
+            mapped = await call.in_thread(project.project_map, workspace)
             call.project_map.value = {"experiment_id": experiment_id, "map": mapped.model_dump()}
             return mapped
 

@@ -6,7 +6,6 @@ through the jail (see app/experiments/files.py).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -33,10 +32,10 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
     async def changed(
         call: CallContext, experiment_id: str, change: Callable[[Path], files.FileWritten]
     ) -> files.FileWritten:
-        """``change`` applied to the experiment's workspace (in a thread): the project's
-        map is stale from then on."""
+        """``change`` applied to the experiment's workspace (in a thread of the sandbox's
+        share): the project's map is stale from then on."""
         workspace = await manager.workspace(call, experiment_id)
-        written = await asyncio.to_thread(change, workspace)
+        written = await call.in_thread(change, workspace)
         call.project_map.invalidate()
         return written
 
@@ -64,7 +63,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
     ) -> Annotated[CallToolResult, enveloped(files.FileContent)]:
         async def body(call: CallContext) -> files.FileContent:
             workspace = await manager.workspace(call, experiment_id)
-            return await asyncio.to_thread(
+            return await call.in_thread(
                 files.read_file,
                 workspace,
                 path,
@@ -170,9 +169,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
     ) -> Annotated[CallToolResult, enveloped(files.FileTree)]:
         async def body(call: CallContext) -> files.FileTree:
             workspace = await manager.workspace(call, experiment_id)
-            return await asyncio.to_thread(
-                files.list_files, workspace, path, max_entries=max_entries
-            )
+            return await call.in_thread(files.list_files, workspace, path, max_entries=max_entries)
 
         return await runner.run("list_sandbox_files", body, takes_slot=False)
 
@@ -197,7 +194,7 @@ def register_file_tools(server: MCPServer, runner: ToolRunner, manager: Experime
     ) -> Annotated[CallToolResult, enveloped(files.SearchResult)]:
         async def body(call: CallContext) -> files.SearchResult:
             workspace = await manager.workspace(call, experiment_id)
-            return await asyncio.to_thread(
+            return await call.in_thread(
                 files.search, workspace, pattern, path, max_results=max_results
             )
 

@@ -82,7 +82,7 @@ def register_job_tools(
             text = command
             if workdir is not None:
                 workspace = await manager.workspace(call, experiment_id)
-                text = await seed.in_workdir(workspace, workdir, command)
+                text = await seed.in_workdir(call.in_thread, workspace, workdir, command)
             return await manager.execute(
                 call,
                 experiment_id,

@@ -10,7 +10,6 @@ call that gives both names of one thing with different values.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import shlex
@@ -22,6 +21,7 @@ from app.errors import InvalidArgument, ServiceError
 from app.experiments.states import State
 from app.runtime.backend import WORKSPACE, NetworkMode
 from jail import Jail, JailError
+from jail.context import InThread
 
 T = TypeVar("T")
 
@@ -122,8 +122,11 @@ def check_labels(labels: Mapping[str, str], experiment_ids: Sequence[str]) -> No
         )
 
 
-async def in_workdir(workspace: Path, workdir: str | None, command: str) -> str:
-    """``command`` made to start in ``workdir``, a folder of the workspace.
+async def in_workdir(
+    in_thread: InThread, workspace: Path, workdir: str | None, command: str
+) -> str:
+    """``command`` made to start in ``workdir``, a folder of the workspace (resolved in
+    a thread of the caller's share, ``in_thread``).
 
     The folder is resolved through the jail (relative, no climbing out, links only
     while they stay inside) and must exist. It is entered by the shell itself
@@ -133,7 +136,7 @@ async def in_workdir(workspace: Path, workdir: str | None, command: str) -> str:
     """
     if workdir is None:
         return command
-    folder = await asyncio.to_thread(_workspace_folder, workspace, workdir)
+    folder = await in_thread(_workspace_folder, workspace, workdir)
     if folder == ".":
         return command
     return f"cd -- {shlex.quote(f'{WORKSPACE}/{folder}')} || exit 1\n{command}"

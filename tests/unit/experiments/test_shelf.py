@@ -26,7 +26,10 @@ async def test_a_sandbox_cannot_shelve_more_than_its_budget(
 
     # Many collections at once: together they never pass the budget.
     listings = await asyncio.gather(
-        *(shelf.collect("greedy", "exp_greedy", workspace, [f"f{n}.bin"]) for n in range(6))
+        *(
+            shelf.collect("greedy", "exp_greedy", workspace, [f"f{n}.bin"], asyncio.to_thread)
+            for n in range(6)
+        )
     )
     assert await records.artifact_bytes_of("greedy") == 3000
     refused = [item for listing in listings for item in listing.skipped]
@@ -34,6 +37,6 @@ async def test_a_sandbox_cannot_shelve_more_than_its_budget(
     assert any("Your sandbox keeps at most" in item for item in refused)
 
     # Another sandbox's budget is its own.
-    mine = await shelf.collect("other", "exp_other", workspace, ["f*.bin"])
+    mine = await shelf.collect("other", "exp_other", workspace, ["f*.bin"], asyncio.to_thread)
     assert len(mine.artifacts) == 3
     assert await records.artifact_bytes_of("other") == 3000

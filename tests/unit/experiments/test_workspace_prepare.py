@@ -3,6 +3,7 @@ the baseline alike (same bytes, modes and mtimes, so inspect_changes reads nothi
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -28,7 +29,13 @@ async def test_given_files_are_written_to_both_sides_with_the_same_times(
 ) -> None:
     dirs = ExperimentDirs.of(tmp_path, "exp_files")
     report = await workspace.prepare(
-        dirs, files=FILES, project_path=None, copy_from=None, excludes=(), owner=None
+        dirs,
+        files=FILES,
+        project_path=None,
+        copy_from=None,
+        excludes=(),
+        owner=None,
+        in_thread=asyncio.to_thread,
     )
     assert (report.source, report.files) == ("files", len(FILES))
     assert _tree(dirs.workspace) == _tree(dirs.baseline)
@@ -63,6 +70,7 @@ async def test_the_workspace_is_the_sandbox_users_and_the_baseline_stays_the_ser
             copy_from=None,
             excludes=(),
             owner=Owner(4321, 4322),
+            in_thread=asyncio.to_thread,
         )
         inside = [dirs.workspace, *dirs.workspace.rglob("*")]
         assert {(p.lstat().st_uid, p.lstat().st_gid) for p in inside} == {(4321, 4322)}

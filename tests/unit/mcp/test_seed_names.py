@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -128,19 +129,19 @@ def workspace(tmp_path: Path) -> Path:
 
 
 async def test_workdir_prefixes_a_quoted_cd(workspace: Path) -> None:
-    assert await seed.in_workdir(workspace, None, "ls") == "ls"
-    assert await seed.in_workdir(workspace, ".", "ls") == "ls"
-    assert await seed.in_workdir(workspace, "pkg/./sub/", "ls") == (
+    assert await seed.in_workdir(asyncio.to_thread, workspace, None, "ls") == "ls"
+    assert await seed.in_workdir(asyncio.to_thread, workspace, ".", "ls") == "ls"
+    assert await seed.in_workdir(asyncio.to_thread, workspace, "pkg/./sub/", "ls") == (
         "cd -- /workspace/pkg/sub || exit 1\nls"
     )
-    inside = await seed.in_workdir(workspace, "inside", "ls")
+    inside = await seed.in_workdir(asyncio.to_thread, workspace, "inside", "ls")
     assert inside.startswith("cd -- /workspace/inside")
 
 
 async def test_workdir_with_shell_characters_is_quoted(workspace: Path) -> None:
     odd = "a b; $(touch x)'"
     (workspace / odd).mkdir()
-    wrapped = await seed.in_workdir(workspace, odd, "ls")
+    wrapped = await seed.in_workdir(asyncio.to_thread, workspace, odd, "ls")
     assert wrapped.startswith("cd -- '/workspace/a b; $(touch x)'\"'\"'' || exit 1\n")
 
 
@@ -149,14 +150,14 @@ async def test_workdir_with_shell_characters_is_quoted(workspace: Path) -> None:
 )
 async def test_workdir_escapes_are_invalid_arguments(workspace: Path, escape: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
-        await seed.in_workdir(workspace, escape, "ls")
+        await seed.in_workdir(asyncio.to_thread, workspace, escape, "ls")
     assert caught.value.details["field"] == "workdir"
     assert "/workspace" in caught.value.message
 
 
 async def test_workdir_must_be_an_existing_folder(workspace: Path) -> None:
     with pytest.raises(InvalidArgument):
-        await seed.in_workdir(workspace, "file.txt", "ls")
+        await seed.in_workdir(asyncio.to_thread, workspace, "file.txt", "ls")
     with pytest.raises(JailError) as caught:
-        await seed.in_workdir(workspace, "missing", "ls")
+        await seed.in_workdir(asyncio.to_thread, workspace, "missing", "ls")
     assert caught.value.code == "NOT_FOUND"
