@@ -50,6 +50,8 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,8 +349,8 @@ class EgressProxy:
         assert self._meter is not None
         assert self._gateway is not None
         async with self._meter.lock:
-            if self._folder.squid_pid() is not None:
-                return False  # the last process's Squid: gone within shutdown_lifetime
+            if not await self._end_orphan():
+                return False  # the last process's Squid: it stops it (next poll)
             await self._meter.restart_log()
             squid = SquidProcess(self._squid_path, self._folder, self._gateway, self.config.port)
             await squid.start()
@@ -363,6 +365,27 @@ class EgressProxy:
             allowlist=len(self.config.ceiling),
         )
         return True
+
+    async def _end_orphan(self) -> bool:
+        """Whether no Squid runs on the folder any more; one whose process died is
+        stopped here (the parent-death signal does not survive Squid's change of user,
+        so a process killed with kill -9 leaves its Squid behind)."""
+        pid = self._folder.squid_pid()
+        if pid is None:
+            return True
+        owner = self._folder.read_json(self._folder.owner).get("pid")
+        if isinstance(owner, int) and owner != os.getpid() and _alive(owner):
+            return False  # alive, and it lost the election: it stops its own
+        log.warning("egress.orphan_stopped", pid=pid)
+        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if self._folder.squid_pid() is None:
+                    return True
+                await asyncio.sleep(0.05)
+        return False
 
     async def _watch(self) -> None:
         """Every poll: run Squid if elected (and it does not run yet), count the log and
@@ -444,3 +467,13 @@ class EgressProxy:
                 Client(str(info["Id"]), address, allow, labels.get(f"{prefix}.experiment", ""))
             )
         return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
