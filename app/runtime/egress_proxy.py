@@ -71,6 +71,7 @@ from app.runtime.egress_network import (
 from app.runtime.egress_rules import clamp_allowlist, matches, not_public_ranges
 from app.runtime.egress_squid import SquidFolder, SquidProcess, folder_root, make_folder
 from app.runtime.egress_usage import Client
+from app.storage.egress_store import Usage
 from pool.background import cancel_and_wait
 from pool.watchdog import Leadership, SoleWatchdog
 
@@ -264,12 +265,22 @@ class EgressProxy:
                         await meter.read_log_locked()
                         self._folder.owner.unlink(missing_ok=True)
         await self._leadership.close()  # another process may take Squid over from now
-        if meter is not None and not (self._others_live and await self._others_live()):
+        if meter is not None and not await self._others_serve():
             async with meter.lock:
                 await asyncio.to_thread(self._cleanup)
         if self._docker is not None:
             self._docker.close()
         log.info("egress.stopped")
+
+    async def _others_serve(self) -> bool:
+        """Whether other processes still serve (they need the network): when the
+        database cannot say, they may."""
+        if self._others_live is None:
+            return False
+        try:
+            return await self._others_live()
+        except Exception:
+            return True
 
     def health(self) -> dict[str, Any]:
         squid = self._squid
@@ -333,9 +344,9 @@ class EgressProxy:
         """What the proxy refused this container since the last notice, for its result."""
         return None if self._meter is None else await self._meter.take_notice(container_id)
 
-    def usage(self, container_id: str) -> Client | None:
-        """The container as the ACL helper sees it (its list, whether it is blocked)."""
-        return None if self._meter is None else self._meter.client(container_id)
+    async def usage_of(self, experiment_id: str) -> Usage:
+        """What an experiment moved and was refused so far (the database's count)."""
+        return (await self._usage.load([experiment_id])).get(experiment_id, Usage(0, False))
 
     # -- Squid, in the process elected --------------------------------------------------
 

@@ -163,14 +163,14 @@ def account(
         if line.denied:
             reason = refusal_reason(client, line) if client else "not_allowed"
             done.reasons.append(reason)
-        if client is None or not client.experiment_id:
+        if client is None:
             continue
-        done.moved[client.experiment_id] += line.bytes
-        if line.denied:
-            done.refused[client.experiment_id] += 1
-            if kept[client.container_id] < MAX_PENDING:
-                kept[client.container_id] += 1
-                done.refusals.append(Refusal(client, line, reason))
+        if client.experiment_id:  # a clone helper has none: its refusals are told only
+            done.moved[client.experiment_id] += line.bytes
+            done.refused[client.experiment_id] += int(line.denied)
+        if line.denied and kept[client.container_id] < MAX_PENDING:
+            kept[client.container_id] += 1
+            done.refusals.append(Refusal(client, line, reason))
     return done
 
 

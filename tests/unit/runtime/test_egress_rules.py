@@ -234,3 +234,12 @@ def test_names_a_dot_entry_covers_are_left_to_it_for_squid() -> None:
     # Squid refuses to start on "a.example.org .example.org" (FATAL: Bungled).
     names = ("a.example.org", ".example.org", "example.org", ".b.example.org", "pypi.org")
     assert squid_domains(names) == (".example.org", "pypi.org")
+
+
+def test_a_clone_helper_s_refusals_are_told_though_it_has_no_experiment() -> None:
+    clients = {"172.30.0.5": Client("git1", "172.30.0.5", ("github.com",))}
+    done = account(["1 172.30.0.5 TCP_DENIED/403 100 0 CONNECT example.com:443"], clients)
+    assert [r.text for r in done.refusals] == [
+        "example.com:443: not on this experiment's allow-list"
+    ]
+    assert done.moved == {}
