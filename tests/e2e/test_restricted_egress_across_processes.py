@@ -14,6 +14,8 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 import httpx2
 import pytest
 from db_testkit import fresh_postgres
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, free_port, start_server, stop_server
 from egress_testkit import (
     BIG_FILE,
     PYTHON_IMAGE,
@@ -59,19 +61,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
         yield made
 
 
+def settings(world: OutsideWorld, database: str) -> dict[str, str]:
+    return {
+        "SANDBOX_MCP_DATABASE_URL": database,
+        "SANDBOX_MCP_EGRESS_PROXY": "true",
+        "SANDBOX_MCP_EGRESS_ALLOWLIST": "pypi.org,files.pythonhosted.org",
+        "SANDBOX_MCP_EGRESS_TEST_HOSTS": world.test_hosts(),
+        "SANDBOX_MCP_EGRESS_MAX_BYTES": str(CAP),
+        "SANDBOX_MCP_IMAGES": PYTHON_IMAGE,
+        "SANDBOX_MCP_DEFAULT_IMAGE": PYTHON_IMAGE,
+        "SANDBOX_MCP_POOL_SIZE": "2",
+        "SANDBOX_MCP_MAX_EXPERIMENTS": "10",
+    }
+
+
 def a_process(state: Path, world: OutsideWorld, database: str) -> RunningServer:
-    return start_server(
-        state,
-        SANDBOX_MCP_DATABASE_URL=database,
-        SANDBOX_MCP_EGRESS_PROXY="true",
-        SANDBOX_MCP_EGRESS_ALLOWLIST="pypi.org,files.pythonhosted.org",
-        SANDBOX_MCP_EGRESS_TEST_HOSTS=world.test_hosts(),
-        SANDBOX_MCP_EGRESS_MAX_BYTES=str(CAP),
-        SANDBOX_MCP_IMAGES=PYTHON_IMAGE,
-        SANDBOX_MCP_DEFAULT_IMAGE=PYTHON_IMAGE,
-        SANDBOX_MCP_POOL_SIZE="2",
-        SANDBOX_MCP_MAX_EXPERIMENTS="10",
-    )
+    return start_server(state, **settings(world, database))
 
 
 def squid_runs(pid: int) -> bool:
@@ -167,5 +172,47 @@ async def test_two_processes_share_one_squid_its_cap_and_its_takeover_after_kill
             for server in servers:
                 if server.process.poll() is None:
                     stop_server(server)
+            if network is not None:
+                remove_restricted_network(network[1])
+
+
+def serve_workers(
+    workers: int, port: int, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "app", "serve", "--workers", str(workers), "--port", str(port)]
+    with log.open("wb") as err:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+
+async def test_serve_workers_2_runs_one_squid_and_serves_network_restricted(
+    http: httpx2.AsyncClient, tmp_path: Path, world: OutsideWorld
+) -> None:
+    # The command an operator types (it was refused with the proxy on).
+    async with fresh_postgres() as database:
+        port, log = free_port(), tmp_path / "serve.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_MCP_")}
+        env |= settings(world, database) | {
+            "SANDBOX_MCP_STATE_DIR": str(tmp_path / "state"),
+            "SANDBOX_MCP_AUTH": "none",
+            "SANDBOX_MCP_WARM_CONTAINERS": "0",
+        }
+        parent = serve_workers(2, port, env, log)
+        served = RunningServer(f"http://127.0.0.1:{port}", parent, log)
+        try:
+            deadline = time.monotonic() + 60
+            while served.log().count('"service.started"') < 2:
+                assert parent.poll() is None, served.log()[-3000:]
+                assert time.monotonic() < deadline, served.log()[-3000:]
+                await asyncio.sleep(0.2)
+            assert served.log().count('"egress.started"') == 1, "one Squid for both workers"
+            assert (await proxy_health(http, served))["ok"] is True
+            experiment = await create(http, served)
+            result = await fetch(http, served, experiment, PAGE, OFF_LIST)
+            assert f"reached {PAGE}" in result["stdout"], result
+            assert "example.com:443: not on this experiment's allow-list" in result["stderr"]
+        finally:
+            network = re.search(r'"network": "([^"]+)"', served.log())
+            parent.send_signal(signal.SIGTERM)
+            assert parent.wait(timeout=30) == 0
             if network is not None:
                 remove_restricted_network(network[1])
