@@ -24,8 +24,10 @@ shared by every server process.
   command result says so (``EGRESS_CAP_REACHED``), whichever process runs it.
 * **The residual overrun** is what the experiment moves between two polls (one
   second of its transfers) and what the socket buffers held when it was cut; a
-  kill -9 of the process running Squid also loses the bytes of connections open
-  then (Squid dies with it, before it logs them).
+  kill -9 of the process running Squid loses no line of the log (the next process
+  elected stops that Squid first, which logs the connections it still held, then
+  counts the last lines), but nothing cuts a transfer at the cap until it is
+  elected (a second or two).
 
 The log is read and parsed in a thread (a big log never holds the event loop).
 """

@@ -27,10 +27,14 @@ The layout, and why it is the simplest safe one:
 Several processes (``serve --workers N``): one address, so one Squid. The process
 that runs it is elected like the watchdog (a PostgreSQL session advisory lock,
 ``leadership``; on SQLite there is one process, always elected). Every process
-tries each poll; when the one running Squid dies, its database session ends, the
-lock is free, its Squid gets SIGTERM (the parent-death signal) and is gone a second
-later (``shutdown_lifetime``), and the next process elected counts the last lines
-of the log and starts Squid again on the same address and folder. Every process
+tries each poll; when the one running Squid dies, its database session ends and
+the lock is free. The next process elected stops the dead one's Squid (with
+``kill -9`` it is left running: the parent-death signal does not survive Squid's
+change of user), counts the last lines of the log and starts Squid again on the
+same address and folder. A process that lost the lock but lives stops its own
+Squid at its next poll; the one elected waits for that, ``ORPHAN_WAIT_S`` at most.
+A database that drops the elected process's session also stops Squid until the
+next election (a second or two). Every process
 creates restricted containers and writes the ACL state and counts the log (under
 the folder's lock, see :mod:`app.runtime.egress_meter`), so nothing of a
 container lives in one process's memory. ``/health`` on each says whether Squid
@@ -39,8 +43,8 @@ runs, whichever process runs it.
 The iptables chain stays when the server stops: experiment containers outlive a
 restart, and must not reach the host meanwhile. It is removed with the network,
 once no container is left on it and no other process serves. Squid is started
-with the process elected, stopped with it (and killed with it: the parent-death
-signal), and its death is reported by ``/health`` (:mod:`app.runtime.egress_squid`).
+with the process elected and stopped with it, and its death is reported by
+``/health`` on every process (:mod:`app.runtime.egress_squid`).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ from pool.watchdog import Leadership, SoleWatchdog
 log = structlog.get_logger(__name__)
 
 ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's list
+ORPHAN_WAIT_S: Final = 10.0  # for the last elected process to stop its own Squid
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ class EgressProxy:
         self._watcher: asyncio.Task[None] | None = None
         self._stopping = False
         self._told_death = False
+        self._waiting_since: float | None = None  # for another process's Squid to stop
 
     # -- what experiments see ---------------------------------------------------------
 
@@ -386,7 +392,12 @@ class EgressProxy:
             return True
         owner = self._folder.read_json(self._folder.owner).get("pid")
         if isinstance(owner, int) and owner != os.getpid() and _alive(owner):
-            return False  # alive, and it lost the election: it stops its own
+            # Alive, and it lost the election: it stops its own at its next poll. One
+            # that does not (a wedged process, or its pid reused) is not waited for.
+            waiting = self._waiting_since = self._waiting_since or time.monotonic()
+            if time.monotonic() - waiting < ORPHAN_WAIT_S:
+                return False
+        self._waiting_since = None
         log.warning("egress.orphan_stopped", pid=pid)
         for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
             with contextlib.suppress(ProcessLookupError):

@@ -3,9 +3,11 @@
 The configuration itself is :func:`app.runtime.egress_rules.squid_conf`; this module
 only lays out the folder Squid runs in (its logs, owned by Squid's user; the ACL
 helper, copied beside it so Squid's user can run it; the helper's state file),
-starts ``squid -N`` and waits until it listens, and stops it. Squid gets SIGTERM
-if the server dies however it dies (the parent-death signal), and its exit is
-what ``/health`` reports.
+starts ``squid -N`` and waits until it listens, and stops it. Squid is asked for
+SIGTERM when the server dies (the parent-death signal), but the kernel clears that
+when Squid changes to its own user: a server killed with ``kill -9`` leaves its
+Squid, which the next process to run Squid stops (``SquidFolder.squid_pid`` finds
+it). Its exit is what ``/health`` reports.
 
 The folder is one per deployment at a fixed place (``/run/sandbox-mcp/egress-<tag>``),
 shared by every process of ``serve --workers``: whichever of them runs Squid, the
@@ -285,6 +287,7 @@ def _system_python() -> str:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the server dies, however it dies."""
+    """In the child, before exec: get SIGTERM when the server dies (until Squid
+    changes to its user, which clears it: see the module doc)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
