@@ -170,11 +170,6 @@ class EgressProxy:
         assert self._gateway is not None, "started"
         return f"http://{self._gateway}:{self.config.port}"
 
-    @property
-    def runs_squid(self) -> bool:
-        """Whether this process is the one running Squid now."""
-        return self._squid is not None
-
     def env(self) -> dict[str, str]:
         """The proxy settings the usual tools read (curl, pip, npm, git, cargo, go)."""
         url = self.proxy_url
