@@ -146,11 +146,7 @@ def _serve(
         return EXIT_USAGE
     from app import workers as processes
 
-    refused = processes.refusal(
-        settings.server.workers,
-        settings.storage.effective_database_url,
-        egress_proxy=settings.egress.proxy,
-    )
+    refused = processes.refusal(settings.server.workers, settings.storage.effective_database_url)
     if refused is not None:
         return _fail(refused, EXIT_USAGE)
     if settings.server.workers > 1 and transport == "stdio":

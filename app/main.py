@@ -51,7 +51,7 @@ from app.storage.audit import AuditTrail
 from app.storage.db import Repository, create_engine
 from app.storage.egress_store import EgressUsageStore
 from app.storage.experiment_store import ExperimentRecords
-from app.storage.pool_pg import leadership_for, pool_state_for
+from app.storage.pool_pg import EGRESS_LOCK, leadership_for, pool_state_for
 from app.storage.process_store import ProcessRecords
 from app.storage.task_records import TaskRecords
 from app.storage.warm_store import WarmClaims
@@ -92,6 +92,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         usage=EgressUsageStore(engine),  # the byte cap, per experiment, kept across restarts
         on_refused=metrics.egress_refused,
         on_bytes=metrics.egress_bytes,
+        # One Squid for every process: the one elected runs it.
+        leadership=leadership_for(engine, EGRESS_LOCK, "egress"),
+        processes=registry,
     )
     backend = build_backend(settings, store, deployment, registry.process_id, egress)
     # The experiments. The pool is built after the manager (its reset hook tears

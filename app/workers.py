@@ -5,7 +5,8 @@ inherit the socket (the kernel spreads connections among them); it restarts a
 child that dies, after a pause that grows while it keeps dying (``RestartPolicy``),
 and stops them all on SIGTERM or SIGINT. The children share nothing but the
 socket, the state dir and PostgreSQL: every promise that spans processes (the
-pool, its queue, its watchdog) is kept in the database, so any child can serve
+pool, its queue, its watchdog, the proxy of network "restricted") is kept in the
+database (or, for the proxy, a folder they share), so any child can serve
 any call.
 """
 
@@ -60,16 +61,8 @@ class _Worker:
     restart_at: float | None = None  # set while it waits out its pause
 
 
-def refusal(workers: int, database_url: str, *, egress_proxy: bool = False) -> str | None:
+def refusal(workers: int, database_url: str) -> str | None:
     """Why ``workers`` processes cannot serve this database, or None if they can."""
-    if workers > 1 and egress_proxy:
-        # Each process would start its own Squid on the one proxy address: all but
-        # the first exit at once ("Unable to open HTTP Socket").
-        return (
-            f"--workers {workers} cannot offer network 'restricted' (SANDBOX_MCP_EGRESS_PROXY): "
-            "its proxy listens on one address of the host, so one process runs it; serve "
-            "with --workers 1, or unset SANDBOX_MCP_EGRESS_PROXY"
-        )
     if workers > 1 and not database_url.startswith("postgresql"):
         return (
             f"--workers {workers} needs PostgreSQL: several processes share their state "

@@ -23,6 +23,7 @@ from app.runtime.warm import WarmBackend, WarmPool
 from app.settings import RuntimeSettings, Settings
 from jail.privilege import can_chown
 from pool.slots import Slot, SlotsRoot
+from pool.watchdog import Leadership
 
 if TYPE_CHECKING:  # wiring only: the runtime itself never imports the stores or the domain
     from app.experiments.process_registry import ProcessRegistry
@@ -43,8 +44,12 @@ def build_egress_proxy(
     usage: UsageRecords,
     on_refused: Callable[[str], None],
     on_bytes: Callable[[int], None],
+    leadership: Leadership | None = None,
+    processes: ProcessRegistry | None = None,
 ) -> EgressProxy | None:
-    """The proxy of network "restricted", when the operator offers it."""
+    """The proxy of network "restricted", when the operator offers it (``leadership``:
+    which of several processes runs Squid; ``processes``: whether others still serve
+    when this one stops)."""
     config = settings.egress.proxy_config(
         deployment=deployment, label_prefix=settings.runtime.label_prefix
     )
@@ -56,7 +61,14 @@ def build_egress_proxy(
         client_factory=docker_client,
         on_refused=on_refused,
         on_bytes=on_bytes,
+        leadership=leadership,
+        process_id=processes.process_id if processes else "",
+        others_live=None if processes is None else lambda: _others_live(processes),
     )
+
+
+async def _others_live(processes: ProcessRegistry) -> bool:
+    return bool(await processes.live() - {processes.process_id})
 
 
 def build_backend(

@@ -1,17 +1,33 @@
-"""The per-experiment egress byte cap, kept durable and enforced during a transfer.
+"""The per-experiment egress byte cap and the proxy's refusals, kept in the database and
+shared by every server process.
 
-* **Durable.** Bytes come from Squid's access log (both ways, once a transfer ends)
-  and are added to the experiment's row in the database
-  (:class:`app.storage.egress_store.EgressUsageStore`): a restart of the server,
-  or another process of ``serve --workers``, continues from the same total.
-* **During a transfer.** Every poll (:data:`POLL_S`) the bytes of the connections
-  still open (the kernel's count, :mod:`app.runtime.egress_sockets`) are added to
-  the recorded total; once the cap is reached the experiment is blocked (the ACL
-  helper refuses it), its open connections are cut (``ss -K``), ``capped`` is
-  recorded, and its next command result says so (``EGRESS_CAP_REACHED``).
+* **One truth for the ACL helper.** Its state file (client address -> the
+  container's experiment, allow-list, and whether the cap stopped it) is written
+  whole from what is true at that moment: the containers Docker has on the
+  restricted network (one call, their labels and addresses) and the caps the
+  database holds. Any process writes it (a container it started or removed, an
+  experiment it stopped), always under the folder's lock, so no stale view ever
+  replaces a newer one and no process needs to know another's containers.
+* **Durable, counted once.** Squid's access log is counted by one process at a time
+  (the folder's lock), from the offset kept beside it (``meter.json``): the one that
+  runs Squid every poll (:data:`POLL_S`), any other when it needs the lines at once
+  (a command's result, a container removed). The bytes and refusals go to the
+  experiment's row and the notices to ``egress_notices`` in one transaction
+  (:class:`app.storage.egress_store.EgressUsageStore`), then the offset moves; a
+  database that refuses leaves the offset, and the lines are counted next time.
+  A process killed between the commit and the offset's write counts one read
+  twice (an earlier cap, never a later one).
+* **During a transfer.** Every poll the process running Squid adds the bytes of the
+  connections still open (the kernel's count, :mod:`app.runtime.egress_sockets`) to
+  the recorded total; once the cap is reached the experiment is recorded capped,
+  blocked in the state file, its open connections are cut (``ss -K``) and its next
+  command result says so (``EGRESS_CAP_REACHED``), whichever process runs it.
 * **The residual overrun** is what the experiment moves between two polls (one
   second of its transfers) and what the socket buffers held when it was cut; a
-  server killed with ``kill -9`` also loses the bytes of its last poll.
+  kill -9 of the process running Squid loses no line of the log (the next process
+  elected stops that Squid first, which logs the connections it still held, then
+  counts the last lines), but nothing cuts a transfer at the cap until it is
+  elected (a second or two).
 
 The log is read and parsed in a thread (a big log never holds the event loop).
 """
@@ -19,117 +35,308 @@ The log is read and parsed in a thread (a big log never holds the event loop).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import Final, Protocol
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 import structlog
 
 from app.errors import DatabaseUnavailable
-from app.runtime.egress_sockets import cut, live_bytes
-from app.runtime.egress_usage import Ledger, read_new_lines
-from app.storage.egress_store import Usage
+from app.runtime.egress_sockets import cut, live_bytes, open_connections
+from app.runtime.egress_squid import FolderLock, SquidFolder
+from app.runtime.egress_usage import (
+    MAX_PENDING,
+    Accounted,
+    Client,
+    account,
+    clients_of,
+    notice_text,
+    open_bytes,
+    read_new_lines,
+)
+from app.storage.egress_store import Notice, Usage
 
 log = structlog.get_logger(__name__)
 
 POLL_S: Final = 1.0
+SETTLE_S: Final = 0.5
 
 
 class UsageRecords(Protocol):
-    """Where each experiment's bytes are kept (the database: ``EgressUsageStore``)."""
+    """Where each experiment's bytes and notices are kept (``EgressUsageStore``)."""
 
-    async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]: ...
-    async def mark_capped(self, experiment_id: str) -> None: ...
+    async def record(
+        self,
+        moved: Mapping[str, int],
+        refused: Mapping[str, int] | None = None,
+        notices: Sequence[Notice] = (),
+        *,
+        max_pending: int = MAX_PENDING,
+    ) -> dict[str, Usage]: ...
+    async def mark_capped(self, experiment_id: str, containers: Iterable[str] = ()) -> bool: ...
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]: ...
+    async def take_notices(self, container_id: str) -> list[Notice]: ...
 
 
 class EgressMeter:
-    """Counts one Squid's log into ``records`` and stops experiments at the cap."""
+    """Counts the shared Squid log into ``records`` and keeps the ACL state true."""
 
     def __init__(
         self,
-        ledger: Ledger,
+        folder: SquidFolder,
         records: UsageRecords,
         *,
-        write_state: Callable[[], None],
+        max_bytes: int,
+        scan: Callable[[], list[Client]],
+        on_refused: Callable[[str], None] = lambda reason: None,
+        on_bytes: Callable[[int], None] = lambda size: None,
     ) -> None:
-        self._ledger = ledger
+        self.folder = folder
+        self.lock = FolderLock(folder.lock)
+        self.max_bytes = max_bytes
         self._records = records
-        self._write_state = write_state  # blocking: the ACL helper's state file
-        self._log: Path | None = None
-        self._proxy: tuple[str, int] | None = None
-        self._offset = 0
-        self._unrecorded: dict[str, int] = {}  # counted, not yet in the database
-        self._lock = asyncio.Lock()
+        self.proxy = ("", 0)  # Squid's gateway:port, once the network is made
+        self._scan = scan  # blocking: the containers Docker has on the network
+        self._on_refused = on_refused
+        self._on_bytes = on_bytes
+        self._cache: tuple[tuple[int, int], dict[str, Client]] | None = None
 
-    def open(self, access_log: Path, gateway: str, port: int) -> None:
-        """Read this (new) log from its start; the proxy listens on ``gateway:port``."""
-        self._log, self._proxy, self._offset = access_log, (gateway, port), 0
+    # -- the ACL helper's state -------------------------------------------------------
 
-    async def load(self, experiment_ids: Iterable[str]) -> None:
-        """The recorded usage of these experiments (at start, or a new container)."""
-        recorded = await self._records.load(experiment_ids)
-        await self._stop(self._ledger.set_usage(_pairs(recorded)))
+    def clients(self) -> dict[str, Client]:
+        """The state file's clients by address (read again only when it changed)."""
+        try:
+            info = os.stat(self.folder.state)
+        except OSError:
+            return {}
+        stamp = (info.st_mtime_ns, info.st_ino)
+        if self._cache is None or self._cache[0] != stamp:
+            self._cache = (stamp, clients_of(self.folder.read_state()))
+        return self._cache[1]
+
+    def client(self, container_id: str) -> Client | None:
+        return next((c for c in self.clients().values() if c.container_id == container_id), None)
+
+    async def refresh_state(self) -> None:
+        """Write the state from Docker and the database (a container came or went)."""
+        async with self.lock:
+            await self.write_state()
+
+    async def write_state(self, also_blocked: Iterable[str] = ()) -> None:
+        """The state file, whole, from what is true now. Caller holds :attr:`lock`."""
+        found = await asyncio.to_thread(self._scan)
+        experiments = {c.experiment_id for c in found if c.experiment_id}
+        try:
+            usage = await self._records.load(experiments)
+            blocked = {e for e, u in usage.items() if u.capped or u.bytes >= self.max_bytes}
+        except DatabaseUnavailable as exc:  # keep who was blocked: never unblock on a guess
+            log.warning("egress.record_failed", reason=str(exc))
+            blocked = {c.experiment_id for c in self.clients().values() if c.blocked}
+        blocked |= set(also_blocked)
+        state = {
+            c.address: dataclasses.replace(c, blocked=c.experiment_id in blocked).entry()
+            for c in found
+        }
+        await asyncio.to_thread(self.folder.write_state, state)
+
+    # -- the log ----------------------------------------------------------------------
 
     async def read_log(self) -> None:
         """Count the log's new lines, record them, stop who reached the cap."""
-        if self._log is None:
-            return
-        async with self._lock:
-            moved, self._offset = await asyncio.to_thread(self._account, self._log, self._offset)
-            for experiment_id, size in moved.items():
-                self._unrecorded[experiment_id] = self._unrecorded.get(experiment_id, 0) + size
-            if not self._unrecorded:
-                return
-            try:
-                totals = await self._records.add(self._unrecorded)
-            except DatabaseUnavailable as exc:
-                # Kept for the next read: a command's result never fails for it.
-                log.warning("egress.record_failed", reason=str(exc))
-                return
-            self._unrecorded = {}
-            await self._stop(self._ledger.set_usage(_pairs(totals)))
+        async with self.lock:
+            await self.read_log_locked()
 
-    def _account(self, path: Path, offset: int) -> tuple[dict[str, int], int]:
-        """Every new line to its container, chunk by chunk, to the end (blocking)."""
-        moved: dict[str, int] = {}
+    async def read_log_locked(self) -> None:
+        position = self.folder.read_json(self.folder.meter)
+        offset = int(position.get("offset") or 0)
+        logged: dict[str, int] = dict(position.get("logged") or {})
+        clients = self.clients()
+        done, end = await asyncio.to_thread(self._account, offset, clients)
+        if end == offset:
+            return
+        notices = [
+            Notice(r.client.container_id, r.client.experiment_id, "refused", r.text)
+            for r in done.refusals
+        ]
+        try:
+            totals = await self._records.record(
+                done.moved, done.refused, notices, max_pending=MAX_PENDING
+            )
+        except DatabaseUnavailable as exc:
+            # The offset stays: these lines are counted at the next read, not lost.
+            log.warning("egress.record_failed", reason=str(exc))
+            return
+        for connection, size in done.by_connection.items():
+            logged[connection] = logged.get(connection, 0) + size
+        await asyncio.to_thread(
+            self.folder.write_json, self.folder.meter, {"offset": end, "logged": logged}
+        )
+        self._on_bytes(done.bytes)
+        for reason in done.reasons:
+            self._on_refused(reason)
+        for refusal in done.refusals:
+            log.info(
+                "egress.refused",
+                experiment_id=refusal.client.experiment_id,
+                container_id=refusal.client.container_id[:12],
+                host=refusal.line.host,
+                port=refusal.line.port,
+                reason=refusal.reason,
+            )
+        over = {e for e, u in totals.items() if u.bytes >= self.max_bytes and not u.capped}
+        await self._stop(over, clients, totals)
+
+    def _account(self, offset: int, clients: Mapping[str, Client]) -> tuple[Accounted, int]:
+        """Every new line to its experiment, chunk by chunk, to the end (blocking)."""
+        try:
+            if offset > os.stat(self.folder.access_log).st_size:
+                offset = 0  # started afresh (a new Squid) after the offset was written
+        except FileNotFoundError:
+            return Accounted(), offset
+        done = Accounted()
         while True:
-            lines, offset = read_new_lines(path, offset)
+            lines, offset = read_new_lines(self.folder.access_log, offset)
             if not lines:
-                return moved, offset
-            for experiment_id, size in self._ledger.account(lines).items():
-                moved[experiment_id] = moved.get(experiment_id, 0) + size
+                return done, offset
+            account(lines, clients, into=done)
+
+    async def restart_log(self) -> None:
+        """Before a new Squid writes the log: the last one's lines counted, the log
+        emptied. Caller holds :attr:`lock`, and no Squid runs on the folder."""
+        await self.read_log_locked()
+        await asyncio.to_thread(self.folder.truncate_log)
+        await asyncio.to_thread(
+            self.folder.write_json, self.folder.meter, {"offset": 0, "logged": {}}
+        )
+
+    # -- the cap during a transfer ------------------------------------------------------
 
     async def check_live(self) -> None:
-        """Stop who reaches the cap with the connections still open."""
-        if self._proxy is None:
-            return
-        gateway, port = self._proxy
-        live = await asyncio.to_thread(live_bytes, gateway, port)
-        await self._stop(self._ledger.over_cap(live))
+        """Stop who reaches the cap with the connections still open (the process
+        running Squid, every poll)."""
+        async with self.lock:
+            gateway, port = self.proxy
+            live = await asyncio.to_thread(live_bytes, gateway, port)
+            position = self.folder.read_json(self.folder.meter)
+            logged: dict[str, int] = dict(position.get("logged") or {})
+            if logged.keys() - live.keys():  # closed: their whole count is the log's now
+                logged = {k: v for k, v in logged.items() if k in live}
+                position["logged"] = logged
+                await asyncio.to_thread(self.folder.write_json, self.folder.meter, position)
+            if not live:
+                return
+            clients = self.clients()
+            opened = open_bytes(live, logged, clients)
+            try:
+                usage = await self._records.load(opened)
+            except DatabaseUnavailable as exc:
+                log.warning("egress.record_failed", reason=str(exc))
+                return
+            over = set()
+            for experiment_id, size in opened.items():
+                recorded = usage.get(experiment_id, Usage(0, False))
+                if not recorded.capped and recorded.bytes + size >= self.max_bytes:
+                    over.add(experiment_id)
+            await self._stop(over, clients, {e: u.bytes + opened[e] for e, u in usage.items()})
 
-    async def _stop(self, experiments: set[str]) -> None:
+    async def _stop(
+        self,
+        experiments: set[str],
+        clients: Mapping[str, Client],
+        totals: Mapping[str, Usage | int],
+    ) -> None:
+        """Record them capped, block them in the state, cut their connections. Caller
+        holds :attr:`lock`."""
         if not experiments:
             return
-        await asyncio.to_thread(self._write_state)  # first: no new connection from now
-        for experiment_id in experiments:
-            if self._proxy is not None:
-                gateway, port = self._proxy
-                for address in self._ledger.addresses_of(experiment_id):
-                    closed = await asyncio.to_thread(cut, gateway, port, address)
-                    log.log(
-                        logging.ERROR if closed is None else logging.INFO,
-                        "egress.cut_failed" if closed is None else "egress.cut",
-                        experiment_id=experiment_id,
-                        address=address,
-                        connections=closed,
-                    )
+        for experiment_id in sorted(experiments):
+            containers = [
+                c.container_id for c in clients.values() if c.experiment_id == experiment_id
+            ]
             try:
-                await self._records.mark_capped(experiment_id)
-            except DatabaseUnavailable as exc:  # blocked here still; its bytes will say it
+                await self._records.mark_capped(experiment_id, containers)
+            except DatabaseUnavailable as exc:  # blocked in the state still
                 log.warning("egress.record_failed", experiment_id=experiment_id, reason=str(exc))
+            total = totals.get(experiment_id)
+            log.warning(
+                "egress.cap_reached",
+                experiment_id=experiment_id,
+                bytes=total.bytes if isinstance(total, Usage) else total,
+            )
+        await self.write_state(also_blocked=experiments)  # first: no new connection from now
+        gateway, port = self.proxy
+        for client in clients.values():
+            if client.experiment_id not in experiments:
+                continue
+            closed = await asyncio.to_thread(cut, gateway, port, client.address)
+            log.log(
+                logging.ERROR if closed is None else logging.INFO,
+                "egress.cut_failed" if closed is None else "egress.cut",
+                experiment_id=client.experiment_id,
+                address=client.address,
+                connections=closed,
+            )
+
+    # -- a command's result, a container gone -----------------------------------------
+
+    async def take_notice(self, container_id: str) -> str | None:
+        """What the proxy refused this container since the last notice (and the cap, if
+        it stopped its experiment since), for its command's result."""
+        client = self.client(container_id)
+        if client is None:
+            return None
+        await self._settle(client.address)
+        await self.read_log()
+        try:
+            notices = await self._records.take_notices(container_id)
+        except DatabaseUnavailable as exc:  # told at a later result
+            log.warning("egress.record_failed", reason=str(exc))
+            return None
+        refused = [n.text for n in notices if n.kind == "refused"]
+        capped = any(n.kind == "cap" for n in notices)
+        if not (refused or capped):
+            return None
+        return notice_text(
+            refused[:MAX_PENDING],
+            max(0, len(refused) - MAX_PENDING),
+            capped=capped,
+            allow=client.allow,
+            max_bytes=self.max_bytes,
+        )
+
+    async def _settle(self, address: str) -> None:
+        """Wait (briefly) until Squid has closed this client's connections.
+
+        Squid logs a connection when it ends, a moment after the command that made it
+        exited; until then its last lines (the cap reached, a refusal) would miss this
+        result. Bounded: a command left running in the background keeps its own.
+        """
+        gateway, port = self.proxy
+        deadline = time.monotonic() + SETTLE_S
+        while await asyncio.to_thread(open_connections, gateway, port, address):
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.01)
+
+    async def forget(self, container_id: str) -> tuple[Client, Usage] | None:
+        """A removed container: its last lines counted, its notices dropped, the state
+        written without it; what its experiment moved so far."""
+        client = self.client(container_id)
+        if client is None:
+            return None
+        async with self.lock:
+            await self.read_log_locked()  # while the state still maps its address to it
+            await self.write_state()
+        try:
+            await self._records.take_notices(container_id)
+            usage = (await self._records.load([client.experiment_id])).get(client.experiment_id)
+        except DatabaseUnavailable:
+            usage = None
+        return client, usage or Usage(0, False)
 
 
-def _pairs(usage: Mapping[str, Usage]) -> dict[str, tuple[int, bool]]:
-    return {key: (u.bytes, u.capped) for key, u in usage.items()}
+def describe(usage: Usage) -> dict[str, Any]:
+    return {"experiment_bytes": usage.bytes, "refused": usage.refused, "capped": usage.capped}

@@ -3,9 +3,16 @@
 The configuration itself is :func:`app.runtime.egress_rules.squid_conf`; this module
 only lays out the folder Squid runs in (its logs, owned by Squid's user; the ACL
 helper, copied beside it so Squid's user can run it; the helper's state file),
-starts ``squid -N`` and waits until it listens, and stops it. Squid gets SIGTERM
-if the server dies however it dies (the parent-death signal), and its exit is
-what ``/health`` reports.
+starts ``squid -N`` and waits until it listens, and stops it. Squid is asked for
+SIGTERM when the server dies (the parent-death signal), but the kernel clears that
+when Squid changes to its own user: a server killed with ``kill -9`` leaves its
+Squid, which the next process to run Squid stops (``SquidFolder.squid_pid`` finds
+it). Its exit is what ``/health`` reports.
+
+The folder is one per deployment at a fixed place (``/run/sandbox-mcp/egress-<tag>``),
+shared by every process of ``serve --workers``: whichever of them runs Squid, the
+helper reads the same state file and the log is the same file. Its ``lock`` file is
+what the processes take (``flock``) before they change a shared file in it.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import pwd
@@ -20,7 +28,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,12 +59,58 @@ class SquidFolder:
     def state(self) -> Path:
         return self.root / "state.json"
 
+    @property
+    def meter(self) -> Path:
+        return self.root / "meter.json"  # how far the log was counted (egress_meter)
+
+    @property
+    def owner(self) -> Path:
+        return self.root / "owner.json"  # which process runs Squid, and Squid's pid
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
     def write_state(self, state: dict[str, Any]) -> None:
         """The ACL helper's state, replaced atomically (it may read at any moment)."""
-        scratch = self.state.with_suffix(".tmp")
-        scratch.write_text(json.dumps(state))
+        self.write_json(self.state, state)
+
+    def read_state(self) -> dict[str, Any]:
+        return self.read_json(self.state)
+
+    @staticmethod
+    def write_json(path: Path, value: dict[str, Any]) -> None:
+        """Replaced atomically: a reader in another process never sees half of it."""
+        scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        scratch.write_text(json.dumps(value))
         scratch.chmod(0o644)
-        scratch.replace(self.state)
+        scratch.replace(path)
+
+    @staticmethod
+    def read_json(path: Path) -> dict[str, Any]:
+        """{} when missing or unreadable (a first start, a folder being made)."""
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def squid_pid(self) -> int | None:
+        """The pid of the Squid that runs on this folder now, whichever process started
+        it (None: none runs)."""
+        pid = self.read_json(self.owner).get("squid_pid")
+        if not isinstance(pid, int):
+            return None
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        return pid if str(self.conf).encode() in command else None
+
+    def truncate_log(self) -> None:
+        """Start the log afresh (only while no Squid writes it, after it was counted)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.truncate(self.access_log, 0)
 
     def cache_log(self) -> str:
         with contextlib.suppress(OSError):
@@ -68,24 +121,68 @@ class SquidFolder:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+class FolderLock:
+    """The folder's ``flock``, held by one process (and one task in it) at a time.
+
+    Every change of a shared file (the ACL state, the count of the log, the firewall,
+    who runs Squid) is made under it, from what is true at that moment, so two
+    processes never interleave; the kernel frees it when its holder dies.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._local = asyncio.Lock()
+        self._fd: int | None = None
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, *_: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor frees the flock
+        self._local.release()
+
+
+def folder_root(tag: str) -> Path:
+    """The deployment's folder: the same for each of its processes, writable by root
+    only (no /tmp name another user could take first)."""
+    return Path("/run/sandbox-mcp") / f"egress-{tag}"
+
+
 def make_folder(
+    root: Path,
     *,
     listen: str,
     ceiling: tuple[str, ...],
     not_public: tuple[str, ...],
     test_hosts: tuple[tuple[str, str], ...],
 ) -> SquidFolder:
-    """A new folder with Squid's configuration, logs and ACL helper (blocking)."""
-    folder = SquidFolder(Path(tempfile.mkdtemp(prefix="sandbox-mcp-egress-")))
+    """The folder with Squid's configuration, logs and ACL helper (blocking; made if
+    missing, rewritten if there: call it under the folder's lock)."""
+    folder = SquidFolder(root)
     logs = folder.root / "log"
-    logs.mkdir()
+    logs.mkdir(parents=True, exist_ok=True)
     folder.root.chmod(0o755)
     user = SQUID_USER if _has_user(SQUID_USER) else None
     if user is not None:
         entry = pwd.getpwnam(user)
         os.chown(logs, entry.pw_uid, entry.pw_gid)
     helper = folder.root / "acl_helper.py"
-    shutil.copyfile(egress_acl_helper.__file__, helper)
+    scratch = helper.with_name(f".acl_helper.{os.getpid()}.tmp")
+    shutil.copyfile(egress_acl_helper.__file__, scratch)
+    scratch.replace(helper)  # a running Squid may start a helper at any moment
     hosts = None
     if test_hosts:
         hosts = folder.root / "hosts"
@@ -190,6 +287,7 @@ def _system_python() -> str:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the server dies, however it dies."""
+    """In the child, before exec: get SIGTERM when the server dies (until Squid
+    changes to its user, which clears it: see the module doc)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

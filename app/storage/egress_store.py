@@ -6,12 +6,19 @@ processes adding at once never lose each other's count; the total after the
 addition comes back, to compare with the cap. ``capped`` records that the cap
 stopped the experiment (it stays stopped, even if the last cut transfer was
 logged a little under the cap).
+
+What a command's next result must tell (the proxy's refusals, the cap reached) is
+kept in ``egress_notices``, one row per line, by container: whichever process
+counted the log, whichever process runs that experiment's next command takes them
+(deleted as they are read, so each is told once). They are written in the same
+transaction as the bytes of the lines they come from.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -30,12 +37,33 @@ class EgressUsageRow(Base):
     bytes: Mapped[int] = mapped_column(sa.BigInteger)
     capped: Mapped[bool] = mapped_column(sa.Boolean, default=False)
     updated_at: Mapped[float] = mapped_column(sa.Float)
+    refused: Mapped[int] = mapped_column(sa.Integer, default=0)
+
+
+class EgressNoticeRow(Base):
+    __tablename__ = "egress_notices"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    container_id: Mapped[str] = mapped_column(sa.String(80), index=True)
+    experiment_id: Mapped[str] = mapped_column(sa.String(40))
+    kind: Mapped[str] = mapped_column(sa.String(16))  # "refused" or "cap"
+    text: Mapped[str] = mapped_column(sa.String(600))
+    created_at: Mapped[float] = mapped_column(sa.Float)
 
 
 @dataclass(frozen=True)
 class Usage:
     bytes: int
     capped: bool
+    refused: int = 0
+
+
+@dataclass(frozen=True)
+class Notice:
+    container_id: str
+    experiment_id: str
+    kind: str  # "refused" or "cap"
+    text: str = ""
 
 
 class EgressUsageStore:
@@ -51,36 +79,101 @@ class EgressUsageStore:
 
     async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
         """Add ``moved`` bytes to each experiment; every one's usage afterwards."""
+        return await self.record(moved)
+
+    async def record(
+        self,
+        moved: Mapping[str, int],
+        refused: Mapping[str, int] | None = None,
+        notices: Sequence[Notice] = (),
+        *,
+        max_pending: int = 20,
+    ) -> dict[str, Usage]:
+        """In one transaction: add bytes and refusals to each experiment, and keep the
+        notices for their containers' next results (at most ``max_pending`` waiting
+        per container). Every experiment's usage afterwards."""
         now = time.time()
+        refused = refused or {}
         totals: dict[str, Usage] = {}
         async with self._transaction() as session:
-            for experiment_id, size in sorted(moved.items()):  # one lock order for all
+            for experiment_id in sorted(set(moved) | set(refused)):  # one lock order for all
                 insert = self._insert().values(
-                    experiment_id=experiment_id, bytes=size, capped=False, updated_at=now
+                    experiment_id=experiment_id,
+                    bytes=moved.get(experiment_id, 0),
+                    refused=refused.get(experiment_id, 0),
+                    capped=False,
+                    updated_at=now,
                 )
                 statement = insert.on_conflict_do_update(
                     index_elements=[EgressUsageRow.experiment_id],
                     set_={
                         "bytes": EgressUsageRow.bytes + insert.excluded.bytes,
+                        "refused": EgressUsageRow.refused + insert.excluded.refused,
                         "updated_at": insert.excluded.updated_at,
                     },
-                ).returning(EgressUsageRow.bytes, EgressUsageRow.capped)
+                ).returning(EgressUsageRow.bytes, EgressUsageRow.capped, EgressUsageRow.refused)
                 row = (await session.execute(statement)).one()
-                totals[experiment_id] = Usage(int(row.bytes), bool(row.capped))
+                totals[experiment_id] = Usage(int(row.bytes), bool(row.capped), int(row.refused))
+            if notices:
+                room = await self._room(session, {n.container_id for n in notices}, max_pending)
+                for notice in notices:
+                    if room[notice.container_id] > 0:
+                        room[notice.container_id] -= 1
+                        session.add(_row(notice, now))
         return totals
 
-    async def mark_capped(self, experiment_id: str) -> None:
-        """Record that the cap stopped this experiment (a row is made if it has none)."""
-        insert = self._insert().values(
-            experiment_id=experiment_id, bytes=0, capped=True, updated_at=time.time()
+    async def _room(
+        self, session: AsyncSession, containers: set[str], max_pending: int
+    ) -> Counter[str]:
+        waiting = await session.execute(
+            sa.select(EgressNoticeRow.container_id, sa.func.count())
+            .where(EgressNoticeRow.container_id.in_(sorted(containers)))
+            .group_by(EgressNoticeRow.container_id)
         )
+        room = Counter(dict.fromkeys(containers, max_pending))
+        for container_id, count in waiting:
+            room[container_id] -= int(count)
+        return room
+
+    async def mark_capped(self, experiment_id: str, containers: Iterable[str] = ()) -> bool:
+        """Record that the cap stopped this experiment (a row is made if it has none);
+        True for the one caller that stopped it, who also leaves each of its
+        ``containers`` the notice (told once, whichever process asks)."""
+        now = time.time()
         async with self._transaction() as session:
-            await session.execute(
-                insert.on_conflict_do_update(
-                    index_elements=[EgressUsageRow.experiment_id],
-                    set_={"capped": True, "updated_at": insert.excluded.updated_at},
-                )
+            insert = self._insert().values(
+                experiment_id=experiment_id, bytes=0, refused=0, capped=False, updated_at=now
             )
+            await session.execute(insert.on_conflict_do_nothing())
+            # Only one caller flips it: the row lock makes the second see it capped.
+            flipped = await session.execute(
+                sa.update(EgressUsageRow)
+                .where(EgressUsageRow.experiment_id == experiment_id)
+                .where(EgressUsageRow.capped.is_(False))
+                .values(capped=True, updated_at=now)
+            )
+            newly = bool(getattr(flipped, "rowcount", 0))
+            if newly:
+                for container_id in sorted(set(containers)):
+                    session.add(_row(Notice(container_id, experiment_id, "cap"), now))
+            return newly
+
+    async def take_notices(self, container_id: str) -> list[Notice]:
+        """The notices waiting for this container's next result, gone once read."""
+        async with self._transaction() as session:
+            rows = (
+                await session.execute(
+                    sa.delete(EgressNoticeRow)
+                    .where(EgressNoticeRow.container_id == container_id)
+                    .returning(
+                        EgressNoticeRow.id,
+                        EgressNoticeRow.experiment_id,
+                        EgressNoticeRow.kind,
+                        EgressNoticeRow.text,
+                    )
+                )
+            ).all()
+        return [Notice(container_id, r.experiment_id, r.kind, r.text) for r in sorted(rows)]
 
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]:
         """The usage recorded for these experiments (those with none are left out)."""
@@ -90,7 +183,23 @@ class EgressUsageStore:
         async with self._transaction() as session:
             rows = await session.execute(
                 sa.select(
-                    EgressUsageRow.experiment_id, EgressUsageRow.bytes, EgressUsageRow.capped
+                    EgressUsageRow.experiment_id,
+                    EgressUsageRow.bytes,
+                    EgressUsageRow.capped,
+                    EgressUsageRow.refused,
                 ).where(EgressUsageRow.experiment_id.in_(ids))
             )
-            return {r.experiment_id: Usage(int(r.bytes), bool(r.capped)) for r in rows}
+            return {
+                r.experiment_id: Usage(int(r.bytes), bool(r.capped), int(r.refused or 0))
+                for r in rows
+            }
+
+
+def _row(notice: Notice, at: float) -> EgressNoticeRow:
+    return EgressNoticeRow(
+        container_id=notice.container_id,
+        experiment_id=notice.experiment_id,
+        kind=notice.kind,
+        text=notice.text[:600],
+        created_at=at,
+    )

@@ -47,6 +47,7 @@ log = structlog.get_logger(__name__)
 LOCK_SPACE = 0x534D4350  # "SMCP"
 POOL_LOCK = 1  # every pool change, transaction-level
 WATCHDOG_LOCK = 2  # the elected watchdog, session-level
+EGRESS_LOCK = 3  # the process running network "restricted"'s Squid, session-level
 SLOT_RESET_SPACE = 0x534D4352  # (space, slot index): the process emptying that slot
 CHANNEL = "sandbox_mcp_pool"
 
@@ -165,8 +166,11 @@ class PgPoolState(SqlPoolState):
 class AdvisoryLeadership:
     """Whether this process is the one running the watchdog (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self, engine: AsyncEngine, key: int = WATCHDOG_LOCK, role: str = "watchdog"
+    ) -> None:
         self._dsn = asyncpg_dsn(engine)
+        self._key, self._role = key, role  # which election, and its log lines' name
         self._connection: asyncpg.Connection | None = None
         self._leading = False
 
@@ -181,14 +185,14 @@ class AdvisoryLeadership:
                 return True
             self._leading = bool(
                 await self._connection.fetchval(
-                    "SELECT pg_try_advisory_lock($1, $2)", LOCK_SPACE, WATCHDOG_LOCK
+                    "SELECT pg_try_advisory_lock($1, $2)", LOCK_SPACE, self._key
                 )
             )
             if self._leading:
-                log.info("watchdog.elected")
+                log.info(f"{self._role}.elected")
             return self._leading
         except (OSError, asyncpg.PostgresError) as exc:
-            log.warning("watchdog.election_failed", reason=describe_db_error(exc))
+            log.warning(f"{self._role}.election_failed", reason=describe_db_error(exc))
             await self.close()
             return False
 
@@ -201,6 +205,9 @@ class AdvisoryLeadership:
                 await connection.close()
 
 
-def leadership_for(engine: AsyncEngine) -> Leadership:
-    """The elected watchdog on PostgreSQL; alone on SQLite, this process always leads."""
-    return AdvisoryLeadership(engine) if is_postgresql(engine) else SoleWatchdog()
+def leadership_for(
+    engine: AsyncEngine, key: int = WATCHDOG_LOCK, role: str = "watchdog"
+) -> Leadership:
+    """The elected watchdog (or, with ``key``, another role) on PostgreSQL; alone on
+    SQLite, this process always leads."""
+    return AdvisoryLeadership(engine, key, role) if is_postgresql(engine) else SoleWatchdog()

@@ -77,7 +77,10 @@ async def main(samples: int) -> None:
                 detach=True,
                 network=proxy.network,
                 environment=proxy.env(),
-                labels={proxy.allow_label(): "pypi.org"},
+                labels={
+                    proxy.allow_label(): "pypi.org",
+                    f"{proxy.config.label_prefix}.experiment": "exp_bench",
+                },
             )
             made.append(proxied)
             await proxy.attach(client.api, proxied.id)
@@ -108,10 +111,9 @@ async def main(samples: int) -> None:
                     f"mean {statistics.fmean(values) * 1000:6.2f} ms"
                 )
             await proxy.take_notice(proxied.id)  # reads the log up to now
-            usage = proxy.usage(proxied.id)
-            assert usage is not None
-            assert usage[0] > 0, "the proxied container went through the proxy"
-            print(f"  (through the proxy: {usage[0]:,} bytes, {usage[1]} refused)")
+            usage = await proxy.usage_of("exp_bench")
+            assert usage.bytes > 0, "the proxied container went through the proxy"
+            print(f"  (through the proxy: {usage.bytes:,} bytes, {usage.refused} refused)")
             extra = pct(times["proxied"], 0.5) - pct(times["direct"], 0.5)
             ratio = pct(times["proxied"], 0.5) / pct(times["direct"], 0.5)
             print(f"  the proxy adds {extra * 1000:.2f} ms a connection at p50 (x{ratio:.2f})")

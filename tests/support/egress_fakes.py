@@ -4,24 +4,50 @@ passes the database's ``EgressUsageStore`` (tested on both databases)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from app.storage.egress_store import Usage
+from app.storage.egress_store import Notice, Usage
 
 
 class MemoryUsage:
     def __init__(self) -> None:
         self._rows: dict[str, Usage] = {}
+        self.notices: list[Notice] = []
 
     async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
-        for key, size in moved.items():
-            row = self._rows.get(key, Usage(0, False))
-            self._rows[key] = Usage(row.bytes + size, row.capped)
-        return {key: self._rows[key] for key in moved}
+        return await self.record(moved)
 
-    async def mark_capped(self, experiment_id: str) -> None:
+    async def record(
+        self,
+        moved: Mapping[str, int],
+        refused: Mapping[str, int] | None = None,
+        notices: Sequence[Notice] = (),
+        *,
+        max_pending: int = 20,
+    ) -> dict[str, Usage]:
+        refused = refused or {}
+        for key in set(moved) | set(refused):
+            row = self._rows.get(key, Usage(0, False))
+            self._rows[key] = Usage(
+                row.bytes + moved.get(key, 0), row.capped, row.refused + refused.get(key, 0)
+            )
+        for notice in notices:
+            if sum(n.container_id == notice.container_id for n in self.notices) < max_pending:
+                self.notices.append(notice)
+        return {key: self._rows[key] for key in set(moved) | set(refused)}
+
+    async def mark_capped(self, experiment_id: str, containers: Iterable[str] = ()) -> bool:
         row = self._rows.get(experiment_id, Usage(0, False))
-        self._rows[experiment_id] = Usage(row.bytes, True)
+        self._rows[experiment_id] = Usage(row.bytes, True, row.refused)
+        if row.capped:
+            return False
+        self.notices += [Notice(c, experiment_id, "cap") for c in containers]
+        return True
 
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]:
         return {key: self._rows[key] for key in experiment_ids if key in self._rows}
+
+    async def take_notices(self, container_id: str) -> list[Notice]:
+        taken = [n for n in self.notices if n.container_id == container_id]
+        self.notices = [n for n in self.notices if n.container_id != container_id]
+        return taken

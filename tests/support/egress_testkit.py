@@ -122,6 +122,8 @@ def remove_restricted_network(network: str) -> None:
             sh(tool, "-w", "-D", hook, "-i", bridge, "-j", chain, check=False)
         sh(tool, "-w", "-F", chain, check=False)
         sh(tool, "-w", "-X", chain, check=False)
+    # The folder the deployment's processes shared (egress_squid.folder_root).
+    shutil.rmtree(f"/run/sandbox-mcp/egress-{network.rsplit('-', 1)[-1]}", ignore_errors=True)
 
 
 def _publish(root: Path) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.egress_store import EgressUsageStore, Usage
+from app.storage.egress_store import EgressUsageStore, Notice, Usage
 
 pytestmark = pytest.mark.integration
 
@@ -41,3 +41,22 @@ async def test_capped_is_kept_and_later_additions_keep_it(engine: AsyncEngine) -
     await store.add({"e": 10})
     await store.mark_capped("e")
     assert await store.add({"e": 1}) == {"e": Usage(11, True)}
+
+
+async def test_notices_wait_for_their_container_once_and_the_cap_is_flipped_once(
+    engine: AsyncEngine,
+) -> None:
+    # Two processes: one counted the log, the other runs the experiment's next command.
+    counting, running = EgressUsageStore(engine), EgressUsageStore(engine)
+    refusals = [Notice("c1", "e", "refused", f"host{i}.example:443: no") for i in range(5)]
+    totals = await counting.record({"e": 10}, {"e": 5}, refusals, max_pending=3)
+    assert totals == {"e": Usage(10, False, 5)}
+    flips = await asyncio.gather(
+        counting.mark_capped("e", ["c1"]), running.mark_capped("e", ["c1"])
+    )
+    assert sorted(flips) == [False, True], "one of them stopped it"
+    taken = await running.take_notices("c1")
+    assert [n.kind for n in taken] == ["refused"] * 3 + ["cap"]  # at most 3 waited
+    assert taken[0].text == "host0.example:443: no"
+    assert await counting.take_notices("c1") == [], "told once"
+    assert await running.load(["e"]) == {"e": Usage(10, True, 5)}

@@ -21,7 +21,14 @@ from app.runtime.egress_rules import (
     squid_domains,
 )
 from app.runtime.egress_sockets import parse_ss
-from app.runtime.egress_usage import Client, Ledger, LogLine, read_new_lines
+from app.runtime.egress_usage import (
+    Client,
+    LogLine,
+    account,
+    notice_text,
+    open_bytes,
+    read_new_lines,
+)
 
 
 def test_allowlists_are_parsed_and_bad_names_refused() -> None:
@@ -136,11 +143,7 @@ def test_log_lines_are_read_for_who_what_and_how_much() -> None:
     assert kept.connection == "172.30.0.2:40123"
 
 
-def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None:
-    refused: list[str] = []
-    moved: list[int] = []
-    ledger = Ledger(10_000, on_refused=refused.append, on_bytes=moved.append)
-    ledger.add(Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"))
+def test_each_refusal_gets_its_reason(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     log.write_text(
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT evil.com:443\n"
@@ -148,106 +151,66 @@ def test_each_refusal_gets_its_reason_and_the_cap_blocks(tmp_path: Path) -> None
         "1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:22\n"
         "1 172.30.0.9 TCP_DENIED/403 100 0 CONNECT pypi.org:443\n"  # no experiment's
         "1 172.30.0.2 TCP_TUNNEL/200 20000 0 CONNECT pypi.org:443\n"
+        "1 172.30.0.3 TCP_DENIED/403 100 0 CONNECT pypi.org:443\n"  # a capped one
         "1 172.30.0.2 TCP_TUNNEL/200 5 0 CONNECT pyp"  # a line being written
     )
     lines, offset = read_new_lines(log, 0)
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert offset < log.stat().st_size, "the unfinished line waits"
-    assert ledger.account(lines) == {"exp_1": 20_300}  # for the database
-    # The database's total (this and earlier runs) decides the cap: blocked once.
-    assert ledger.set_usage({"exp_1": (20_300, False)}) == {"exp_1"}
-    assert ledger.set_usage({"exp_1": (20_301, False)}) == set()
-    assert ledger.account(["1 172.30.0.2 TCP_DENIED/403 100 0 CONNECT pypi.org:443"]) == {
-        "exp_1": 100
+    clients = {
+        "172.30.0.2": Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
+        "172.30.0.3": Client("c2", "172.30.0.3", ("pypi.org",), "exp_2", blocked=True),
     }
-    notice = ledger.notice("c1")
-    assert notice is not None
-    assert "evil.com:443: not on this experiment's allow-list" in notice
-    assert "pypi.org:443: it resolves to an address that is not public" in notice
-    assert "pypi.org:22: only https on port 443" in notice
-    assert "EGRESS_CAP_REACHED: the egress byte cap (10,000 bytes) is used up" in notice
-    assert "pypi.org:443: this experiment has used its egress byte cap" in notice
-    assert refused == ["not_allowed", "not_public", "port", "cap"]
-    assert sum(moved) == 20_500
-    assert ledger.state() == {"172.30.0.2": {"allow": ["pypi.org"], "blocked": True}}
-    assert ledger.notice("c1") is None, "told once"
+    done = account(lines, clients)
+    assert done.moved == {"exp_1": 20_300, "exp_2": 100}  # for the database
+    assert done.refused == {"exp_1": 3, "exp_2": 1}
+    assert [r.text for r in done.refusals] == [
+        "evil.com:443: not on this experiment's allow-list",
+        "pypi.org:443: it resolves to an address that is not public (loopback, private, "
+        "link-local or metadata, shared, or this server)",
+        "pypi.org:22: only https on port 443 and http on port 80 go through the proxy",
+        "pypi.org:443: this experiment has used its egress byte cap",
+    ]
+    assert done.reasons == ["not_allowed", "not_public", "port", "not_allowed", "cap"]
+    assert done.bytes == 20_500
+    text = notice_text(
+        [r.text for r in done.refusals[:3]], 0, capped=True, allow=("pypi.org",), max_bytes=10_000
+    )
+    assert "The egress proxy refused 3 connection(s)" in text
+    assert "This experiment may reach: pypi.org." in text
+    assert "EGRESS_CAP_REACHED: the egress byte cap (10,000 bytes) is used up" in text
 
 
-def test_an_experiment_capped_before_a_restart_stays_blocked_untold() -> None:
-    ledger = Ledger(10_000)
-    ledger.add(Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"))
-    # Recorded capped (the cut transfer was logged a little under the cap).
-    assert ledger.set_usage({"exp_1": (9_000, True)}) == {"exp_1"}
-    assert ledger.state()["172.30.0.2"]["blocked"] is True
-    assert ledger.notice("c1") is None, "it was told before the restart"
-    # A new container of the same experiment is blocked from the start.
-    ledger.add(Client("c2", "172.30.0.3", ("pypi.org",), "exp_1"))
-    assert ledger.state()["172.30.0.3"]["blocked"] is True
-
-
-def test_open_connections_count_against_the_cap_of_their_experiment() -> None:
-    ledger = Ledger(10_000)
-    ledger.add(Client("a1", "172.30.0.2", (), "exp_a"))
-    ledger.add(Client("a2", "172.30.0.3", (), "exp_a"))  # two containers, one experiment
-    ledger.add(Client("b1", "172.30.0.4", (), "exp_b"))
-    ledger.set_usage({"exp_a": (4_000, False), "exp_b": (9_000, False)})
-    # exp_a: 4,000 recorded + 3,000 + 2,999 open; exp_b: 9,000 + 999; an unknown address.
+def test_open_connections_count_for_their_experiment() -> None:
+    clients = {
+        "172.30.0.2": Client("a1", "172.30.0.2", (), "exp_a"),
+        "172.30.0.3": Client("a2", "172.30.0.3", (), "exp_a"),  # two containers, one experiment
+        "172.30.0.4": Client("b1", "172.30.0.4", (), "exp_b"),
+    }
     live = {
         "172.30.0.2:40000": 2_000,
         "172.30.0.2:40002": 1_000,
         "172.30.0.3:40000": 2_999,
         "172.30.0.4:40000": 999,
-        "172.30.0.9:40000": 10**9,
+        "172.30.0.9:40000": 10**9,  # no container's
     }
-    assert ledger.over_cap(live) == set()
-    live["172.30.0.3:40000"] = 3_000
-    assert ledger.over_cap(live) == {"exp_a"}
-    assert ledger.over_cap(live) == set(), "stopped once"
-    assert sorted(ledger.addresses_of("exp_a")) == ["172.30.0.2", "172.30.0.3"]
-    assert ledger.state()["172.30.0.4"]["blocked"] is False
-    notice = ledger.notice("a1")
-    assert notice is not None
-    assert "EGRESS_CAP_REACHED" in notice
-    assert "cut this experiment's open connections" in notice
+    assert open_bytes(live, {}, clients) == {"exp_a": 5_999, "exp_b": 999}
 
 
 def test_requests_logged_on_a_kept_alive_connection_are_not_counted_twice() -> None:
-    ledger = Ledger(10_000)
-    ledger.add(Client("c1", "172.30.0.2", ("deb.debian.org",), "exp_1"))
+    clients = {"172.30.0.2": Client("c1", "172.30.0.2", ("deb.debian.org",), "exp_1")}
     # Plain http kept alive: two requests logged while the connection stays open.
-    moved = ledger.account(
+    done = account(
         [
             "1 172.30.0.2 TCP_MISS/200 3000 100 GET http://deb.debian.org/a 40000",
             "1 172.30.0.2 TCP_MISS/200 3000 100 GET http://deb.debian.org/b 40000",
-        ]
+        ],
+        clients,
     )
-    assert moved == {"exp_1": 6_200}
-    ledger.set_usage({"exp_1": (6_200, False)})
+    assert done.moved == {"exp_1": 6_200}
+    assert done.by_connection == {"172.30.0.2:40000": 6_200}
     # The kernel counts the connection's whole life: 6,200 logged + 3,700 of a third.
-    assert ledger.over_cap({"172.30.0.2:40000": 9_900}) == set(), "not 6,200 twice"
-    assert ledger.over_cap({"172.30.0.2:40000": 10_000}) == {"exp_1"}
-
-
-def test_a_closed_connections_logged_bytes_are_forgotten() -> None:
-    ledger = Ledger(10_000)
-    ledger.add(Client("c1", "172.30.0.2", (), "exp_1"))
-    ledger.account(["1 172.30.0.2 TCP_MISS/200 5000 0 GET http://a.example/ 40000"])
-    ledger.set_usage({"exp_1": (5_000, False)})
-    assert ledger.over_cap({}) == set()  # 40000 closed meanwhile
-    # A new connection on the same port: all of its bytes are new.
-    assert ledger.over_cap({"172.30.0.2:40000": 5_000}) == {"exp_1"}
-
-
-def test_an_address_reused_by_a_new_container_belongs_to_it() -> None:
-    ledger = Ledger(10_000)
-    ledger.add(Client("old", "172.30.0.2", ("pypi.org",)))
-    ledger.add(Client("new", "172.30.0.2", ()))
-    ledger.account(["1 172.30.0.2 TCP_DENIED/403 10 0 CONNECT pypi.org:443"])
-    assert ledger.get("old") is None
-    new = ledger.get("new")
-    assert new is not None
-    assert new.refusals == 1
-    assert ledger.state() == {"172.30.0.2": {"allow": [], "blocked": False}}
+    assert open_bytes({"172.30.0.2:40000": 9_900}, done.by_connection, clients) == {"exp_1": 3_700}
 
 
 def test_ss_output_gives_each_container_its_bytes_both_ways() -> None:
@@ -271,3 +234,12 @@ def test_names_a_dot_entry_covers_are_left_to_it_for_squid() -> None:
     # Squid refuses to start on "a.example.org .example.org" (FATAL: Bungled).
     names = ("a.example.org", ".example.org", "example.org", ".b.example.org", "pypi.org")
     assert squid_domains(names) == (".example.org", "pypi.org")
+
+
+def test_a_clone_helper_s_refusals_are_told_though_it_has_no_experiment() -> None:
+    clients = {"172.30.0.5": Client("git1", "172.30.0.5", ("github.com",))}
+    done = account(["1 172.30.0.5 TCP_DENIED/403 100 0 CONNECT example.com:443"], clients)
+    assert [r.text for r in done.refusals] == [
+        "example.com:443: not on this experiment's allow-list"
+    ]
+    assert done.moved == {}
