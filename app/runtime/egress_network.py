@@ -84,12 +84,9 @@ def install_firewall(bridge: str, chain: str, gateway: str, port: int) -> None:
         "ip6tables": [["-j", "DROP"]],
     }
     for tool, body in rules.items():
-        if shutil.which(tool) is None:
-            raise ConfigurationError(f"network 'restricted' needs {tool}.")
-        _iptables(tool, "-N", chain, check=False)
-        _iptables(tool, "-F", chain)
-        for rule in body:
-            _iptables(tool, "-A", chain, *rule)
+        if shutil.which(tool) is None or shutil.which(f"{tool}-restore") is None:
+            raise ConfigurationError(f"network 'restricted' needs {tool} and {tool}-restore.")
+        _replace_chain(tool, chain, body)
         for hook in _hooks(tool, bridge, chain):
             if _iptables(tool, "-C", *hook, check=False) != 0:
                 _iptables(tool, "-I", *hook)
@@ -123,6 +120,27 @@ def host_addresses() -> list[str]:
 def _hooks(tool: str, bridge: str, chain: str) -> list[list[str]]:
     chains = ["INPUT", "FORWARD"] if tool == "ip6tables" else ["INPUT"]
     return [[name, "-i", bridge, "-j", chain] for name in chains]
+
+
+def _replace_chain(tool: str, chain: str, body: list[list[str]]) -> None:
+    """Create or refill ``chain`` with ``body`` in one commit of the filter table.
+
+    Not ``-F`` then ``-A``: every server process start (each worker of ``serve
+    --workers``, each restart) refills the chain while its hook stays in INPUT, and
+    between the flush and the last rule a restricted container's packets would fall
+    through to the host's own rules (ACCEPT by default). ``*-restore --noflush``
+    swaps the chain's rules at once and leaves the rest of the table alone."""
+    rules = [" ".join(["-A", chain, *rule]) for rule in body]
+    script = "\n".join(["*filter", f":{chain} - [0:0]", *rules, "COMMIT", ""])
+    done = subprocess.run(  # noqa: S603
+        [f"{tool}-restore", "-w", "--noflush"],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ConfigurationError(f"{tool}-restore of chain {chain} failed: {done.stderr.strip()}")
 
 
 def _iptables(tool: str, *args: str, check: bool = True) -> int:

@@ -24,21 +24,11 @@ The layout, and why it is the simplest safe one:
   its cap, recorded in the database and enforced while a transfer runs
   (:mod:`app.runtime.egress_meter`).
 
-Several processes (``serve --workers N``): one address, so one Squid. The process
-that runs it is elected like the watchdog (a PostgreSQL session advisory lock,
-``leadership``; on SQLite there is one process, always elected). Every process
-tries each poll; when the one running Squid dies, its database session ends and
-the lock is free. The next process elected stops the dead one's Squid (with
-``kill -9`` it is left running: the parent-death signal does not survive Squid's
-change of user), counts the last lines of the log and starts Squid again on the
-same address and folder. A process that lost the lock but lives stops its own
-Squid at its next poll; the one elected waits for that, ``ORPHAN_WAIT_S`` at most.
-A database that drops the elected process's session also stops Squid until the
-next election (a second or two). Every process
-creates restricted containers and writes the ACL state and counts the log (under
-the folder's lock, see :mod:`app.runtime.egress_meter`), so nothing of a
-container lives in one process's memory. ``/health`` on each says whether Squid
-runs, whichever process runs it.
+Several processes (``serve --workers N``): one address, so one Squid, run by the
+process elected (:mod:`app.runtime.egress_owner`). Every process creates restricted
+containers and writes the ACL state and counts the log (under the folder's lock, see
+:mod:`app.runtime.egress_meter`), so nothing of a container lives in one process's
+memory. ``/health`` on each says whether Squid runs, whichever process runs it.
 
 The iptables chain stays when the server stops: experiment containers outlive a
 restart, and must not reach the host meanwhile. It is removed with the network,
@@ -50,12 +40,9 @@ with the process elected and stopped with it, and its death is reported by
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import shutil
-import signal
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +59,9 @@ from app.runtime.egress_network import (
     install_firewall,
     remove_if_unused,
 )
+from app.runtime.egress_owner import SquidOwner, SquidSite
 from app.runtime.egress_rules import clamp_allowlist, matches, not_public_ranges
-from app.runtime.egress_squid import SquidFolder, SquidProcess, folder_root, make_folder
+from app.runtime.egress_squid import SquidFolder, folder_root, make_folder
 from app.runtime.egress_usage import Client
 from app.storage.egress_store import Usage
 from pool.background import cancel_and_wait
@@ -82,7 +70,6 @@ from pool.watchdog import Leadership, SoleWatchdog
 log = structlog.get_logger(__name__)
 
 ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's list
-ORPHAN_WAIT_S: Final = 10.0  # for the last elected process to stop its own Squid
 
 
 @dataclass(frozen=True)
@@ -145,19 +132,14 @@ class EgressProxy:
         self._usage = usage
         self._on_refused = on_refused
         self._on_bytes = on_bytes
-        self._leadership = leadership or SoleWatchdog()
-        self._process_id = process_id
         self._others_live = others_live  # None: this process is the only one
         self._docker: docker.DockerClient | None = None
         self._gateway: str | None = None
         self._folder = SquidFolder(config.folder)
+        self._owner = SquidOwner(self._folder, leadership or SoleWatchdog(), process_id)
         self._meter: EgressMeter | None = None
-        self._squid: SquidProcess | None = None  # only in the process elected
-        self._squid_path = ""
+        self._site: SquidSite | None = None
         self._watcher: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._told_death = False
-        self._waiting_since: float | None = None  # for another process's Squid to stop
 
     # -- what experiments see ---------------------------------------------------------
 
@@ -233,7 +215,6 @@ class EgressProxy:
                 "network 'restricted' needs ss (iproute2) to enforce the egress byte cap "
                 "during a transfer: apt-get install iproute2."
             )
-        self._squid_path = squid
         self._docker = self._client_factory()
         await asyncio.to_thread(self._folder.root.mkdir, mode=0o755, parents=True, exist_ok=True)
         meter = EgressMeter(
@@ -248,24 +229,25 @@ class EgressProxy:
             self._gateway = await asyncio.to_thread(self._prepare)
         meter.proxy = (self._gateway, self.config.port)
         self._meter = meter
+        log_fields = {
+            "proxy": self.proxy_url,
+            "network": self.network,
+            "allowlist": len(self.config.ceiling),
+        }
+        site = self._site = SquidSite(
+            squid, self._folder, self._gateway, self.config.port, log_fields
+        )
         # Containers that outlived a restart keep their lists, their counts and caps.
-        await self._meter.refresh_state()
-        if await self._leadership.is_leader():
-            await self._take_over()
+        await meter.refresh_state()
+        if await self._owner.is_elected():
+            await self._owner.take_over(site, meter)
         self._watcher = asyncio.create_task(self._watch(), name="egress-proxy-watch")
 
     async def stop(self) -> None:
-        self._stopping = True
+        self._owner.stopping = True
         await cancel_and_wait(self._watcher)
         meter = self._meter
-        if self._squid is not None:
-            await self._squid.stop()  # it logs the connections it still held
-            if meter is not None:
-                with contextlib.suppress(Exception):  # their bytes, recorded for the next
-                    async with meter.lock:
-                        await meter.read_log_locked()
-                        self._folder.owner.unlink(missing_ok=True)
-        await self._leadership.close()  # another process may take Squid over from now
+        await self._owner.stop(meter)
         if meter is not None and not await self._others_serve():
             async with meter.lock:
                 await asyncio.to_thread(self._cleanup)
@@ -284,37 +266,7 @@ class EgressProxy:
             return True
 
     def health(self) -> dict[str, Any]:
-        squid = self._squid
-        if squid is not None:
-            return self._health_of(squid.exit_code, self._process_id)
-        owner = self._folder.read_json(self._folder.owner)
-        if self._folder.squid_pid() is not None:
-            return {"ok": True, "proxy": "squid", "run_by": owner.get("process_id")}
-        code = owner.get("exit_code")
-        if isinstance(code, int):
-            return self._health_of(code, str(owner.get("process_id")))
-        return {
-            "ok": False,
-            "proxy": "squid",
-            "reason": (
-                "no server process runs the egress proxy (squid) at the moment (the one "
-                f"that ran it stopped); another takes it over within {2 * POLL_S:g} s or "
-                "so, and experiments in network 'restricted' have no network meanwhile"
-            ),
-        }
-
-    def _health_of(self, code: int | None, process_id: str) -> dict[str, Any]:
-        if code is None:
-            return {"ok": True, "proxy": "squid", "run_by": process_id}
-        return {
-            "ok": False,
-            "proxy": "squid",
-            "reason": (
-                f"the egress proxy (squid) exited with code {code}; "
-                "experiments in network 'restricted' have no network until the server "
-                "process that ran it restarts"
-            ),
-        }
+        return self._owner.health()
 
     # -- containers -------------------------------------------------------------------
 
@@ -349,93 +301,16 @@ class EgressProxy:
         """What an experiment moved and was refused so far (the database's count)."""
         return (await self._usage.load([experiment_id])).get(experiment_id, Usage(0, False))
 
-    # -- Squid, in the process elected --------------------------------------------------
-
-    async def _take_over(self) -> bool:
-        """Start Squid here (this process was elected): the last Squid's lines counted
-        first. False while the last one is still ending (retried at the next poll).
-
-        Raises:
-            ConfigurationError: Squid would not start.
-        """
-        assert self._meter is not None
-        assert self._gateway is not None
-        async with self._meter.lock:
-            if not await self._end_orphan():
-                return False  # the last process's Squid: it stops it (next poll)
-            await self._meter.restart_log()
-            squid = SquidProcess(self._squid_path, self._folder, self._gateway, self.config.port)
-            await squid.start()
-            self._squid, self._told_death = squid, False
-            owner = {"process_id": self._process_id, "pid": os.getpid(), "squid_pid": squid.pid}
-            await asyncio.to_thread(self._folder.write_json, self._folder.owner, owner)
-        log.info(
-            "egress.started",
-            proxy=self.proxy_url,
-            network=self.network,
-            pid=squid.pid,
-            allowlist=len(self.config.ceiling),
-        )
-        return True
-
-    async def _end_orphan(self) -> bool:
-        """Whether no Squid runs on the folder any more; one whose process died is
-        stopped here (the parent-death signal does not survive Squid's change of user,
-        so a process killed with kill -9 leaves its Squid behind)."""
-        pid = self._folder.squid_pid()
-        if pid is None:
-            return True
-        owner = self._folder.read_json(self._folder.owner).get("pid")
-        if isinstance(owner, int) and owner != os.getpid() and _alive(owner):
-            # Alive, and it lost the election: it stops its own at its next poll. One
-            # that does not (a wedged process, or its pid reused) is not waited for.
-            waiting = self._waiting_since = self._waiting_since or time.monotonic()
-            if time.monotonic() - waiting < ORPHAN_WAIT_S:
-                return False
-        self._waiting_since = None
-        log.warning("egress.orphan_stopped", pid=pid)
-        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                if self._folder.squid_pid() is None:
-                    return True
-                await asyncio.sleep(0.05)
-        return False
-
     async def _watch(self) -> None:
-        """Every poll: run Squid if elected (and it does not run yet), count the log and
-        stop who reaches the cap mid-transfer if running it; say once when it died."""
+        """Every poll, the elected process's round (:meth:`SquidOwner.tick`)."""
+        assert self._site is not None
+        assert self._meter is not None
         while True:
             await asyncio.sleep(POLL_S)
             try:
-                await self._tick()
+                await self._owner.tick(self._site, self._meter)
             except Exception:
                 log.exception("egress.tick_failed")
-
-    async def _tick(self) -> None:
-        assert self._meter is not None
-        elected = await self._leadership.is_leader()
-        squid = self._squid
-        if squid is None:
-            if elected and not self._stopping:
-                await self._take_over()
-            return
-        if not elected:  # the database session went: another process may start one
-            log.warning("egress.leadership_lost")
-            self._squid = None
-            await squid.stop()
-            return
-        if squid.exit_code is not None:
-            if not self._told_death and not self._stopping:
-                self._told_death = True
-                log.error("egress.proxy_died", code=squid.exit_code, log=self._folder.cache_log())
-                owner = {"process_id": self._process_id, "exit_code": squid.exit_code}
-                await asyncio.to_thread(self._folder.write_json, self._folder.owner, owner)
-            return
-        await self._meter.read_log()
-        await self._meter.check_live()
 
     # -- internals --------------------------------------------------------------------
 
@@ -484,13 +359,3 @@ class EgressProxy:
                 Client(str(info["Id"]), address, allow, labels.get(f"{prefix}.experiment", ""))
             )
         return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -6,38 +6,42 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from egress_fakes import MemoryUsage
 
-from app.runtime.egress_proxy import EgressConfig, EgressProxy
+from app.runtime.egress_owner import SquidOwner
 from app.runtime.egress_squid import SquidFolder
+from pool.watchdog import SoleWatchdog
 
 
 @pytest.fixture
-def proxy(tmp_path: Path) -> EgressProxy:
-    made = EgressProxy(
-        EgressConfig(ceiling=("pypi.org",), max_bytes=10, deployment="d"), usage=MemoryUsage()
-    )
-    made._folder = SquidFolder(tmp_path)  # the folder another process runs Squid on
-    return made
+def proxy(tmp_path: Path) -> SquidOwner:
+    """This process's side, Squid not run here; ``tmp_path`` is the folder another
+    process runs Squid on."""
+    return SquidOwner(SquidFolder(tmp_path), SoleWatchdog(), "proc_b")
 
 
 @pytest.fixture
 def squid_like(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     # A process whose command line names the folder's squid.conf, as Squid's does.
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "squid.conf")]
-    )
+    conf = str(tmp_path / "squid.conf")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", conf])
+    # Popen can return before the child's exec: wait until its command line is the new one.
+    cmdline = Path(f"/proc/{child.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while conf.encode() not in cmdline.read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, "the child never ran"
+        time.sleep(0.01)
     yield child
     child.kill()
     child.wait()
 
 
 def test_another_process_s_running_squid_is_reported_ok(
-    proxy: EgressProxy, squid_like: subprocess.Popen[bytes], tmp_path: Path
+    proxy: SquidOwner, squid_like: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     owner = {"process_id": "proc_a", "pid": 1, "squid_pid": squid_like.pid}
     SquidFolder.write_json(tmp_path / "owner.json", owner)
@@ -45,7 +49,7 @@ def test_another_process_s_running_squid_is_reported_ok(
 
 
 def test_a_squid_gone_with_its_process_is_reported_until_another_takes_over(
-    proxy: EgressProxy, squid_like: subprocess.Popen[bytes], tmp_path: Path
+    proxy: SquidOwner, squid_like: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     SquidFolder.write_json(
         tmp_path / "owner.json", {"process_id": "p", "squid_pid": squid_like.pid}
@@ -59,7 +63,7 @@ def test_a_squid_gone_with_its_process_is_reported_until_another_takes_over(
 
 
 def test_a_squid_that_died_in_its_living_process_is_reported_with_its_code(
-    proxy: EgressProxy, tmp_path: Path
+    proxy: SquidOwner, tmp_path: Path
 ) -> None:
     SquidFolder.write_json(tmp_path / "owner.json", {"process_id": "proc_a", "exit_code": 1})
     health = proxy.health()

@@ -1,0 +1,98 @@
+"""The restricted network's firewall is replaced at once, never left half-filled.
+
+Every server process start refills the chain while its hook stays in INPUT (each
+worker of ``serve --workers``, each restart); a chain flushed and then refilled rule
+by rule lets a restricted container's packets through to the host's own rules
+(ACCEPT by default) in between. Here, in a network namespace of the test's own, the
+chain is installed again and again while another process keeps listing it: it must
+never be seen without its final DROP.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CHAIN = "SMCP-TEST-FW"
+REINSTALLS = 150
+
+
+@pytest.fixture
+def namespace() -> Iterator[str]:
+    if os.geteuid() != 0:
+        pytest.fail("iptables in a network namespace needs root (CI runs as root)")
+    name = f"smcp-fw-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def in_namespace(name: str, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", name, *argv]
+
+
+def installs_of(count: int) -> str:
+    """A Python program that installs the firewall ``count`` times, as server starts do."""
+    return (
+        "from app.runtime.egress_network import install_firewall\n"
+        f"for _ in range({count}):\n"
+        f"    install_firewall('br-smcp-test', '{CHAIN}', '10.99.0.1', 3128)\n"
+    )
+
+
+def test_reinstalling_the_firewall_never_shows_a_half_filled_chain(namespace: str) -> None:
+    first = subprocess.run(
+        in_namespace(namespace, sys.executable, "-c", installs_of(1)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+    # Watch the chain from a second process while the installs run.
+    watcher = subprocess.Popen(
+        in_namespace(
+            namespace,
+            "sh",
+            "-c",
+            f"while [ ! -e /tmp/{namespace}.done ]; do iptables -w -S {CHAIN}; echo ---; done",
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        installs = subprocess.run(
+            in_namespace(namespace, sys.executable, "-c", installs_of(REINSTALLS)),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=240,
+        )
+    finally:
+        open(f"/tmp/{namespace}.done", "w").close()
+        out, _ = watcher.communicate(timeout=60)
+        os.unlink(f"/tmp/{namespace}.done")
+    assert installs.returncode == 0, installs.stderr
+    listings = [block.strip().splitlines() for block in out.split("---") if block.strip()]
+    assert len(listings) > 20, "the watcher must have looked while the installs ran"
+    whole = [
+        f"-N {CHAIN}",
+        f"-A {CHAIN} -d 10.99.0.1/32 -p tcp -m tcp --dport 3128 -j ACCEPT",
+        f"-A {CHAIN} -j DROP",
+    ]
+    assert [listing for listing in listings if listing != whole] == []
+    hooks = subprocess.run(
+        in_namespace(namespace, "iptables", "-w", "-S", "INPUT"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert hooks.count(f"-j {CHAIN}") == 1, hooks
