@@ -86,10 +86,11 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     jobs = JobRegistry()
     registry = ProcessRegistry(ProcessRecords(engine), stale_s=settings.server.process_stale_s)
     deployment = deployment_id(settings.storage)
+    egress_usage = EgressUsageStore(engine)  # the byte cap, per experiment, kept across restarts
     egress = build_egress_proxy(
         settings,
         deployment,
-        usage=EgressUsageStore(engine),  # the byte cap, per experiment, kept across restarts
+        usage=egress_usage,
         on_refused=metrics.egress_refused,
         on_bytes=metrics.egress_bytes,
         # One Squid for every process: the one elected runs it.
@@ -131,7 +132,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     disk_budget = build_disk_budget(settings.pool, pool, records, jobs, backend, threads)
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.
     auth = build_auth(settings, engine, mailer, shared) if settings.auth.hosted else None
-    retention = Retention(repository, records, keep_s=settings.storage.record_retention_s)
+    retention = Retention(
+        repository, records, egress_usage, keep_s=settings.storage.record_retention_s
+    )
     chores = [mailer.housekeeping, shared.housekeeping, manager.shelf.expire, retention.sweep]
     if auth is not None:
         chores.append(auth.housekeeping)

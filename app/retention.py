@@ -3,7 +3,7 @@ outputs of destroyed experiments (up to 2 MB a job) grow for ever.
 
 Kept for ``keep_s`` after they end: tool-call rows, and destroyed experiments with
 their transitions and jobs (an experiment still holding an artifact is kept until the
-artifact expires, so no file on the shelf loses its row).
+artifact expires, so no file on the shelf loses its row), then their egress usage.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from app.storage.db import Repository
+from app.storage.egress_store import EgressUsageStore
 from app.storage.experiment_store import ExperimentRecords
 
 log = structlog.get_logger(__name__)
@@ -24,6 +25,7 @@ log = structlog.get_logger(__name__)
 class Retention:
     repository: Repository
     records: ExperimentRecords
+    egress: EgressUsageStore
     keep_s: float
     clock: Callable[[], float] = field(default=time.time)
     # The watchdog calls every few seconds; the deletes scan the audit trail, so they
@@ -41,5 +43,6 @@ class Retention:
         cutoff = now - self.keep_s
         calls = await self.repository.forget_tool_calls_before(cutoff)
         experiments = await self.records.forget_destroyed_before(cutoff)
-        if calls or experiments:
-            log.info("retention.swept", tool_calls=calls, experiments=experiments)
+        egress = await self.egress.forget_before(cutoff)  # after: theirs go too
+        if calls or experiments or egress:
+            log.info("retention.swept", tool_calls=calls, experiments=experiments, egress=egress)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.storage.db import Base, transaction, upsert_insert
+from app.storage.experiment_rows import ExperimentRow
 
 
 class EgressUsageRow(Base):
@@ -67,9 +68,10 @@ class Notice:
 
 
 class EgressUsageStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._dialect = engine.dialect.name
+        self._clock = clock
 
     def _transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
         return transaction(self._sessions)
@@ -92,7 +94,7 @@ class EgressUsageStore:
         """In one transaction: add bytes and refusals to each experiment, and keep the
         notices for their containers' next results (at most ``max_pending`` waiting
         per container). Every experiment's usage afterwards."""
-        now = time.time()
+        now = self._clock()
         refused = refused or {}
         totals: dict[str, Usage] = {}
         async with self._transaction() as session:
@@ -139,7 +141,7 @@ class EgressUsageStore:
         """Record that the cap stopped this experiment (a row is made if it has none);
         True for the one caller that stopped it, who also leaves each of its
         ``containers`` the notice (told once, whichever process asks)."""
-        now = time.time()
+        now = self._clock()
         async with self._transaction() as session:
             insert = self._insert().values(
                 experiment_id=experiment_id, bytes=0, refused=0, capped=False, updated_at=now
@@ -174,6 +176,25 @@ class EgressUsageStore:
                 )
             ).all()
         return [Notice(container_id, r.experiment_id, r.kind, r.text) for r in sorted(rows)]
+
+    async def forget_before(self, cutoff: float) -> int:
+        """Retention: the usage of experiments no longer recorded (retention deleted
+        them, or a clone helper's, which has none) and notices nobody took, last
+        touched before ``cutoff``; how many rows went. (No foreign key: bytes are
+        counted by container, and may arrive for an experiment being deleted.)"""
+        known = sa.select(ExperimentRow.experiment_id).where(
+            ExperimentRow.experiment_id == EgressUsageRow.experiment_id
+        )
+        async with self._transaction() as session:
+            usage = await session.execute(
+                sa.delete(EgressUsageRow).where(
+                    EgressUsageRow.updated_at < cutoff, ~sa.exists(known)
+                )
+            )
+            notices = await session.execute(
+                sa.delete(EgressNoticeRow).where(EgressNoticeRow.created_at < cutoff)
+            )
+        return sum(int(getattr(r, "rowcount", 0) or 0) for r in (usage, notices))
 
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]:
         """The usage recorded for these experiments (those with none are left out)."""

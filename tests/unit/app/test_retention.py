@@ -13,10 +13,15 @@ from app.experiments.states import State
 from app.retention import Retention
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository, ToolCall
+from app.storage.egress_store import EgressUsageStore, Notice
 from app.storage.experiment_store import ExperimentRecords
 
 DAY = 86_400.0
 NOW = 100 * DAY
+
+
+def egress_at(engine: AsyncEngine, at: float = NOW) -> EgressUsageStore:
+    return EgressUsageStore(engine, clock=lambda: at)
 
 
 async def make(records: ExperimentRecords, experiment_id: str, destroyed_at: float | None) -> None:
@@ -65,7 +70,9 @@ async def test_old_destroyed_experiments_and_old_calls_go_and_the_rest_stays(
             request_id=f"r{started}", sandbox_key="k", tool="t", started=started, outcome="ok"
         )
 
-    await Retention(repository, records, keep_s=7 * DAY, clock=lambda: NOW).sweep()
+    await Retention(
+        repository, records, egress_at(sqlite_engine), keep_s=7 * DAY, clock=lambda: NOW
+    ).sweep()
 
     left = {e.experiment_id for e in await records.of_sandbox("k")}
     assert left == {"recent", "live", "kept"}
@@ -82,7 +89,9 @@ async def test_the_sweep_runs_once_an_interval_not_on_every_watchdog_tick(
 ) -> None:
     records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
     now = [NOW]
-    retention = Retention(repository, records, keep_s=7 * DAY, clock=lambda: now[0])
+    retention = Retention(
+        repository, records, egress_at(sqlite_engine), keep_s=7 * DAY, clock=lambda: now[0]
+    )
     await retention.sweep()  # the first tick sweeps (nothing to forget yet)
     await make(records, "old", destroyed_at=NOW - 8 * DAY)
     await retention.sweep()  # a tick later: not due yet
@@ -90,3 +99,25 @@ async def test_the_sweep_runs_once_an_interval_not_on_every_watchdog_tick(
     now[0] += retention.every_s
     await retention.sweep()  # due again
     assert await records.of_sandbox("k") == []
+
+
+async def test_egress_usage_goes_with_its_experiment_and_old_notices_go(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    """Egress rows have no foreign key (bytes are counted by container): retention
+    deletes those of experiments no longer recorded, and notices nobody took."""
+    records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
+    await make(records, "old", destroyed_at=NOW - 8 * DAY)
+    await make(records, "live", destroyed_at=None)
+    then = egress_at(sqlite_engine, NOW - 8 * DAY)
+    await then.record(
+        {"old": 10, "live": 20, "gone-helper": 30},
+        notices=[Notice("c-old", "old", "refused", "x"), Notice("c-live", "live", "cap")],
+    )
+    await egress_at(sqlite_engine, NOW - 1 * DAY).record({"recent-helper": 5})
+    egress = egress_at(sqlite_engine)
+    await Retention(repository, records, egress, keep_s=7 * DAY, clock=lambda: NOW).sweep()
+    kept = await egress.load(["old", "live", "gone-helper", "recent-helper"])
+    assert set(kept) == {"live", "recent-helper"}  # a live experiment keeps its count
+    assert await egress.take_notices("c-old") == []
+    assert await egress.take_notices("c-live") == []
