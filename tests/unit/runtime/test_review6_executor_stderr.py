@@ -1,0 +1,51 @@
+"""Review 6, finding 1: the executor's stderr is tenant-controlled and every frame of it
+is logged on the event loop, without a bound.
+
+Code in the sandbox runs as the executor's uid and can write to its stderr
+(``/proc/<executor>/fd/2``, the docker exec's stderr pipe; the threat model in
+app/runtime/fast_exec.py grants it the stdin and stdout already). Each docker stream
+frame of kind 2 becomes one ``fast_exec.stderr`` log line (Session._read), on the
+loop, however many arrive: a tenant writing one byte at a time fills the server's log
+(host disk) and holds the loop for the rendering of every line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+from structlog.testing import capture_logs
+
+from app.runtime.fast_exec import Session
+
+FRAMES = 20_000
+
+
+def _frame(data: bytes, kind: int) -> bytes:
+    return struct.pack(">BxxxL", kind, len(data)) + data
+
+
+async def test_a_flood_of_executor_stderr_frames_is_logged_a_bounded_number_of_times() -> None:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    session = Session("c" * 64, ours, None)
+    flood = b"".join(_frame(b"x", kind=2) for _ in range(FRAMES))  # 180 KB
+    with capture_logs() as logs:
+        session.start_reading(b"")
+        theirs.sendall(flood)
+        async with asyncio.timeout(20):
+            while sum(1 for e in logs if e["event"] == "fast_exec.stderr") < FRAMES:
+                await asyncio.sleep(0.05)
+                if not session.alive:
+                    break
+                # Give up waiting once the reader has drained the socket and is idle.
+                if sum(1 for e in logs if e["event"] == "fast_exec.stderr") > 1000:
+                    await asyncio.sleep(0.5)
+                    break
+    logged = sum(1 for e in logs if e["event"] == "fast_exec.stderr")
+    session.close("test")
+    theirs.close()
+    # 180 KB of tenant bytes should cost the server's log a bounded number of lines
+    # (a rate limit, or a summary), not one line per frame.
+    assert logged <= 100, f"{logged} log lines for {FRAMES} one-byte stderr frames"
