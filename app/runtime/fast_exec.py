@@ -98,6 +98,9 @@ EXEC_PATHS: Final = ("auto", "docker-exec")
 START_TIMEOUT_S: Final = 15.0
 KILL_ANSWER_S: Final = 5.0  # a kill the executor does not answer in time falls back
 _LARGE_LINE: Final = 64 * 1024  # decoded in a worker thread from this size on
+# The executor's stderr is the tenant's to write (/proc/PID/fd/2): only its first
+# frames reach the server's log, the rest are counted (one line when the stream ends).
+STDERR_LOGGED: Final = 20
 _HEADER = struct.Struct(">BxxxL")
 
 
@@ -136,6 +139,7 @@ class Session:
         self._born = time.monotonic()
         self._died: float | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._stderr_frames = 0
 
     def lived_s(self) -> float:
         return (self._died or time.monotonic()) - self._born
@@ -217,12 +221,14 @@ class Session:
                     if kind == 1:
                         lines += frames[pos + _HEADER.size : end]
                     else:
-                        text = bytes(frames[pos + _HEADER.size : end][:500])
-                        log.info(
-                            "fast_exec.stderr",
-                            container_id=self.container_id[:12],
-                            text=text.decode("utf-8", "replace"),
-                        )
+                        self._stderr_frames += 1
+                        if self._stderr_frames <= STDERR_LOGGED:
+                            text = bytes(frames[pos + _HEADER.size : end][:500])
+                            log.info(
+                                "fast_exec.stderr",
+                                container_id=self.container_id[:12],
+                                text=text.decode("utf-8", "replace"),
+                            )
                     pos = end
                 del frames[:pos]
                 start = 0
@@ -295,7 +301,12 @@ class Session:
             return
         self.alive = False
         self._died = time.monotonic()
-        log.info("fast_exec.closed", container_id=self.container_id[:12], reason=reason)
+        log.info(
+            "fast_exec.closed",
+            container_id=self.container_id[:12],
+            reason=reason,
+            stderr_frames_not_logged=max(0, self._stderr_frames - STDERR_LOGGED),
+        )
         _close_stream(self._sock, self._keep)
         for pending in self._pending.values():
             pending.announced.set()
