@@ -1,4 +1,4 @@
-"""Review 6, finding 1, over HTTP: a tenant's command writes to its container's
+"""Over HTTP: a tenant's command writes to its container's
 executor's stderr, and the server logs one line per write.
 
 The executor (app/runtime/executor/agent.py) runs as the tenant's uid, so a command

@@ -1,4 +1,4 @@
-"""Review 6, finding 7: a test run's report, up to 20 MB of the tenant's, is parsed on
+"""A test run's report, up to 20 MB of the tenant's, is parsed on
 the event loop.
 
 ``CommandRunner._summarize`` (app/experiments/commands.py) reads the report in the
