@@ -1,11 +1,11 @@
-"""Over HTTP: a tenant's command writes to its container's
-executor's stderr, and the server logs one line per write.
+"""Over HTTP: a tenant's command writing to its container's executor's stderr gets
+a bounded number of lines into the server's log (it was one line per write).
 
 The executor (app/runtime/executor/agent.py) runs as the tenant's uid, so a command
 can open ``/proc/<executor>/fd/2`` (the docker exec's stderr pipe) and write to it;
-every docker stream frame of it becomes a ``fast_exec.stderr`` line in the server's
+every docker stream frame of it became a ``fast_exec.stderr`` line in the server's
 log (app/runtime/fast_exec.py Session._read), rendered on the event loop, with no
-bound: the tenant fills the host's log disk and holds the loop.
+bound: the tenant filled the host's log disk and held the loop.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""The executor's stderr is tenant-controlled and every frame of it
-is logged on the event loop, without a bound.
+"""The executor's stderr is tenant-controlled: only its first frames reach the
+server's log (the rest are counted), however many the tenant writes.
 
 Code in the sandbox runs as the executor's uid and can write to its stderr
 (``/proc/<executor>/fd/2``, the docker exec's stderr pipe; the threat model in
 app/runtime/fast_exec.py grants it the stdin and stdout already). Each docker stream
-frame of kind 2 becomes one ``fast_exec.stderr`` log line (Session._read), on the
-loop, however many arrive: a tenant writing one byte at a time fills the server's log
-(host disk) and holds the loop for the rendering of every line.
+frame of kind 2 became one ``fast_exec.stderr`` log line (Session._read), on the
+loop, however many arrived: a tenant writing one byte at a time filled the server's
+log (host disk) and held the loop for the rendering of every line.
 """
 
 from __future__ import annotations
