@@ -127,7 +127,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         manager.recovery.check_mounts = mounts.repair
     # Tenants' blocking work: a thread share per sandbox, apart from the upkeep's executor.
     threads = TenantThreads(
-        total=settings.mcp.tenant_threads, per_sandbox=settings.mcp.threads_per_sandbox
+        total=settings.mcp.tenant_threads,
+        per_sandbox=settings.mcp.threads_per_sandbox,
+        per_address=settings.mcp.threads_per_address,
     )
     disk_budget = build_disk_budget(settings.pool, pool, records, jobs, backend, threads)
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.

@@ -22,6 +22,10 @@ from auth.tokens import TokenHasher
 
 log = structlog.get_logger(__name__)
 
+# The verified access token's claim naming the budget key of the address that signed
+# in (auth.client_address): the tool layer shares limits among that address's sandboxes.
+SIGNIN_CLAIM = "signin_prefix"
+
 
 @dataclass(frozen=True)
 class _Verified:
@@ -268,6 +272,8 @@ class TokenService:
             expires_at=int(record.expires_at),
             resource=grant.resource,
             subject=grant.sandbox_key,
+            # The budget key of the address that signed in: its sandboxes share limits.
+            claims={SIGNIN_CLAIM: grant.signin_prefix} if grant.signin_prefix else None,
         )
         # Kept for a few seconds at most: a revocation on another process holds here then.
         until = min(record.expires_at, now + self._config.verified_cache_s)

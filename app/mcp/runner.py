@@ -30,6 +30,7 @@ from app.experiments.disk_budget import DiskBudget
 from app.experiments.tenant_threads import TenantThreads
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.storage.audit import AuditTrail
+from auth.grants import SIGNIN_CLAIM
 from jail.context import CallContext, SandboxMemory, new_call_context
 from jail.errors import JailError
 from pool.errors import PoolError
@@ -60,6 +61,10 @@ class Identity(Protocol):
     def sandbox_key(self) -> str | None:
         """The caller's sandbox key, or ``None`` when the call is not authenticated."""
 
+    def signin_address(self) -> str | None:
+        """The budget key of the address the caller signed in from, shared by that
+        address's sandboxes; ``None`` when there is none (local mode)."""
+
 
 @dataclass(frozen=True)
 class LocalIdentity:
@@ -70,6 +75,9 @@ class LocalIdentity:
     def sandbox_key(self) -> str | None:
         return self.key
 
+    def signin_address(self) -> str | None:
+        return None
+
 
 class TokenIdentity:
     """Hosted mode: the sandbox key is the subject of the verified bearer token."""
@@ -77,6 +85,12 @@ class TokenIdentity:
     def sandbox_key(self) -> str | None:
         token = get_access_token()
         return token.subject if token is not None else None
+
+    def signin_address(self) -> str | None:
+        token = get_access_token()
+        claims = (token.claims or {}) if token is not None else {}
+        address = claims.get(SIGNIN_CLAIM)
+        return address if isinstance(address, str) else None
 
 
 def describe_failure(exc: BaseException) -> ToolFailure | None:
@@ -173,7 +187,7 @@ class ToolRunner:
                 key,
                 request_id=request_id,
                 slot_root=slot_root,
-                in_thread=self._threads.for_sandbox(key),
+                in_thread=self._threads.for_sandbox(key, self._identity.signin_address()),
             )
             output = await self._alive(tool, body(ctx), progress)
             self._pool.touch(key)  # every call is activity, however long it ran
@@ -223,7 +237,7 @@ class ToolRunner:
                 key,
                 request_id=request_id,
                 slot_root=held.root if held else None,
-                in_thread=self._threads.for_sandbox(key),
+                in_thread=self._threads.for_sandbox(key, self._identity.signin_address()),
             )
             value = await body(ctx)
             self._pool.touch(key)

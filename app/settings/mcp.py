@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from app.experiments.tenant_threads import DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
+from app.experiments.tenant_threads import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
 from app.settings.base import Group
 
 
@@ -81,6 +81,15 @@ class McpSettings(Group):
             "turn, first come first served."
         ),
     )
+    threads_per_address: int = Field(
+        default=DEFAULT_PER_ADDRESS,
+        ge=1,
+        le=256,
+        description=(
+            "Worker threads the sandboxes signed in from one address (hosted mode) use "
+            "together, so the sandboxes one address may hold cannot take every thread."
+        ),
+    )
     tenant_threads: int = Field(
         default=DEFAULT_TOTAL,
         ge=1,
@@ -93,8 +102,9 @@ class McpSettings(Group):
 
     @model_validator(mode="after")
     def _share_fits(self) -> McpSettings:
-        if self.threads_per_sandbox > self.tenant_threads:
+        if not self.threads_per_sandbox <= self.threads_per_address <= self.tenant_threads:
             raise ValueError(
-                "SANDBOX_MCP_THREADS_PER_SANDBOX must not exceed SANDBOX_MCP_TENANT_THREADS"
+                "SANDBOX_MCP_THREADS_PER_SANDBOX must not exceed SANDBOX_MCP_THREADS_PER_ADDRESS, "
+                "which must not exceed SANDBOX_MCP_TENANT_THREADS"
             )
         return self

@@ -253,10 +253,15 @@ def test_the_egress_allowlist_is_checked_at_start(monkeypatch: pytest.MonkeyPatc
 
 def test_the_thread_shares_have_defaults_and_must_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     mcp = load_settings().mcp
-    assert (mcp.threads_per_sandbox, mcp.tenant_threads) == (2, 16)
+    assert (mcp.threads_per_sandbox, mcp.threads_per_address, mcp.tenant_threads) == (2, 8, 16)
     lines = errors_for(monkeypatch, THREADS_PER_SANDBOX="4", TENANT_THREADS="3")
     assert len(lines) == 1
-    assert "SANDBOX_MCP_THREADS_PER_SANDBOX must not exceed SANDBOX_MCP_TENANT_THREADS" in lines[0]
+    assert (
+        "SANDBOX_MCP_THREADS_PER_SANDBOX must not exceed SANDBOX_MCP_THREADS_PER_ADDRESS"
+        in (lines[0])
+    )
+    lines = errors_for(monkeypatch, THREADS_PER_ADDRESS="17", TENANT_THREADS="16")
+    assert "which must not exceed SANDBOX_MCP_TENANT_THREADS" in lines[0]
     monkeypatch.delenv("SANDBOX_MCP_TENANT_THREADS")
     lines = errors_for(monkeypatch, THREADS_PER_SANDBOX="0")
     assert lines[0].startswith("SANDBOX_MCP_THREADS_PER_SANDBOX='0' is invalid")

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.storage.auth_store import SqlAuthStore
 from auth.config import AuthConfig
 from auth.errors import OAuthError
-from auth.grants import TokenService
+from auth.grants import SIGNIN_CLAIM, TokenService
 from auth.registration import Registrar
 from auth.signin import MAX_STATE_CHARS, RedirectError, SigninFlow
 from auth.store import Client
@@ -184,3 +184,23 @@ async def test_the_longest_state_travels_sealed_and_a_longer_one_is_refused(
     with pytest.raises(RedirectError) as caught:
         await server.flow.start({**params, "state": "x" * (MAX_STATE_CHARS + 1)})
     assert "state is longer than 2048" in query_of(caught.value.location)["error_description"]
+
+
+async def test_the_access_token_names_the_address_that_signed_in(server: Server) -> None:
+    """The tool layer shares the tenant threads among one address's sandboxes
+    (app/experiments/tenant_threads.py): the verified token says which address."""
+    verifier, challenge = pkce_pair()
+    pending = await server.flow.start(
+        authorization_request(server.client.client_id, REDIRECT, challenge)
+    )
+    approval = await approve(server.flow, server.store, pending, prefix="203.0.113.7")
+    pair = await server.tokens.exchange_code(
+        server.client, server.form(code=query_of(approval.location)["code"], code_verifier=verifier)
+    )
+    for _ in range(2):  # from the database, then from the verified-token cache
+        access = await server.tokens.verify_token(str(pair["access_token"]))
+        assert access is not None
+        assert access.claims == {SIGNIN_CLAIM: "203.0.113.7"}
+    plain = await server.tokens.verify_token(str((await server.pair())["access_token"]))
+    assert plain is not None
+    assert plain.claims is None  # signed in with no address key: nothing shared

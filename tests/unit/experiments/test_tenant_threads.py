@@ -165,7 +165,7 @@ async def test_an_error_in_the_thread_reaches_the_caller_and_frees_the_place() -
 
 
 def test_a_share_of_zero_is_refused() -> None:
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="1 <= per_sandbox"):
         TenantThreads(total=0, per_sandbox=1)
 
 

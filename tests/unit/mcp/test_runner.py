@@ -25,6 +25,9 @@ class Nobody:
     def sandbox_key(self) -> str | None:
         return None
 
+    def signin_address(self) -> str | None:
+        return None
+
 
 @pytest.fixture
 async def parts(tmp_path: Path, sqlite_engine: AsyncEngine) -> tuple[Repository, SlotPool]:
@@ -204,3 +207,23 @@ async def test_a_call_that_never_sees_the_slot_skips_its_lookup(
     assert seen[0].slot_root is not None
     assert seen[1].slot_root is None
     assert [r.outcome for r in await parts[0].tool_calls("k1")] == ["ok", "ok"]
+
+
+def test_a_token_s_signin_claim_is_the_call_s_address() -> None:
+    from mcp.server.auth.middleware.auth_context import auth_context_var
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    from app.mcp.runner import TokenIdentity
+    from auth.grants import SIGNIN_CLAIM
+
+    identity = TokenIdentity()
+    assert identity.signin_address() is None  # no token: no address
+    for claims, address in (({SIGNIN_CLAIM: "203.0.113.7"}, "203.0.113.7"), (None, None)):
+        token = AccessToken(token="t", client_id="c", scopes=[], subject="k", claims=claims)
+        reset = auth_context_var.set(AuthenticatedUser(token))
+        try:
+            assert identity.sandbox_key() == "k"
+            assert identity.signin_address() == address
+        finally:
+            auth_context_var.reset(reset)
