@@ -1,26 +1,24 @@
-"""Review 6, finding 2: a writer that leaves its job escapes the dir slot's byte budget.
+"""A writer that leaves its job is still measured, and stopped near the dir slot's budget.
 
-The disk budget measures a slot after each writing call and, between calls, only
-while one of the sandbox's jobs runs (app/experiments/disk_budget.py ``run``: "only a
-running job writes between calls: a job's processes, even detached ones, die with
-it"). But app/runtime/_jobs.py says itself that a command which kills its own
-supervisor W by pid "hands whatever it still runs to the container's PID 1, where
-nothing tracks it any more": its job ends at once, the sandbox has no running job,
-and nothing measures the slot again until the tenant's next writing call. The writer
-fills the slot's filesystem (the host's, for dir slots) for as long as the sandbox
-lives (IDLE_TIMEOUT_S, 600 s by default), past the budget README promises is
-checked "every DISK_CHECK_INTERVAL_S while it writes".
+A command that kills its own supervisor W by pid ends its job at once and hands what
+it still runs to the container's PID 1, where no job tracks it (app/runtime/_jobs.py).
+The disk budget (app/experiments/disk_budget.py) therefore does not stop measuring a
+sandbox when its jobs end: it follows it every DISK_CHECK_INTERVAL_S while its
+containers live and it keeps growing, and past the budget kills every process of the
+sandbox user in them, so the writer outside any job is stopped near the budget
+instead of filling the host's filesystem until the idle timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from mcp_http import run_command, tool
+from mcp_http import run_command, tool, write_file
 from oauth_browser import new_user
 
 from app.experiments.disk_budget import measure_tree
@@ -37,6 +35,7 @@ ESCAPE = (
     "i=$((i+1)); sleep 0.05; done; touch done ) </dev/null >/dev/null 2>&1 & "
     "sleep 0.2; kill -9 $PPID"
 )
+QUIET_S = 4.0  # eight check intervals without growth: the writer is stopped
 
 
 def slots_mb(state: Path) -> float:
@@ -65,9 +64,11 @@ async def test_a_writer_that_leaves_its_job_is_still_stopped_near_the_budget(
             status = await tool(http, server, mallory, "get_job_status", {"job_id": ran["job_id"]})
             assert status["status"] != "running", status
 
-            # Bounded wait: until the writer says it finished, or 30 s (a stopped writer
-            # never does). Reading is no writing call: it measures nothing.
-            for _ in range(60):
+            # Bounded wait: until the writer says it finished, or the slot has not grown
+            # for QUIET_S (a stopped writer never finishes). Reading is no writing call:
+            # it measures nothing.
+            last, quiet_since = slots_mb(state), time.monotonic()
+            for _ in range(120):
                 done = await tool(
                     http,
                     server,
@@ -77,11 +78,20 @@ async def test_a_writer_that_leaves_its_job_is_still_stopped_near_the_budget(
                 )
                 if not done["is_error"]:
                     break
+                now_mb = slots_mb(state)
+                if now_mb != last:
+                    last, quiet_since = now_mb, time.monotonic()
+                elif time.monotonic() - quiet_since >= QUIET_S:
+                    break
                 await asyncio.sleep(0.5)
             used = slots_mb(state)
             assert used < BUDGET_MB + SLACK_MB, (
                 f"the slot holds {used:.0f} MB against a budget of {BUDGET_MB} MB: "
                 "the writer outside any job was never measured or stopped"
             )
+            assert done["is_error"], "the writer outside any job wrote all it meant to"
+            refused = await write_file(http, server, mallory, exp, "more", "x")
+            assert refused["is_error"], refused
+            assert refused["error"]["code"] == "QUOTA_EXCEEDED", refused
     finally:
         stop_server(server)
