@@ -1,13 +1,12 @@
-"""Review 6, finding 8: every job's whole output is kept while its experiment lives, and
-``get_experiment`` and ``compare_experiments`` load all of it to show none of it.
+"""Listing an experiment's jobs, or reading a job's status, leaves their output unread.
 
-``JobRecords.jobs_of`` (app/storage/job_records.py) selects whole job rows, stdout
-and stderr included (1 MB each a job, the output cap), for every job the experiment
-ever ran; ``ExperimentView.of`` then shows each job ``with_output=False`` and the
-comparison only its exit code. Nothing bounds how many finished jobs a live
-experiment keeps: a tenant's loop of commands that print 1 MB adds 2 MB a command to
-the shared database, and each of its cheap ``get_experiment`` calls then decodes all
-of it (on the event loop, through the async driver) and holds it in memory.
+A job keeps its stdout and stderr (up to 1 MB each, the output cap) while its
+experiment lives. ``get_experiment``, ``compare_experiments``, evidence and destroy's
+findings show only each job's status, exit code and duration, and ``get_job_status``
+only its status: ``JobRecords.jobs_of`` and ``load_job_summary``
+(app/storage/job_records.py) select every column but the output and return
+``JobSummary`` records, which have no output fields; only ``load_job`` (a job's result
+and logs) reads it.
 """
 
 from __future__ import annotations
@@ -52,11 +51,20 @@ async def test_listing_an_experiment_s_jobs_does_not_load_their_outputs(
     tracemalloc.start()
     try:
         jobs = await records.jobs_of("exp")  # what get_experiment and compare use
+        status = await records.load_job_summary("k", "job_000000000007")  # get_job_status
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(jobs) == JOBS
+    assert [job.job_id for job in jobs] == [f"job_{n:012d}" for n in range(JOBS)]
+    assert {(job.status, job.exit_code) for job in jobs} == {("completed", 0)}
+    assert all(not hasattr(job, "stdout") for job in jobs)  # the type says it has none
+    assert status is not None
+    assert status.status == "completed"
+    assert await records.load_job_summary("other", "job_000000000007") is None
     assert peak < 4 * MB, (
         f"listing {JOBS} jobs (for their status and exit codes) took {peak / MB:.0f} MB: "
         "every job's whole output was loaded"
     )
+    whole = await records.load_job("k", "job_000000000007")  # a job's result reads it
+    assert whole is not None
+    assert whole.stdout == "y" * MB
