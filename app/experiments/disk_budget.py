@@ -8,14 +8,24 @@ the budget is kept by accounting, which works wherever the server runs:
   so a sparse file counts what it really holds and a hard link counts once:
   workspaces, baselines and copies) plus the sandbox's artifacts on the shelf;
 - **when**: after every call that writes (file writes, commands, new
-  experiments), and every ``interval_s`` while one of the sandbox's jobs runs
-  (idle sandboxes cost nothing); the walk is iterative, runs in a thread and
-  stops at ``max_entries`` (past it the slot counts as over: millions of empty
-  files exhaust inodes);
+  experiments), every ``interval_s`` while one of the sandbox's jobs runs, and
+  every ``interval_s`` after that too, for as long as its containers live and
+  each measurement finds more bytes than the one before: a command that kills
+  its job's supervisor leaves the rest of its tree running under the container's
+  PID 1, outside any job (app/runtime/_jobs.py), so a job's end is not the end of
+  its writing. A sandbox is let go at the first measurement that shows no growth
+  (idle sandboxes cost one walk after their last writing call or job); the walk
+  is iterative, runs in a thread and stops at ``max_entries`` (past it the slot
+  counts as over: millions of empty files exhaust inodes);
 - **over the budget**: calls that write are refused with ``QUOTA_EXCEEDED``
   (destroying an experiment, reading, listing and the slot's reset still work),
   the sandbox's running jobs are cancelled and every process of the sandbox user
-  in its containers is killed.
+  in its containers is killed: once, unless the sandbox still grows afterwards or
+  a kill failed (then again at the next interval, and the sandbox stays followed).
+
+A writer outside any job that pauses for longer than one interval is let go at
+the pause; its next writing is measured at the sandbox's next writing call or
+job, or ends with the sandbox (the idle watchdog removes its containers).
 
 It is a soft bound: a command may write for up to one interval (plus one walk)
 past the budget before it is stopped, at whatever speed the disk allows. So a
@@ -42,6 +52,7 @@ from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.records import Experiment
 from app.experiments.tenant_threads import TenantThreads
 from app.runtime.backend import SandboxBackend
+from app.runtime.errors import ContainerGone
 
 log = structlog.get_logger(__name__)
 
@@ -163,9 +174,13 @@ class DiskBudget:
         self._last: dict[str, tuple[float, Usage]] = {}
         self._measuring: dict[str, asyncio.Task[Usage]] = {}
         self._watched: set[str] = set()  # wrote since their slot was leased
+        # Wrote, perhaps outside any job (see the module docstring): the bytes each held
+        # at its last measurement, followed every interval until it stops growing.
+        self._following: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
-        self._over: set[str] = set()  # stopped, not yet back under the budget
+        # Stopped, not yet back under the budget: the bytes each held when it was.
+        self._over: dict[str, int] = {}
 
     # -- around a call -----------------------------------------------------------
 
@@ -195,7 +210,7 @@ class DiskBudget:
         # What was measured before this call is out of date: the next writing call waits
         # for this measurement (or makes its own), never admits itself on the old one.
         self._last.pop(sandbox_key, None)
-        task = asyncio.create_task(self.enforce(sandbox_key), name="disk-budget")
+        task = asyncio.create_task(self._follow_from(sandbox_key), name="disk-budget")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -228,36 +243,52 @@ class DiskBudget:
             usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)
             if not usage.over(self.limit_bytes):
-                self._over.discard(sandbox_key)  # back under (an experiment destroyed)
+                self._over.pop(sandbox_key, None)  # back under (an experiment destroyed)
             return usage
         finally:
             self._measuring.pop(sandbox_key, None)
 
-    async def enforce(self, sandbox_key: str) -> None:
-        """Measure, and stop the sandbox's work if it is over."""
+    async def enforce(self, sandbox_key: str) -> Usage | None:
+        """Measure, and stop the sandbox's work if it is over; the usage measured."""
         try:
             usage = await self.measure(sandbox_key)
-            if usage is None:
-                return
-            if usage.over(self.limit_bytes) and sandbox_key not in self._over:
-                # Once per episode: its writing calls are refused until it is back under.
-                self._over.add(sandbox_key)
-                await self._stop(sandbox_key, usage)
+            if usage is None or not usage.over(self.limit_bytes):
+                return usage
+            stopped_at = self._over.get(sandbox_key)
+            # Once per episode (its writing calls are refused until it is back under),
+            # unless it grew since: then something of it still runs. A failed stop is
+            # not recorded, so the next measurement tries again.
+            owed = stopped_at is None or usage.bytes > stopped_at
+            if owed and await self._stop(sandbox_key, usage):
+                self._over[sandbox_key] = usage.bytes
+            return usage
         except Exception:
             log.exception("disk.budget_check_failed")
+            return None
 
-    async def _stop(self, sandbox_key: str, usage: Usage) -> None:
+    async def _stop(self, sandbox_key: str, usage: Usage) -> bool:
+        """Cancel the sandbox's jobs and kill its processes; False if a kill failed."""
         jobs = [job for job in self._jobs.running() if job.sandbox_key == sandbox_key]
         for job in jobs:
             await stop_job(self._backend, job)
         containers = list(await self._containers_of(sandbox_key))
+        failed = 0
         for container_id in containers:
             try:
-                await self._backend.run(
+                result = await self._backend.run(
                     container_id, KILL_ALL, timeout_s=10, job_id=f"quota-{uuid.uuid4().hex[:12]}"
                 )
-            except Exception as exc:  # a container gone meanwhile: nothing left to stop
-                log.info("disk.kill_failed", container_id=container_id[:12], error=str(exc))
+            except ContainerGone:
+                continue  # its processes went with it
+            except Exception as exc:
+                failed += 1
+                log.warning("disk.kill_failed", container_id=container_id[:12], error=str(exc))
+                continue
+            if result.exit_code != 0:  # timed out (every pid taken), or could not start
+                failed += 1
+                log.warning(
+                    "disk.kill_failed", container_id=container_id[:12], exit_code=result.exit_code
+                )
         log.warning(
             "disk.budget_exceeded",
             used_bytes=usage.bytes,
@@ -265,7 +296,9 @@ class DiskBudget:
             limit_bytes=self.limit_bytes,
             jobs_cancelled=len(jobs),
             containers=len(containers),
+            kills_failed=failed,
         )
+        return failed == 0
 
     def _refusal(self, usage: Usage) -> QuotaExceeded:
         limit_mb = self.limit_bytes // 1_048_576
@@ -285,8 +318,36 @@ class DiskBudget:
 
     def _forget(self, sandbox_key: str) -> None:
         self._last.pop(sandbox_key, None)
-        self._over.discard(sandbox_key)
+        self._over.pop(sandbox_key, None)
         self._watched.discard(sandbox_key)
+        self._following.pop(sandbox_key, None)
+
+    # -- after a call or a job -------------------------------------------------------
+
+    async def _follow_from(self, sandbox_key: str) -> None:
+        """Enforce after a writing call, and follow the sandbox from what it holds now:
+        the call may have run a job whose tree writes on (see the module docstring)."""
+        usage = await self.enforce(sandbox_key)
+        if usage is not None and sandbox_key in self._watched:
+            self._following[sandbox_key] = usage.bytes
+
+    async def _follow(self, sandbox_key: str) -> None:
+        """One interval's check of a sandbox with no running job that was still growing."""
+        before = self._following.get(sandbox_key)
+        if before is None:
+            return
+        if not list(await self._containers_of(sandbox_key)):
+            self._following.pop(sandbox_key, None)  # its processes went with its containers
+            return
+        usage = await self.enforce(sandbox_key)
+        if usage is None:
+            self._following.pop(sandbox_key, None)
+            return
+        stop_owed = usage.over(self.limit_bytes) and sandbox_key not in self._over
+        if usage.bytes > before or stop_owed:
+            self._following[sandbox_key] = usage.bytes
+        else:
+            self._following.pop(sandbox_key, None)  # nothing of it writes any more
 
     # -- while jobs run ---------------------------------------------------------------
 
@@ -294,17 +355,26 @@ class DiskBudget:
         self._loop = asyncio.create_task(self.run(), name="disk-budget-watch")
 
     async def run(self) -> None:
-        """Measure every watched sandbox each interval, until cancelled."""
+        """Check the watched sandboxes each interval, until cancelled."""
         while True:
             await asyncio.sleep(self._interval_s)
-            for key in list(self._watched):
+            await self.check_once()
+
+    async def check_once(self) -> None:
+        """One interval's checks: every sandbox with a running job, and every one still
+        growing after its last writing call or job; the others cost nothing."""
+        for key in list(self._watched):
+            try:
                 if self._slot_root_of(key) is None:
                     self._forget(key)  # emptied: its next lease starts at zero
                 elif self._jobs.is_busy(key):
-                    # Only a running job writes between calls: a job's processes, even
-                    # detached ones, die with it (app/runtime/_jobs.py), and every
-                    # writing call is measured after it anyway.
-                    await self.enforce(key)
+                    usage = await self.enforce(key)
+                    if usage is not None:
+                        self._following[key] = usage.bytes  # followed past the job's end
+                else:
+                    await self._follow(key)
+            except Exception:  # one sandbox's failure must not end the checks of all
+                log.exception("disk.budget_check_failed")
 
     async def close(self) -> None:
         if self._loop is not None:

@@ -40,7 +40,7 @@ from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.options import ExperimentOptions
 from app.experiments.process_registry import ProcessRegistry
-from app.experiments.records import ArtifactRecord, Experiment, JobRecord
+from app.experiments.records import ArtifactRecord, Experiment, JobRecord, JobSummary
 from app.experiments.recovery import Recovery
 from app.experiments.remote_jobs import RemoteJobs
 from app.experiments.shelf import ArtifactShelf, fingerprint
@@ -134,15 +134,22 @@ class ExperimentManager:
             raise ExperimentNotFound("job", job_id)
         return row
 
+    async def _job_summary(self, call: CallContext, job_id: str) -> JobSummary:
+        """The job without its output (up to 2 MB), for what shows none of it."""
+        row = await self._records.load_job_summary(call.sandbox_key, job_id)
+        if row is None:
+            raise ExperimentNotFound("job", job_id)
+        return row
+
     async def job_status(self, call: CallContext, job_id: str) -> JobView:
-        return JobView.of(await self._job(call, job_id), with_output=False)
+        return JobView.summary(await self._job_summary(call, job_id))
 
     async def job_result(
         self, call: CallContext, job_id: str, wait_s: float, page: OutputPageRequest | None = None
     ) -> JobView:
         """The job's result, waiting up to ``wait_s``; with ``page``, one page of an output
         stream instead of the excerpts."""
-        await self._job(call, job_id)
+        await self._job_summary(call, job_id)  # it exists, and is the caller's
         running = self._jobs.get(job_id)
         wait = max(0.0, min(wait_s, MAX_RESULT_WAIT_S))
         if running is not None:

@@ -29,8 +29,11 @@ class Experiment:
 
 
 @dataclass(frozen=True)
-class JobRecord:
-    """One command run in an experiment (a job), as recorded."""
+class JobSummary:
+    """One command run in an experiment (a job), as recorded, without its output.
+
+    What listings show (an experiment's jobs, their statuses and exit codes, a job's
+    status): read without the stdout and stderr columns, up to 2 MB a job."""
 
     job_id: str
     experiment_id: str
@@ -42,8 +45,6 @@ class JobRecord:
     timeout_s: float
     started_at: float
     exit_code: int | None = None
-    stdout: str | None = None
-    stderr: str | None = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     finished_at: float | None = None
@@ -51,6 +52,14 @@ class JobRecord:
     reason: str | None = None
     test_summary: dict[str, Any] | None = None  # for run_tests jobs
     owner_process: str | None = None  # the server process that runs it
+
+
+@dataclass(frozen=True)
+class JobRecord(JobSummary):
+    """A job as recorded, its output included (a job's result, its logs)."""
+
+    stdout: str | None = None
+    stderr: str | None = None
 
 
 @dataclass(frozen=True)

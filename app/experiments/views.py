@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
 from app.experiments.changes import ChangeReport
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import Experiment, JobRecord
+from app.experiments.records import Experiment, JobRecord, JobSummary
 from app.experiments.result import Result
 from app.runtime.backend import RuntimeInfo
 
@@ -92,8 +93,9 @@ class JobView(Result):
     finished: bool = Field(default=False, description="Whether the job has ended.")
 
     @classmethod
-    def of(cls, row: JobRecord, *, with_output: bool = True) -> JobView:
-        view = cls(
+    def summary(cls, row: JobSummary) -> JobView:
+        """The job without its output (a listing, a status)."""
+        return cls(
             job_id=row.job_id,
             experiment_id=row.experiment_id,
             command=row.command,
@@ -108,24 +110,28 @@ class JobView(Result):
             duration_ms=None if row.duration_s is None else round(row.duration_s * 1000),
             finished=row.status != "running",
         )
-        if with_output:
-            view.stdout, view.stdout_left_out = excerpt(row.stdout or "")
-            view.stderr, view.stderr_left_out = excerpt(row.stderr or "")
-            view.stdout_chars, view.stderr_chars = len(row.stdout or ""), len(row.stderr or "")
-            long = [name for name in ("stdout", "stderr") if getattr(view, f"{name}_left_out")]
-            if long:
-                view.notes.append(
-                    f"The {' and '.join(long)} {'is' if len(long) == 1 else 'are'} long: this "
-                    f"result shows the first {EXCERPT_HEAD_CHARS:,} and the last "
-                    f"{EXCERPT_TAIL_CHARS:,} characters. Read the rest in pages with "
-                    f"get_job_result(job_id={row.job_id!r}, offset=N, stream='stdout')."
-                )
+
+    @classmethod
+    def of(cls, row: JobRecord) -> JobView:
+        """The job with excerpts of its output (a job's result)."""
+        view = cls.summary(row)
+        view.stdout, view.stdout_left_out = excerpt(row.stdout or "")
+        view.stderr, view.stderr_left_out = excerpt(row.stderr or "")
+        view.stdout_chars, view.stderr_chars = len(row.stdout or ""), len(row.stderr or "")
+        long = [name for name in ("stdout", "stderr") if getattr(view, f"{name}_left_out")]
+        if long:
+            view.notes.append(
+                f"The {' and '.join(long)} {'is' if len(long) == 1 else 'are'} long: this "
+                f"result shows the first {EXCERPT_HEAD_CHARS:,} and the last "
+                f"{EXCERPT_TAIL_CHARS:,} characters. Read the rest in pages with "
+                f"get_job_result(job_id={row.job_id!r}, offset=N, stream='stdout')."
+            )
         return view
 
     @classmethod
     def paged(cls, row: JobRecord, stream: Stream, offset: int, max_chars: int) -> JobView:
         """The job without its excerpts, and one page of ``stream`` from ``offset``."""
-        view = cls.of(row, with_output=False)
+        view = cls.summary(row)
         text = (row.stdout if stream == "stdout" else row.stderr) or ""
         start = min(offset, len(text))
         end = min(len(text), start + min(max_chars, MAX_PAGE_CHARS))
@@ -196,7 +202,7 @@ class ExperimentView(Result):
     )
 
     @classmethod
-    def of(cls, experiment: Experiment, jobs: list[JobRecord] | None = None) -> ExperimentView:
+    def of(cls, experiment: Experiment, jobs: Sequence[JobSummary] | None = None) -> ExperimentView:
         return cls(
             experiment_id=experiment.experiment_id,
             name=experiment.name,
@@ -207,7 +213,7 @@ class ExperimentView(Result):
             isolation=experiment.isolation,
             warnings=experiment.warnings,
             created_at=experiment.created_at,
-            jobs=[JobView.of(job, with_output=False) for job in jobs or []],
+            jobs=[JobView.summary(job) for job in jobs or []],
             findings=experiment.findings,
             objective=experiment.goal,
             base_image=experiment.image,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.experiments.records import ArtifactRecord, Experiment, JobRecord
+from app.experiments.records import ArtifactRecord, Experiment, JobRecord, JobSummary
 from app.experiments.states import State
 from app.storage.db import Base
 
@@ -137,6 +137,17 @@ def experiment_row(experiment: Experiment) -> ExperimentRow:
 
 def job_of(row: JobRow) -> JobRecord:
     return record_of(JobRecord, row, test_summary=loads_or_none(row.test_summary))
+
+
+# The job columns a JobSummary holds: every one but the output.
+JOB_SUMMARY_COLUMNS = tuple(getattr(JobRow, f.name) for f in dataclasses.fields(JobSummary))
+
+
+def job_summary_of(row: object) -> JobSummary:
+    """A summary from a row of :data:`JOB_SUMMARY_COLUMNS` (or a whole job row)."""
+    return record_of(
+        JobSummary, row, test_summary=loads_or_none(getattr(row, "test_summary", None))
+    )
 
 
 def artifact_of(row: ArtifactRow) -> ArtifactRecord:

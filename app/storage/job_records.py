@@ -12,13 +12,15 @@ from dataclasses import asdict
 
 import sqlalchemy as sa
 
-from app.experiments.records import JobControl, JobOutcome, JobRecord, LostJob
+from app.experiments.records import JobControl, JobOutcome, JobRecord, JobSummary, LostJob
 from app.storage.cancel_requests import CancelRequests
 from app.storage.experiment_rows import (
+    JOB_SUMMARY_COLUMNS,
     ExperimentRow,
     JobRow,
     dumps_or_none,
     job_of,
+    job_summary_of,
     pids_of,
 )
 
@@ -49,14 +51,28 @@ class JobRecords(CancelRequests):
                 return None
             return job_of(row)
 
-    async def jobs_of(self, experiment_id: str) -> list[JobRecord]:
+    async def load_job_summary(self, sandbox_key: str, job_id: str) -> JobSummary | None:
+        """The job without its output (its status, exit code, test summary)."""
         async with self._transaction() as session:
-            rows = await session.scalars(
-                sa.select(JobRow)
+            row = (
+                await session.execute(
+                    sa.select(*JOB_SUMMARY_COLUMNS).where(
+                        JobRow.job_id == job_id, JobRow.sandbox_key == sandbox_key
+                    )
+                )
+            ).first()
+            return job_summary_of(row) if row is not None else None
+
+    async def jobs_of(self, experiment_id: str) -> list[JobSummary]:
+        """The experiment's jobs in the order they started, without their output: the
+        listings show statuses and exit codes, and a job's output is up to 2 MB."""
+        async with self._transaction() as session:
+            rows = await session.execute(
+                sa.select(*JOB_SUMMARY_COLUMNS)
                 .where(JobRow.experiment_id == experiment_id)
                 .order_by(JobRow.started_at)
             )
-            return [job_of(row) for row in rows]
+            return [job_summary_of(row) for row in rows]
 
     async def mark_lost_jobs(
         self, at: float, live_processes: set[str], reason: str

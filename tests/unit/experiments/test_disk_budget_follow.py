@@ -1,0 +1,143 @@
+"""The disk budget follows a sandbox after its writing call or job while it grows.
+
+A job's end is not the end of its writing (a command that kills its supervisor leaves
+its tree under the container's PID 1): each interval's check measures a sandbox that
+grew since its last measurement, stops it past the budget, retries a failed kill at
+the next interval, and lets it go once it stops growing or its containers are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runtime_fakes import FakeBackend
+
+from app.experiments.disk_budget import KILL_ALL, DiskBudget
+from app.experiments.jobs import JobRegistry
+from app.runtime.backend import ExecResult
+
+MB = 1_048_576
+KEY = "sandbox"
+
+
+@dataclass
+class KillRecorder(FakeBackend):
+    kills: int = 0
+    kills_to_fail: int = 0
+
+    async def run(self, container_id: str, command: str, **kwargs: object) -> ExecResult:  # type: ignore[override]
+        if command != KILL_ALL:
+            return await super().run(container_id, command, **kwargs)  # type: ignore[arg-type]
+        self.kills += 1
+        if self.kills_to_fail > 0:
+            self.kills_to_fail -= 1
+            return ExecResult(None, "", "", False, False, 10.0, timed_out=True)
+        return ExecResult(0, "", "", False, False, 0.01)
+
+
+@dataclass
+class World:
+    root: Path
+    backend: KillRecorder = field(default_factory=KillRecorder)
+    containers: list[str] = field(default_factory=lambda: ["c-1"])
+    walks: int = 0
+    budget: DiskBudget | None = None
+
+    def grow(self, mb: int) -> None:
+        with (self.root / "big").open("ab") as f:
+            f.write(b"x" * mb * MB)
+
+    async def containers_of(self, sandbox_key: str) -> list[str]:
+        return list(self.containers)
+
+    async def artifact_bytes_of(self, sandbox_key: str) -> int:
+        self.walks += 1  # one call per measurement
+        return 0
+
+
+def a_world(tmp_path: Path, limit_mb: int = 8) -> tuple[World, DiskBudget]:
+    world = World(tmp_path)
+    budget = DiskBudget(
+        slot_root_of=lambda key: tmp_path,
+        artifact_bytes_of=world.artifact_bytes_of,
+        containers_of=world.containers_of,
+        jobs=JobRegistry(),
+        backend=world.backend,
+        limit_bytes=limit_mb * MB,
+        max_entries=1000,
+        interval_s=0.5,
+    )
+    return world, budget
+
+
+async def after_a_writing_call(budget: DiskBudget) -> None:
+    budget.after("execute_experiment", KEY)
+    await asyncio.gather(*budget._background)  # the measurement the call started
+
+
+async def test_a_sandbox_growing_after_its_job_is_stopped_and_then_let_go(
+    tmp_path: Path,
+) -> None:
+    world, budget = a_world(tmp_path)
+    await after_a_writing_call(budget)  # its job ended with the call; its writer did not
+    for _ in range(3):
+        world.grow(2)
+        await budget.check_once()
+    assert world.backend.kills == 0  # 6 MB: under the budget of 8
+    world.grow(4)
+    await budget.check_once()
+    assert world.backend.kills == 1  # 10 MB: stopped
+    walks = world.walks
+    await budget.check_once()  # no growth since: let go
+    await budget.check_once()
+    await budget.check_once()
+    assert world.walks == walks + 1
+    assert world.backend.kills == 1
+
+
+async def test_a_sandbox_that_stops_growing_costs_one_walk(tmp_path: Path) -> None:
+    world, budget = a_world(tmp_path)
+    world.grow(1)
+    await after_a_writing_call(budget)
+    for _ in range(4):
+        await budget.check_once()
+    assert world.walks == 2  # after the call, then once more to see it stopped
+
+
+async def test_a_sandbox_whose_containers_are_gone_is_let_go_unmeasured(tmp_path: Path) -> None:
+    world, budget = a_world(tmp_path)
+    await after_a_writing_call(budget)
+    world.containers.clear()
+    world.grow(1)
+    await budget.check_once()
+    await budget.check_once()
+    assert world.walks == 1
+
+
+async def test_a_failed_kill_is_tried_again_at_the_next_interval(tmp_path: Path) -> None:
+    world, budget = a_world(tmp_path)
+    world.backend.kills_to_fail = 2
+    await after_a_writing_call(budget)
+    world.grow(10)
+    await budget.check_once()
+    assert world.backend.kills == 1  # failed (every pid taken, say)
+    await budget.check_once()
+    assert world.backend.kills == 2  # no growth, but the stop is still owed: failed again
+    await budget.check_once()
+    assert world.backend.kills == 3  # done
+    await budget.check_once()
+    await budget.check_once()
+    assert world.backend.kills == 3  # once stopped, not again while it does not grow
+
+
+async def test_a_sandbox_still_growing_after_its_stop_is_stopped_again(tmp_path: Path) -> None:
+    world, budget = a_world(tmp_path)
+    await after_a_writing_call(budget)
+    world.grow(10)
+    await budget.check_once()
+    assert world.backend.kills == 1
+    world.grow(2)  # something of it survived the stop
+    await budget.check_once()
+    assert world.backend.kills == 2
