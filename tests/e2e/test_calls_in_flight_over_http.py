@@ -1,14 +1,17 @@
-"""Review 6, finding 9: one signed-in tenant holds every HTTP connection the server
-accepts, and nobody else gets in.
+"""One signed-in tenant's waiting calls do not hold every HTTP connection the server
+accepts.
 
 The connection guard (app/http/connection_guard.py) caps open connections at
 MAX_CONNECTIONS and, past it, evicts only connections still sending their request;
-"a connection past that ... is closed itself only when every open connection has
-sent its whole request". Nothing bounds one sandbox's requests in flight: a tenant
-whose calls legitimately wait (``get_job_result`` with ``wait_s`` 45 on its own
-running job, a command's synchronous wait) fills the cap with complete requests,
-and every other client's connection is then closed unanswered. MAX_CONNECTIONS is 64
-here for speed; at the default 4096 the attack is the same number of sockets more.
+when every open connection has sent its whole request, the new one is closed
+unanswered. A tenant whose calls legitimately wait (``get_job_result`` with ``wait_s``
+on its own running job, a command's synchronous wait) would fill the cap with
+complete requests; the runner bounds one sandbox's calls in flight
+(MAX_CALLS_PER_SANDBOX, 32) and refuses the one past it at once with TOO_MANY_CALLS,
+which frees its connection. Here mallory sends 80 waiting calls against a cap of 64
+connections; alice is still answered, and mallory's refused calls say why.
+MAX_CONNECTIONS is 64 here for speed; at the default 4096 the same holds per 32
+connections of each sandbox.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -27,6 +31,24 @@ pytestmark = pytest.mark.e2e
 
 CAP = 64
 HOGS = CAP + 16
+PER_SANDBOX = 32  # MAX_CALLS_PER_SANDBOX's default
+
+
+async def _first_answered(
+    calls: list[asyncio.Task[dict[str, Any]]], count: int, *, within_s: float
+) -> list[dict[str, Any]]:
+    """Once ``count`` calls have ended (they must within ``within_s``), the results of
+    those answered (the others' connections were closed)."""
+    async with asyncio.timeout(within_s):
+        while sum(call.done() for call in calls) < count:
+            await asyncio.wait(
+                [call for call in calls if not call.done()], return_when=asyncio.FIRST_COMPLETED
+            )
+    return [
+        call.result()
+        for call in calls
+        if call.done() and not isinstance(call.exception(), httpx2.TransportError)
+    ]
 
 
 async def test_one_tenant_s_waiting_calls_do_not_lock_everyone_out(tmp_path: Path) -> None:
@@ -62,7 +84,14 @@ async def test_one_tenant_s_waiting_calls_do_not_lock_everyone_out(tmp_path: Pat
                 for _ in range(HOGS)
             ]
             try:
-                await asyncio.sleep(3)  # the waits are in flight (a lower bound, not a window)
+                # Each refusal happens while PER_SANDBOX waits are in flight, and those run
+                # 40 s: once the others are refused, the cap's worth of waits is held.
+                # The burst's own connections past CAP may be closed while still sending
+                # (the guard's eviction, at most HOGS - CAP of them); the rest are answered.
+                refused = await _first_answered(waits, HOGS - PER_SANDBOX, within_s=35)
+                assert len(refused) >= HOGS - PER_SANDBOX - (HOGS - CAP), len(refused)
+                codes = {result.get("error", {}).get("code") for result in refused}
+                assert codes == {"TOO_MANY_CALLS"}, refused[:3]
                 async with httpx2.AsyncClient(timeout=20) as other:
                     try:
                         status = await tool(other, server, alice, "sandbox_status")
