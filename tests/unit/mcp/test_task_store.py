@@ -166,3 +166,16 @@ def test_a_look_up_costs_little_with_the_store_full(clock: Clock) -> None:
     for _ in range(1000):
         tasks.get("bob", "no-such-task")
     assert (time.perf_counter() - started) / 1000 < 0.001  # far below a millisecond
+
+
+def test_an_open_costs_little_with_the_store_full_of_single_tasks(clock: Clock) -> None:
+    # The worst case of the search for a larger share: every key holds one finished task.
+    tasks = store(clock, keep_s=3600, per_sandbox=20, total=2000)
+    for n in range(2000):
+        record = tasks.open(f"sandbox-{n}", "run_tests")
+        assert record is not None
+        tasks.finish(record, "failed", message="NOT_FOUND")
+    started = time.perf_counter()
+    for _ in range(100):
+        assert tasks.open("alice", "run_tests") is None  # no share larger than hers would be
+    assert (time.perf_counter() - started) / 100 < 0.002  # about 60 µs here
