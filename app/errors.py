@@ -51,3 +51,17 @@ class LimitReached(ServiceError):
 
     def __init__(self, message: str, *, limit: str, value: int) -> None:
         super().__init__(message, limit=limit, value=value)
+
+
+class TooManyCalls(ServiceError):
+    """The sandbox already has its most tool calls in flight; the caller waits for one."""
+
+    code = "TOO_MANY_CALLS"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"This sandbox already has {limit} tool calls in flight, the most one sandbox "
+            "may have at once; wait for one of them to return, then call again.",
+            limit="calls_per_sandbox",
+            value=limit,
+        )

@@ -160,6 +160,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         on_call=metrics.tool_call,
         disk_budget=disk_budget,
         threads=threads,
+        max_calls_per_sandbox=settings.mcp.max_calls_per_sandbox,
     )
     mcp = build_mcp_server(
         settings, identity, runner, pool, manager, TaskRecords(engine), registry, extra_tools

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from app.errors import DatabaseUnavailable, ServiceError
 from app.experiments.disk_budget import DiskBudget
 from app.experiments.tenant_threads import TenantThreads
+from app.mcp.calls_in_flight import DEFAULT_PER_SANDBOX, CallsInFlight
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.storage.audit import AuditTrail
 from auth.grants import SIGNIN_CLAIM
@@ -136,6 +137,7 @@ class ToolRunner:
         on_call: Callable[[str, str, float], None] | None = None,
         disk_budget: DiskBudget | None = None,
         threads: TenantThreads | None = None,
+        max_calls_per_sandbox: int = DEFAULT_PER_SANDBOX,
     ) -> None:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
         self._identity = identity
@@ -148,6 +150,8 @@ class ToolRunner:
         self._disk_budget = disk_budget
         # Each call's blocking work runs within its sandbox's share of the tenant threads.
         self._threads = threads or TenantThreads()
+        # One sandbox's waiting calls must not hold every connection the server accepts.
+        self.calls_in_flight = CallsInFlight(max_calls_per_sandbox)
 
     async def run(
         self,
@@ -175,7 +179,11 @@ class ToolRunner:
             return error_result(failure, request_id)
         outcome = "ok"
         lease: Lease | None = None
+        admitted = False
         try:
+            # Before anything that waits (the queue, the body): a refused call answers at once.
+            self.calls_in_flight.enter(key)
+            admitted = True
             lease = await self._take_slot(key, progress) if takes_slot else None
             if self._disk_budget is not None:
                 await self._disk_budget.before(tool, key)
@@ -213,7 +221,9 @@ class ToolRunner:
                 failure.details["notes"] = [note_text(kind, idle) for kind in lease.notes]
             return error_result(failure, request_id)
         finally:
-            if self._disk_budget is not None:
+            if admitted:
+                self.calls_in_flight.leave(key)
+            if self._disk_budget is not None and admitted:
                 self._disk_budget.after(tool, key)
             await self._finish(request_id, key, tool, started, outcome)
 

@@ -4,9 +4,12 @@ A task belongs to the sandbox key that started it; every look-up names that key,
 and another key's task id reads exactly like one that never existed. The store is
 bounded twice: a sandbox holds at most ``max_per_sandbox`` tasks (a new one evicts
 its own oldest finished task, never a running one), and the server at most
-``max_total`` (beyond it no task is opened, and the call is served the ordinary
-way: no tenant's results are ever evicted to make room for another's). A finished
-task is kept ``keep_s`` seconds, then forgotten.
+``max_total``. At that bound a new task evicts the oldest finished task of the
+sandbox holding the most tasks, if that is more than the caller would hold: else
+finished tasks, kept for an hour, would let a hundred sandboxes' instant failures
+lock every other tenant out of tasks. A running task is never evicted; when no
+finished one may go, no task is opened and the call is served the ordinary way.
+A finished task is kept ``keep_s`` seconds, then forgotten.
 
 Tasks live in the memory of the process serving them; ``on_finish`` lets
 ``app.mcp.task_mirror`` mirror them to the database, where the other server
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -69,6 +73,8 @@ class TaskStore:
         self._by_key: dict[str, dict[str, None]] = {}
         # Finished task ids in the order they finished: expiry looks only at the front.
         self._finished: dict[str, None] = {}
+        # Per sandbox key, how many of its tasks are finished (only keys with some).
+        self._finished_of: Counter[str] = Counter()
         # Told of every task as it ends, and as it is forgotten (app.mcp.task_mirror);
         # must not block.
         self.on_finish: Callable[[TaskRecord], None] | None = None
@@ -79,18 +85,21 @@ class TaskStore:
 
     def open(self, sandbox_key: str, tool: str) -> TaskRecord | None:
         """A new working task for ``sandbox_key``, or ``None`` when there is no room
-        (the sandbox's tasks are all running, or the server holds ``max_total``)."""
+        (the sandbox's tasks are all running, or the server holds ``max_total`` and no
+        larger share than the caller's has a finished task to give up)."""
         self.expire()
         own = self._by_key.get(sandbox_key, {})
         if len(own) >= self._max_per_sandbox:
-            oldest_finished = next(
-                (task_id for task_id in own if self._tasks[task_id].finished), None
-            )
-            if oldest_finished is None:
+            if not self._finished_of[sandbox_key]:
                 return None
-            self._forget(oldest_finished)
+            self._forget(self._oldest_finished(sandbox_key))
         if len(self._tasks) >= self._max_total:
-            return None
+            # Only from a larger share than the caller's once it has this task: two
+            # sandboxes of one task each never take turns evicting each other's result.
+            crowded = self._most_crowded_with_finished(len(own) + 1)
+            if crowded is None:
+                return None
+            self._forget(self._oldest_finished(crowded))
         now = self._clock()
         # uuid4 draws 122 bits from the OS's random source: ids cannot be guessed.
         record = TaskRecord(str(uuid.uuid4()), sandbox_key, tool, now, now)
@@ -124,6 +133,7 @@ class TaskStore:
         record.finished_at = record.updated_at = now
         record.work = None
         self._finished[record.task_id] = None
+        self._finished_of[record.sandbox_key] += 1
         if self.on_finish is not None:
             self.on_finish(record)
 
@@ -149,11 +159,29 @@ class TaskStore:
             forgotten += 1
         return forgotten
 
+    def _most_crowded_with_finished(self, callers_tasks: int) -> str | None:
+        """The key holding the most tasks among those with a finished one, if it holds
+        more than ``callers_tasks``; costs one pass over the keys (only when full)."""
+        crowded, most = None, callers_tasks
+        for key in self._finished_of:
+            held = len(self._by_key[key])
+            if held > most:
+                crowded, most = key, held
+        return crowded
+
+    def _oldest_finished(self, sandbox_key: str) -> str:
+        """The oldest by creation of the key's finished tasks (the key has one)."""
+        return next(t for t in self._by_key[sandbox_key] if self._tasks[t].finished)
+
     def _forget(self, task_id: str) -> None:
         if self.on_forget is not None:
             self.on_forget(task_id)
         record = self._tasks.pop(task_id)
-        self._finished.pop(task_id, None)
+        if task_id in self._finished:
+            del self._finished[task_id]
+            self._finished_of[record.sandbox_key] -= 1
+            if not self._finished_of[record.sandbox_key]:
+                del self._finished_of[record.sandbox_key]
         own = self._by_key[record.sandbox_key]
         del own[task_id]
         if not own:

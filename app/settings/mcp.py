@@ -1,11 +1,13 @@
 """The tool layer: how long a call waits in the queue, how often it reports progress, the
-MCP tasks kept, the caps on listen streams, and the worker threads of tenants' calls."""
+calls one sandbox has in flight, the MCP tasks kept, the caps on listen streams, and the
+worker threads of tenants' calls."""
 
 from __future__ import annotations
 
 from pydantic import Field, model_validator
 
 from app.experiments.tenant_threads import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
+from app.mcp.calls_in_flight import DEFAULT_PER_SANDBOX as DEFAULT_CALLS_PER_SANDBOX
 from app.settings.base import Group
 
 
@@ -26,6 +28,16 @@ class McpSettings(Group):
         description=(
             "How often a long call (a synchronous command, a wait for a job's result) tells "
             "a client that asked for progress that it is alive."
+        ),
+    )
+    max_calls_per_sandbox: int = Field(
+        default=DEFAULT_CALLS_PER_SANDBOX,
+        ge=1,
+        le=10_000,
+        description=(
+            "Tool calls one sandbox has in flight at once (waiting ones and MCP tasks "
+            "included); the one past it is refused at once with TOO_MANY_CALLS, so one "
+            "tenant's waiting calls cannot hold every connection the server accepts."
         ),
     )
     task_keep_s: int = Field(
@@ -52,8 +64,9 @@ class McpSettings(Group):
         ge=1,
         le=100_000,
         description=(
-            "MCP tasks the server holds in memory, all sandboxes together; beyond it calls "
-            "are served without a task (no sandbox's results are dropped for another's)."
+            "MCP tasks the server holds in memory, all sandboxes together; at it a new task "
+            "forgets the oldest finished task of the sandbox holding the most (if more than "
+            "the caller would), else the call is served without a task."
         ),
     )
     max_listen_streams_per_sandbox: int = Field(

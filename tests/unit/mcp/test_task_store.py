@@ -99,16 +99,44 @@ def test_a_sandbox_whose_tasks_all_run_gets_no_more(clock: Clock) -> None:
     assert tasks.open("bob", "run_tests") is not None  # others are not affected
 
 
-def test_the_server_wide_bound_never_evicts_another_sandbox_s_results(clock: Clock) -> None:
-    tasks = store(clock, per_sandbox=5, total=3)
+def test_the_server_wide_bound_evicts_the_most_crowded_sandbox_s_oldest_finished_task(
+    clock: Clock,
+) -> None:
+    tasks = store(clock, per_sandbox=5, total=4)
     alices = [tasks.open("alice", "run_tests") for _ in range(3)]
+    carols = tasks.open("carol", "run_tests")
+    assert carols is not None
     for record in alices:
         assert record is not None
-        tasks.finish(record, "completed", result={})
-    assert tasks.open("bob", "run_tests") is None
-    assert all(tasks.get("alice", r.task_id) is r for r in alices if r is not None)
-    clock.now += 61  # once they expire there is room again
-    assert tasks.open("bob", "run_tests") is not None
+    tasks.finish(alices[1], "completed", result={})  # type: ignore[arg-type]
+    tasks.finish(alices[2], "completed", result={})  # type: ignore[arg-type]
+    tasks.finish(carols, "completed", result={})
+    bobs = tasks.open("bob", "run_tests")
+    assert bobs is not None
+    # Alice holds the most: her oldest finished task goes; her running one and carol's stay.
+    assert [tasks.get("alice", r.task_id) for r in alices if r is not None] == [
+        alices[0],
+        None,
+        alices[2],
+    ]
+    assert tasks.get("carol", carols.task_id) is carols
+    assert len(tasks) == 4
+
+
+def test_the_server_wide_bound_never_evicts_a_running_task_or_a_smaller_share(
+    clock: Clock,
+) -> None:
+    tasks = store(clock, per_sandbox=5, total=4)
+    running = [tasks.open("alice", "run_tests") for _ in range(3)]
+    assert all(record is not None for record in running)
+    bobs = tasks.open("bob", "run_tests")
+    assert bobs is not None
+    tasks.finish(bobs, "completed", result={})
+    # Alice's tasks all run; bob's one finished task is no larger a share than carol's would be.
+    assert tasks.open("carol", "run_tests") is None
+    assert tasks.get("bob", bobs.task_id) is bobs
+    clock.now += 61  # once bob's expires there is room again
+    assert tasks.open("carol", "run_tests") is not None
 
 
 def test_tasks_expire_in_the_order_they_finished(clock: Clock) -> None:
@@ -138,3 +166,16 @@ def test_a_look_up_costs_little_with_the_store_full(clock: Clock) -> None:
     for _ in range(1000):
         tasks.get("bob", "no-such-task")
     assert (time.perf_counter() - started) / 1000 < 0.001  # far below a millisecond
+
+
+def test_an_open_costs_little_with_the_store_full_of_single_tasks(clock: Clock) -> None:
+    # The worst case of the search for a larger share: every key holds one finished task.
+    tasks = store(clock, keep_s=3600, per_sandbox=20, total=2000)
+    for n in range(2000):
+        record = tasks.open(f"sandbox-{n}", "run_tests")
+        assert record is not None
+        tasks.finish(record, "failed", message="NOT_FOUND")
+    started = time.perf_counter()
+    for _ in range(100):
+        assert tasks.open("alice", "run_tests") is None  # no share larger than hers would be
+    assert (time.perf_counter() - started) / 100 < 0.002  # about 60 µs here
