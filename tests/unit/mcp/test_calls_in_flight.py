@@ -29,6 +29,9 @@ class SwitchableIdentity:
     def sandbox_key(self) -> str | None:
         return self.key
 
+    def signin_address(self) -> str | None:
+        return None
+
 
 @pytest.fixture
 async def setup(
