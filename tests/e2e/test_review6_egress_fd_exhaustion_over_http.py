@@ -1,0 +1,115 @@
+"""Review 6, finding 6: one experiment holds every file descriptor of the shared Squid,
+and every other tenant's restricted egress stops.
+
+Squid is one process for all tenants (app/runtime/egress_rules.py squid_conf:
+``max_filedescriptors 4096``), with no per-client connection bound (no ``maxconn``
+acl, no per-address limit in the firewall chain) and connections that may idle
+minutes before a request. A container's descriptor limit is Docker's default, far
+above 4096: one tenant's process opens 4,200 connections to the proxy and sends
+nothing; while it holds them, another tenant's ``pip``-like fetch of an allowed name
+gets no answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from e2e_server import start_server, stop_server
+from egress_testkit import PYTHON_IMAGE, OutsideWorld, outside_world, remove_restricted_network
+from mcp_http import run_command, tool
+from oauth_browser import new_users
+
+pytestmark = pytest.mark.e2e
+
+CONNECTIONS = 4_200
+HOLD_S = 60  # the hostile job ends by itself
+HOLD = f"""python3 - <<'EOF'
+import os, resource, socket, time
+from urllib.parse import urlsplit
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+proxy = urlsplit(os.environ["http_proxy"])
+held = []
+for _ in range({CONNECTIONS}):
+    try:
+        held.append(socket.create_connection((proxy.hostname, proxy.port), timeout=2))
+    except OSError:
+        pass
+open("held", "w").write(str(len(held)))
+time.sleep({HOLD_S})
+EOF"""
+FETCH = """python3 - <<'EOF'
+import urllib.request
+try:
+    urllib.request.urlopen("https://pypi.org/simple/tinypkg/", timeout=10).read()
+    print("reached")
+except Exception as exc:
+    print("failed", exc)
+EOF"""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
+    if os.geteuid() != 0:
+        pytest.fail("network 'restricted' needs root (iptables, ip netns)")
+    with outside_world(tmp_path_factory.mktemp("outside")) as made:
+        yield made
+
+
+async def test_one_experiment_cannot_take_every_proxy_connection(
+    tmp_path: Path, world: OutsideWorld
+) -> None:
+    server = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_EGRESS_PROXY="true",
+        SANDBOX_MCP_EGRESS_ALLOWLIST="pypi.org",
+        SANDBOX_MCP_EGRESS_TEST_HOSTS=world.test_hosts(),
+        SANDBOX_MCP_IMAGES=PYTHON_IMAGE,
+        SANDBOX_MCP_DEFAULT_IMAGE=PYTHON_IMAGE,
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_QUEUE_WAIT_S="0",
+    )
+    network = None
+    try:
+        found = re.search(r'"network": "(sandbox-mcp-restricted-[^"]+)"', server.log())
+        assert found is not None, server.log()[-2000:]
+        network = found[1]
+        async with httpx2.AsyncClient(timeout=120) as http:
+            mallory, alice = await new_users(http, server.base_url, 2)
+            restricted = {"network": "restricted", "egress_allowlist": ["pypi.org"]}
+            theirs = await tool(http, server, mallory, "create_experiment", restricted)
+            ours = await tool(http, server, alice, "create_experiment", restricted)
+            assert not theirs["is_error"], theirs
+            assert not ours["is_error"], ours
+            before = await run_command(http, server, alice, ours["experiment_id"], FETCH)
+            assert before["stdout"].strip() == "reached", before
+
+            job = await run_command(
+                http, server, mallory, theirs["experiment_id"], HOLD, background=True
+            )
+            read = {"experiment_id": theirs["experiment_id"], "path": "held"}
+            for _ in range(60):  # bounded: until the connections are held
+                held = await tool(http, server, mallory, "read_sandbox_file", read)
+                if not held["is_error"]:
+                    break
+                await asyncio.sleep(1)
+            assert not held["is_error"], held
+            print(f"\nmallory holds {held['content']} connections to the proxy")
+
+            during = await run_command(http, server, alice, ours["experiment_id"], FETCH)
+            await tool(http, server, mallory, "cancel_job", {"job_id": job["job_id"]})
+            assert during["stdout"].strip() == "reached", (
+                f"alice's fetch while mallory holds {held['content']} proxy connections: "
+                f"{during['stdout']}"
+            )
+    finally:
+        stop_server(server)
+        if network is not None:
+            remove_restricted_network(network)
