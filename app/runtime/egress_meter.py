@@ -168,6 +168,8 @@ class EgressMeter:
         )
         done = read.done
         if read.end == offset and aside is None and not read.limited:
+            if offset >= self.rotate_bytes:  # counted at an earlier read
+                await asyncio.to_thread(self._rotate, offset, logged)
             return
         notices = [
             Notice(r.client.container_id, r.client.experiment_id, "refused", r.text)
@@ -189,7 +191,7 @@ class EgressMeter:
         await asyncio.to_thread(self.folder.write_json, self.folder.meter, moved)
         if read.aside_complete:
             await asyncio.to_thread(self.folder.rotated_log.unlink, missing_ok=True)
-        elif "aside" not in moved and read.end >= self.rotate_bytes:
+        if "aside" not in moved and read.end >= self.rotate_bytes:
             await asyncio.to_thread(self._rotate, read.end, logged)
         self._on_bytes(done.bytes)
         for reason in done.reasons:

@@ -117,8 +117,7 @@ class SquidFolder:
         reopens its own, :meth:`reopen_log`). Under the folder's lock."""
         os.replace(self.access_log, self.rotated_log)
 
-    @staticmethod
-    def reopen_log(squid_pid: int) -> None:
+    def reopen_log(self, squid_pid: int) -> None:
         """Ask Squid to reopen its log by name (SIGUSR1, ``squid -k rotate``; with
         ``logfile_rotate 0`` it keeps no numbered copies)."""
         with contextlib.suppress(ProcessLookupError):  # gone: the next start empties it

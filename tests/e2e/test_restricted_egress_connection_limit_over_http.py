@@ -1,13 +1,12 @@
-"""Review 6, finding 6: one experiment holds every file descriptor of the shared Squid,
-and every other tenant's restricted egress stops.
+"""One restricted experiment cannot take the shared Squid's descriptors from the others.
 
-Squid is one process for all tenants (app/runtime/egress_rules.py squid_conf:
-``max_filedescriptors 4096``), with no per-client connection bound (no ``maxconn``
-acl, no per-address limit in the firewall chain) and connections that may idle
-minutes before a request. A container's descriptor limit is Docker's default, far
-above 4096: one tenant's process opens 4,200 connections to the proxy and sends
-nothing; while it holds them, another tenant's ``pip``-like fetch of an allowed name
-gets no answer.
+Squid is one process for every tenant. The firewall chain on the restricted bridge
+resets a new connection from a container that already holds ``MAX_CONNECTIONS`` (64)
+to the proxy (``connlimit``), and Squid closes a connection that sends no request
+within 30 s. Here one tenant's process tries to open 4,200 connections and send
+nothing: it holds 64 at most, another tenant's fetch of an allowed name is answered
+meanwhile, and the first tenant's next command result says the per-experiment
+connection limit was reached.
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ from e2e_server import start_server, stop_server
 from egress_testkit import PYTHON_IMAGE, OutsideWorld, outside_world, remove_restricted_network
 from mcp_http import run_command, tool
 from oauth_browser import new_users
+
+from app.runtime.egress_connlimit import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +63,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
         yield made
 
 
-async def test_one_experiment_cannot_take_every_proxy_connection(
+async def test_one_experiment_holds_at_most_its_connection_limit_and_others_still_fetch(
     tmp_path: Path, world: OutsideWorld
 ) -> None:
     server = start_server(
@@ -109,6 +110,10 @@ async def test_one_experiment_cannot_take_every_proxy_connection(
                 f"alice's fetch while mallory holds {held['content']} proxy connections: "
                 f"{during['stdout']}"
             )
+            assert int(held["content"]) <= MAX_CONNECTIONS, held
+            told = await run_command(http, server, mallory, theirs["experiment_id"], "true")
+            assert "per-experiment connection limit was reached" in told["stderr"], told
+            assert "connection limit" not in during["stderr"], during
     finally:
         stop_server(server)
         if network is not None:

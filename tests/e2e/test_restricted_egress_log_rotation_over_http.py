@@ -1,19 +1,21 @@
-"""Review 6, finding 5: Squid's access log keeps every line a tenant makes it write, for
-as long as that Squid runs, in /run (a tmpfs on most hosts: memory).
+"""Squid's access log (in /run: memory on most hosts) does not keep the lines once counted.
 
-The meter counts the log from an offset (app/runtime/egress_meter.py) but never drops
-what it counted: the log is emptied only when a new Squid starts (``restart_log``),
-and the configuration has ``logfile_rotate 0`` (app/runtime/egress_rules.py). Every
-request through the proxy is a line, refused ones too, and refusals cost the tenant
-nothing (no byte of the cap): one restricted experiment's loop of refused requests
-grows /run/sandbox-mcp/egress-<tag>/log/access.log without bound, for every tenant's
-proxy and the host's /run alike.
+Every request through the shared proxy is a line, refused ones too, and refusals cost
+the tenant nothing of its byte cap. Once the counted part of the log is past
+``SANDBOX_MCP_EGRESS_LOG_ROTATE_BYTES``, the meter moves it aside under the folder's
+lock, Squid reopens a new one, and the rest of the old one is counted before it is
+removed. Here one restricted experiment makes 10,000 refused requests (about 800 KB
+of log) with the threshold at 64 KiB: the log folder ends small, and the experiment's
+recorded refusals are exactly 10,000 (no line lost or counted twice across the
+rotations).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from app.runtime.egress_squid import SquidFolder, folder_root
 pytestmark = pytest.mark.e2e
 
 REQUESTS = 10_000
+ROTATE_BYTES = 64 * 1024
 # Refused requests (a name on no allow-list) as fast as Squid answers them, reusing a
 # connection while Squid keeps it open.
 FLOOD = f"""python3 - <<'EOF'
@@ -68,7 +71,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
         yield made
 
 
-async def test_counted_proxy_log_lines_do_not_pile_up(tmp_path: Path, world: OutsideWorld) -> None:
+def log_folder_bytes(folder: SquidFolder) -> int:
+    """The access log and the one moved aside, if any."""
+    return sum(
+        path.stat().st_size for path in (folder.access_log, folder.rotated_log) if path.exists()
+    )
+
+
+async def test_counted_proxy_log_is_rotated_without_losing_a_line(
+    tmp_path: Path, world: OutsideWorld
+) -> None:
     server = start_server(
         tmp_path / "state",
         SANDBOX_MCP_EGRESS_PROXY="true",
@@ -77,29 +89,44 @@ async def test_counted_proxy_log_lines_do_not_pile_up(tmp_path: Path, world: Out
         SANDBOX_MCP_IMAGES=PYTHON_IMAGE,
         SANDBOX_MCP_DEFAULT_IMAGE=PYTHON_IMAGE,
         SANDBOX_MCP_POOL_SIZE="1",
+        SANDBOX_MCP_EGRESS_LOG_ROTATE_BYTES=str(ROTATE_BYTES),
     )
     network = None
     try:
         found = re.search(r'"network": "sandbox-mcp-restricted-([^"]+)"', server.log())
         assert found is not None, server.log()[-2000:]
         network = f"sandbox-mcp-restricted-{found[1]}"
-        access_log = SquidFolder(folder_root(found[1])).access_log
+        folder = SquidFolder(folder_root(found[1]))
         async with httpx2.AsyncClient(timeout=300) as http:
             created = await tool(http, server, "", "create_experiment", {"network": "restricted"})
             assert not created["is_error"], created
             experiment = str(created["experiment_id"])
-            before = access_log.stat().st_size
             ran = await run_command(http, server, "", experiment, FLOOD, timeout_s=240)
             assert ran["stdout"].strip() == f"sent {REQUESTS}", ran
             assert "refused" in ran["stderr"], ran  # counted: the notice came back
-            grown = access_log.stat().st_size - before
-            print(f"\n{grown:,} bytes of log in {ran['duration_s']} s")
-        # Every line is counted by now (the command's result read the log to its end);
-        # the log should not keep them (a rotation once counted, or a cap).
-        assert grown < 256 * 1024, (
-            f"the proxy's log grew {grown:,} bytes for {REQUESTS} refused requests of one "
-            f"experiment, all counted already, and keeps them in {access_log}"
-        )
+            # Every line is counted by now (the result read the log to its end); the
+            # part moved aside goes at the meter's next poll (every second).
+            deadline = time.monotonic() + 20
+            while (size := log_folder_bytes(folder)) >= ROTATE_BYTES * 2:
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            print(f"\n{size:,} bytes of log after {REQUESTS} refusals in {ran['duration_s']} s")
+            assert size < ROTATE_BYTES * 2, (
+                f"the proxy's log holds {size:,} bytes after {REQUESTS} refused requests "
+                f"of one experiment, all counted already ({folder.access_log}); "
+                f"{sorted((p.name, p.stat().st_size) for p in folder.access_log.parent.iterdir())}"
+                f", meter {folder.read_json(folder.meter).get('offset')}"
+                f"/{folder.read_json(folder.meter).get('aside')}"
+            )
+            await tool(http, server, "", "destroy_experiment", {"experiment_id": experiment})
+        usage = [line for line in server.log().splitlines() if '"egress.usage"' in line]
+        recorded = [line for line in usage if experiment in line]
+        assert recorded, usage
+        refused = re.search(r'"refused": (\d+)', recorded[0])
+        assert refused is not None, recorded[0]
+        assert int(refused[1]) == REQUESTS, recorded[0]
+        assert "egress.log_rotated" in server.log()
     finally:
         stop_server(server)
         if network is not None:
