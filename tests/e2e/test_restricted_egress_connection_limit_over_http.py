@@ -111,8 +111,11 @@ async def test_one_experiment_holds_at_most_its_connection_limit_and_others_stil
                 f"{during['stdout']}"
             )
             assert int(held["content"]) <= MAX_CONNECTIONS, held
-            told = await run_command(http, server, mallory, theirs["experiment_id"], "true")
-            assert "per-experiment connection limit was reached" in told["stderr"], told
+            # The job's result is the experiment's next one: it says why.
+            ended = await tool(
+                http, server, mallory, "get_job_result", {"job_id": job["job_id"], "wait_s": 45}
+            )
+            assert "per-experiment connection limit was reached" in ended["stderr"], ended
             assert "connection limit" not in during["stderr"], during
     finally:
         stop_server(server)
