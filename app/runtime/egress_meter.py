@@ -17,6 +17,17 @@ shared by every server process.
   database that refuses leaves the offset, and the lines are counted next time.
   A process killed between the commit and the offset's write counts one read
   twice (an earlier cap, never a later one).
+* **The log does not pile up** (it is in /run: memory on most hosts). Once the
+  counted part is past ``rotate_bytes`` the log is moved aside and Squid is told to
+  reopen its own (SIGUSR1); ``meter.json`` keeps how far the old file was counted
+  (``aside``) until Squid has made the new one (it closes the old one first) or no
+  longer runs, and the old file's last lines are counted with the new file's before
+  it is removed: no line is lost or counted twice, also when the process that
+  renamed it died before it wrote ``meter.json`` (the next read finishes that
+  rotation).
+* **The connection limit** (:mod:`app.runtime.egress_connlimit`): the addresses the
+  firewall refused since the last read are counted as one refusal each, told like
+  Squid's.
 * **During a transfer.** Every poll the process running Squid adds the bytes of the
   connections still open (the kernel's count, :mod:`app.runtime.egress_sockets`) to
   the recorded total; once the cap is reached the experiment is recorded capped,
@@ -230,7 +241,12 @@ class EgressMeter:
         pid = self.folder.squid_pid()
         if pid is None:
             return  # the next Squid's start empties it
-        self.folder.move_log_aside()
+        if self.folder.access_log.exists():
+            self.folder.move_log_aside()
+        elif not self.folder.rotated_log.exists():
+            return
+        # else a rotation cut short after the rename (its process died): ``end`` is
+        # where that file was counted to, and it is finished now.
         self.folder.write_json(self.folder.meter, {"offset": 0, "aside": end, "logged": logged})
         self.folder.reopen_log(pid)
         log.info("egress.log_rotated", bytes=end)

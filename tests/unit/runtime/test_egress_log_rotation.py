@@ -141,6 +141,27 @@ async def test_a_squid_that_stops_before_it_reopens_has_its_last_lines_counted(
     assert meter.folder.read_json(meter.folder.meter) == {"offset": 0, "logged": {}}
 
 
+async def test_a_rotation_cut_short_after_the_rename_is_finished(tmp_path: Path) -> None:
+    meter, squid, usage = setup(tmp_path)
+    await meter.refresh_state()
+    meter.rotate_bytes = 10**9
+    squid.write(400)
+    await meter.read_log()  # counted, not rotated
+    meter.folder.move_log_aside()  # the process renamed it, then died
+    squid.write(30)  # Squid writes on into the old file
+    meter.rotate_bytes = ROTATE_BYTES
+    await meter.read_log()  # finishes the rotation: Squid told to reopen
+    assert squid.asked_to_reopen == 1
+    squid.write(5)
+    squid.reopen()
+    squid.write(7)
+    await meter.read_log()
+    await meter.read_log()
+    assert await usage.load(["exp_1", "exp_2"]) == expected(442)
+    assert not meter.folder.rotated_log.exists()
+    squid.stop()
+
+
 async def test_a_log_under_the_threshold_is_left_alone(tmp_path: Path) -> None:
     meter, squid, usage = setup(tmp_path)
     await meter.refresh_state()
