@@ -7,8 +7,11 @@ Blocking functions (Docker SDK, iptables): the proxy calls them in a thread.
   has a fixed name, so the firewall can name it.
 * An internal network still reaches the host itself (the INPUT chain, not FORWARD).
   Our chain, hooked on INPUT for that bridge, accepts only TCP to the proxy's
-  address and port and drops the rest; ip6tables drops everything from the bridge,
-  forwarded too (Docker gives these containers no IPv6: defence in depth).
+  address and port and drops the rest; a new connection from an address that holds
+  ``MAX_CONNECTIONS`` to the proxy already is reset (:mod:`app.runtime.egress_connlimit`:
+  the shared Squid's descriptors are not one tenant's to take); ip6tables drops
+  everything from the bridge, forwarded too (Docker gives these containers no IPv6:
+  defence in depth).
 * Both outlive the server (its containers outlive a restart and must not reach the
   host meanwhile); they go once no container is left on the network.
 """
@@ -27,6 +30,7 @@ import docker
 import docker.errors
 
 from app.errors import ConfigurationError
+from app.runtime.egress_connlimit import limit_rule
 
 _TOOLS = ("iptables", "ip6tables")
 
@@ -71,13 +75,16 @@ def network_containers(api: docker.APIClient, name: str) -> list[dict[str, Any]]
 
 
 def install_firewall(bridge: str, chain: str, gateway: str, port: int) -> None:
-    """From the bridge to the host: only TCP to ``gateway:port``; no IPv6 at all.
+    """From the bridge to the host: only TCP to ``gateway:port``, ``MAX_CONNECTIONS``
+    open at once per address (refusals noted in the ``xt_recent`` list named as
+    ``chain``); no IPv6 at all.
 
     Raises:
         ConfigurationError: iptables or ip6tables is missing or refuses a rule.
     """
     rules = {
         "iptables": [
+            limit_rule(gateway, port, chain),
             ["-p", "tcp", "-d", gateway, "--dport", str(port), "-j", "ACCEPT"],
             ["-j", "DROP"],
         ],

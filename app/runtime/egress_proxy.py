@@ -52,7 +52,7 @@ import docker
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
-from app.runtime.egress_meter import POLL_S, EgressMeter, UsageRecords, describe
+from app.runtime.egress_meter import POLL_S, ROTATE_BYTES, EgressMeter, UsageRecords, describe
 from app.runtime.egress_network import (
     ensure_network,
     host_addresses,
@@ -81,6 +81,7 @@ class EgressConfig:
     squid: str = "squid"
     test_hosts: tuple[tuple[str, str], ...] = ()  # test-only: (name, address) for Squid
     label_prefix: str = "io.sandbox-mcp"
+    log_rotate_bytes: int = ROTATE_BYTES  # counted log kept before it is moved aside
 
     @property
     def network(self) -> str:
@@ -224,6 +225,8 @@ class EgressProxy:
             scan=self._scan,
             on_refused=self._on_refused,
             on_bytes=self._on_bytes,
+            rotate_bytes=self.config.log_rotate_bytes,
+            limit_list=self.config.chain,  # the firewall's list of who the limit refused
         )
         async with meter.lock:
             self._gateway = await asyncio.to_thread(self._prepare)

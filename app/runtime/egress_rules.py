@@ -201,12 +201,18 @@ def squid_conf(plan: SquidPlan) -> str:
         "via off",
         "httpd_suppress_version_string on",
         "shutdown_lifetime 1 seconds",
-        # Limits (README, "Egress"): a tunnel lives an hour at most, idles 5 minutes.
+        # Limits (README, "Egress"): a tunnel lives an hour at most, idles 5 minutes;
+        # a connection that sends no request, or idles between requests, is closed
+        # within 30 s (each holds one of the descriptors every tenant shares; the
+        # firewall bounds how many one container holds, egress_connlimit).
         "client_lifetime 1 hour",
         "read_timeout 5 minutes",
+        "request_start_timeout 30 seconds",
+        "client_idle_pconn_timeout 30 seconds",
+        "pconn_timeout 30 seconds",
         "connect_timeout 20 seconds",
         "request_header_max_size 64 KB",
-        "max_filedescriptors 4096",
+        "max_filedescriptors 65536",  # or the hard limit it inherits, if lower
         "dns_retransmit_interval 2 seconds",
         "negative_dns_ttl 1 minute",
         "acl CONNECT method CONNECT",

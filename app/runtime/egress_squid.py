@@ -56,6 +56,11 @@ class SquidFolder:
         return self.root / "log" / ACCESS_LOG
 
     @property
+    def rotated_log(self) -> Path:
+        """The log moved aside, while Squid reopens its own and the rest is counted."""
+        return self.root / "log" / f"{ACCESS_LOG}.counting"
+
+    @property
     def state(self) -> Path:
         return self.root / "state.json"
 
@@ -107,10 +112,22 @@ class SquidFolder:
             return None
         return pid if str(self.conf).encode() in command else None
 
+    def move_log_aside(self) -> None:
+        """The log renamed to :attr:`rotated_log` (Squid writes on into it until it
+        reopens its own, :meth:`reopen_log`). Under the folder's lock."""
+        os.replace(self.access_log, self.rotated_log)
+
+    def reopen_log(self, squid_pid: int) -> None:
+        """Ask Squid to reopen its log by name (SIGUSR1, ``squid -k rotate``; with
+        ``logfile_rotate 0`` it keeps no numbered copies)."""
+        with contextlib.suppress(ProcessLookupError):  # gone: the next start empties it
+            os.kill(squid_pid, signal.SIGUSR1)
+
     def truncate_log(self) -> None:
         """Start the log afresh (only while no Squid writes it, after it was counted)."""
         with contextlib.suppress(FileNotFoundError):
             os.truncate(self.access_log, 0)
+        self.rotated_log.unlink(missing_ok=True)
 
     def cache_log(self) -> str:
         with contextlib.suppress(OSError):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from app.runtime.egress_connlimit import MAX_CONNECTIONS
 from app.runtime.egress_rules import HTTP_PORT, HTTPS_PORT, matches
 
 MAX_PENDING: Final = 20  # refusals listed per container until its next result
@@ -36,6 +37,9 @@ REASONS: Final = {
     "link-local or metadata, shared, or this server)",
     "port": "only https on port 443 and http on port 80 go through the proxy",
     "cap": "this experiment has used its egress byte cap",
+    "connections": f"the per-experiment connection limit was reached ({MAX_CONNECTIONS} "
+    "connections open to the proxy at once): further connections were refused until some "
+    "close",
 }
 
 
@@ -172,6 +176,28 @@ def account(
             kept[client.container_id] += 1
             done.refusals.append(Refusal(client, line, reason))
     return done
+
+
+def account_limited(
+    addresses: Iterable[str],
+    clients: Mapping[str, Client],
+    proxy: tuple[str, int],
+    into: Accounted,
+) -> None:
+    """Add the addresses the connection limit refused (``egress_connlimit``) to
+    ``into``, as one refusal each (the kernel does not log them one by one)."""
+    host, port = proxy
+    for address in addresses:
+        into.reasons.append("connections")
+        client = clients.get(address)
+        if client is None:
+            continue
+        if client.experiment_id:
+            into.refused[client.experiment_id] += 1
+        if into.listed[client.container_id] < MAX_PENDING:
+            into.listed[client.container_id] += 1
+            line = LogLine(address, True, 0, "CONNECT", host, port)
+            into.refusals.append(Refusal(client, line, "connections"))
 
 
 def open_bytes(

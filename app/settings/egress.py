@@ -55,6 +55,15 @@ class EgressSettings(Group):
         alias="egress_proxy_port",
         description="The proxy's port on the restricted network.",
     )
+    log_rotate_bytes: int = Field(
+        default=4 * 1024**2,
+        ge=16 * 1024,
+        alias="egress_log_rotate_bytes",
+        description=(
+            "Bytes of the proxy's access log (in /run) kept once counted; past them the "
+            "log is moved aside, its rest counted, and removed."
+        ),
+    )
     test_hosts: str = Field(
         default="",
         alias="egress_test_hosts",
@@ -99,4 +108,5 @@ class EgressSettings(Group):
             port=self.proxy_port,
             test_hosts=self.test_host_pairs,
             label_prefix=label_prefix,
+            log_rotate_bytes=self.log_rotate_bytes,
         )

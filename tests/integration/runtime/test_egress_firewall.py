@@ -5,7 +5,8 @@ worker of ``serve --workers``, each restart); a chain flushed and then refilled 
 by rule lets a restricted container's packets through to the host's own rules
 (ACCEPT by default) in between. Here, in a network namespace of the test's own, the
 chain is installed again and again while another process keeps listing it: it must
-never be seen without its final DROP.
+never be seen without its final DROP (nor without the per-address connection limit
+before its ACCEPT).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def test_reinstalling_the_firewall_never_shows_a_half_filled_chain(namespace: st
     assert len(listings) > 20, "the watcher must have looked while the installs ran"
     whole = [
         f"-N {CHAIN}",
+        f"-A {CHAIN} -d 10.99.0.1/32 -p tcp -m tcp --dport 3128 --tcp-flags FIN,SYN,RST,ACK SYN "
+        "-m connlimit --connlimit-above 64 --connlimit-mask 32 --connlimit-saddr "
+        f"-m recent --set --name {CHAIN} --mask 255.255.255.255 --rsource "
+        "-j REJECT --reject-with tcp-reset",
         f"-A {CHAIN} -d 10.99.0.1/32 -p tcp -m tcp --dport 3128 -j ACCEPT",
         f"-A {CHAIN} -j DROP",
     ]
