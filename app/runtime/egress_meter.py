@@ -17,14 +17,8 @@ shared by every server process.
   database that refuses leaves the offset, and the lines are counted next time.
   A process killed between the commit and the offset's write counts one read
   twice (an earlier cap, never a later one).
-* **The log does not pile up** (it is in /run: memory on most hosts). Once the
-  counted part is past ``rotate_bytes`` the log is moved aside and Squid is told to
-  reopen its own (SIGUSR1); ``meter.json`` keeps how far the old file was counted
-  (``aside``) until Squid has made the new one (it closes the old one first) or no
-  longer runs, and the old file's last lines are counted with the new file's before
-  it is removed: no line is lost or counted twice, also when the process that
-  renamed it died before it wrote ``meter.json`` (the next read finishes that
-  rotation).
+* **The log does not pile up** (it is in /run): it is moved aside and reopened
+  once its counted part is past ``rotate_bytes`` (:mod:`app.runtime.egress_log`).
 * **The connection limit** (:mod:`app.runtime.egress_connlimit`): the addresses the
   firewall refused since the last read are counted as one refusal each, told like
   Squid's.
@@ -51,25 +45,20 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, Protocol
 
 import structlog
 
 from app.errors import DatabaseUnavailable
-from app.runtime.egress_connlimit import take_refused
+from app.runtime.egress_log import read_since, rotate
 from app.runtime.egress_sockets import cut, live_bytes, open_connections
 from app.runtime.egress_squid import FolderLock, SquidFolder
 from app.runtime.egress_usage import (
     MAX_PENDING,
-    Accounted,
     Client,
-    account,
-    account_limited,
     clients_of,
     notice_text,
     open_bytes,
-    read_new_lines,
 )
 from app.storage.egress_store import Notice, Usage
 
@@ -175,12 +164,18 @@ class EgressMeter:
         logged: dict[str, int] = dict(position.get("logged") or {})
         clients = self.clients()
         read = await asyncio.to_thread(
-            self._account, offset, aside if isinstance(aside, int) else None, clients
+            read_since,
+            self.folder,
+            offset,
+            aside if isinstance(aside, int) else None,
+            clients,
+            self.limit_list,
+            self.proxy,
         )
         done = read.done
         if read.end == offset and aside is None and not read.limited:
             if offset >= self.rotate_bytes:  # counted at an earlier read
-                await asyncio.to_thread(self._rotate, offset, logged)
+                await asyncio.to_thread(rotate, self.folder, offset, logged)
             return
         notices = [
             Notice(r.client.container_id, r.client.experiment_id, "refused", r.text)
@@ -203,7 +198,7 @@ class EgressMeter:
         if read.aside_complete:
             await asyncio.to_thread(self.folder.rotated_log.unlink, missing_ok=True)
         if "aside" not in moved and read.end >= self.rotate_bytes:
-            await asyncio.to_thread(self._rotate, read.end, logged)
+            await asyncio.to_thread(rotate, self.folder, read.end, logged)
         self._on_bytes(done.bytes)
         for reason in done.reasons:
             self._on_refused(reason)
@@ -218,38 +213,6 @@ class EgressMeter:
             )
         over = {e for e, u in totals.items() if u.bytes >= self.max_bytes and not u.capped}
         await self._stop(over, clients, totals)
-
-    def _account(self, offset: int, aside: int | None, clients: Mapping[str, Client]) -> _Read:
-        """Every new line to its experiment, the log moved aside first, and who the
-        connection limit refused (blocking)."""
-        done = Accounted()
-        aside_end, complete = None, False
-        if aside is not None:
-            # Squid made its new log (it closed the old one first) or no longer runs:
-            # what the old one holds now is all it will ever hold. Asked before reading.
-            complete = self.folder.access_log.exists() or self.folder.squid_pid() is None
-            aside_end = _count(self.folder.rotated_log, aside, clients, done)
-        end = _count(self.folder.access_log, offset, clients, done)
-        limited = take_refused(self.limit_list) if self.limit_list else []
-        account_limited(limited, clients, self.proxy, done)
-        return _Read(done, end, aside_end, complete, bool(limited))
-
-    def _rotate(self, end: int, logged: dict[str, int]) -> None:
-        """Move the counted log aside and have Squid start a new one (blocking; under
-        :attr:`lock`). The meter's position says so before Squid is told: whatever
-        Squid writes into the old file until it reopens is counted from ``end``."""
-        pid = self.folder.squid_pid()
-        if pid is None:
-            return  # the next Squid's start empties it
-        if self.folder.access_log.exists():
-            self.folder.move_log_aside()
-        elif not self.folder.rotated_log.exists():
-            return
-        # else a rotation cut short after the rename (its process died): ``end`` is
-        # where that file was counted to, and it is finished now.
-        self.folder.write_json(self.folder.meter, {"offset": 0, "aside": end, "logged": logged})
-        self.folder.reopen_log(pid)
-        log.info("egress.log_rotated", bytes=end)
 
     async def restart_log(self) -> None:
         """Before a new Squid writes the log: the last one's lines counted (the log
@@ -385,30 +348,6 @@ class EgressMeter:
         except DatabaseUnavailable:
             usage = None
         return client, usage or Usage(0, False)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Read:
-    done: Accounted
-    end: int  # the log's offset after its whole lines
-    aside_end: int | None  # the same in the log moved aside, if one is
-    aside_complete: bool  # Squid writes no more into it: delete it once recorded
-    limited: bool  # the connection limit refused someone
-
-
-def _count(path: Path, offset: int, clients: Mapping[str, Client], into: Accounted) -> int:
-    """The whole lines of ``path`` from ``offset`` added into ``into``; the offset after
-    them (blocking)."""
-    try:
-        if offset > os.stat(path).st_size:
-            offset = 0  # started afresh (a new Squid) after the offset was written
-    except FileNotFoundError:
-        return offset
-    while True:
-        lines, offset = read_new_lines(path, offset)
-        if not lines:
-            return offset
-        account(lines, clients, into=into)
 
 
 def describe(usage: Usage) -> dict[str, Any]:

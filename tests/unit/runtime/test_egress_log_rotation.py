@@ -15,7 +15,7 @@ from typing import IO
 import pytest
 from egress_fakes import MemoryUsage
 
-from app.runtime import egress_meter
+from app.runtime import egress_log
 from app.runtime.egress_connlimit import take_refused
 from app.runtime.egress_meter import EgressMeter
 from app.runtime.egress_squid import SquidFolder
@@ -185,7 +185,7 @@ async def test_the_connection_limits_refusals_become_notices(
     (recent / "SMCP-EGRESS-test").write_text(
         "src=172.30.0.2 ttl: 64 last_seen: 4295 oldest_pkt: 3 4295, 4295, 4295\n"
     )
-    monkeypatch.setattr(egress_meter, "take_refused", lambda name: take_refused(name, recent))
+    monkeypatch.setattr(egress_log, "take_refused", lambda name: take_refused(name, recent))
     await meter.read_log()
     assert (await usage.load(["exp_1"]))["exp_1"].refused == 1
     notices = await usage.take_notices("c1")
