@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
+from egress_testkit import OutsideWorld, outside_world
 from mcp_http import tool
 from oauth_browser import new_user
 
@@ -30,3 +32,13 @@ async def signed_in(http: httpx2.AsyncClient, server: RunningServer) -> tuple[st
     token = await new_user(http, server.base_url)
     experiment = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
     return token, experiment
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
+    """The restricted-egress tests' outside world (a registry with a public-looking
+    address in a network namespace: tests/support/egress_testkit.py), one a module."""
+    if os.geteuid() != 0:
+        pytest.fail("network 'restricted' and these tests need root (iptables, ip netns)")
+    with outside_world(tmp_path_factory.mktemp("outside")) as made:
+        yield made

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,9 @@ from db_testkit import fresh_postgres
 from e2e_server import RunningServer, free_port, start_server, stop_server
 from egress_testkit import (
     BIG_FILE,
+    FETCH,
     PYTHON_IMAGE,
     OutsideWorld,
-    outside_world,
     remove_restricted_network,
 )
 from mcp_http import run_command, tool
@@ -37,28 +36,9 @@ from mcp_http import run_command, tool
 pytestmark = pytest.mark.e2e
 
 CAP = 2 * 1024 * 1024  # the 1.5 MiB file passes once, not twice
-FETCH = (
-    "python3 - <<'EOF'\n"
-    "for url in {urls!r}:\n"
-    "    import urllib.request\n"
-    "    try:\n"
-    "        urllib.request.urlopen(url, timeout=10).read()\n"
-    "        print('reached', url)\n"
-    "    except Exception as exc:\n"
-    "        print('failed', url, exc)\n"
-    "EOF"
-)
 PAGE = "https://pypi.org/simple/tinypkg/"
 OFF_LIST = "https://example.com/"
 BIG = f"https://files.pythonhosted.org/packages/{BIG_FILE}"
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
-    if os.geteuid() != 0:
-        pytest.fail("network 'restricted' and these tests need root (iptables, ip netns)")
-    with outside_world(tmp_path_factory.mktemp("outside")) as made:
-        yield made
 
 
 def settings(world: OutsideWorld, database: str) -> dict[str, str]:

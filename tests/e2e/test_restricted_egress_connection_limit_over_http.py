@@ -12,15 +12,13 @@ connection limit was reached.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import PYTHON_IMAGE, OutsideWorld, outside_world, remove_restricted_network
+from egress_testkit import PYTHON_IMAGE, OutsideWorld, remove_restricted_network
 from mcp_http import run_command, tool
 from oauth_browser import new_users
 
@@ -53,14 +51,6 @@ try:
 except Exception as exc:
     print("failed", exc)
 EOF"""
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
-    if os.geteuid() != 0:
-        pytest.fail("network 'restricted' needs root (iptables, ip netns)")
-    with outside_world(tmp_path_factory.mktemp("outside")) as made:
-        yield made
 
 
 async def test_one_experiment_holds_at_most_its_connection_limit_and_others_still_fetch(

@@ -13,16 +13,14 @@ rotations).
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import PYTHON_IMAGE, OutsideWorld, outside_world, remove_restricted_network
+from egress_testkit import PYTHON_IMAGE, OutsideWorld, remove_restricted_network
 from mcp_http import run_command, tool
 
 from app.runtime.egress_squid import SquidFolder, folder_root
@@ -61,14 +59,6 @@ while sent < {REQUESTS}:
         s.close(); s = None
 print("sent", sent)
 EOF"""
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
-    if os.geteuid() != 0:
-        pytest.fail("network 'restricted' needs root (iptables, ip netns)")
-    with outside_world(tmp_path_factory.mktemp("outside")) as made:
-        yield made
 
 
 def log_folder_bytes(folder: SquidFolder) -> int:

@@ -25,11 +25,11 @@ from e2e_server import RunningServer, start_server, stop_server
 from egress_testkit import (
     BIG_BYTES,
     BIG_FILE,
+    FETCH,
     GIT_REPO,
     NODE_IMAGE,
     PYTHON_IMAGE,
     OutsideWorld,
-    outside_world,
     remove_restricted_network,
 )
 from mcp_http import run_command, tool
@@ -38,17 +38,6 @@ pytestmark = pytest.mark.e2e
 
 BAD_NAMES = ("metadata.test", "private.test", "host.test", "loopback.test")
 CEILING = "pypi.org,files.pythonhosted.org,registry.npmjs.org,github.com," + ",".join(BAD_NAMES)
-FETCH = (
-    "python3 - <<'EOF'\n"
-    "import sys, urllib.request\n"
-    "for url in sys.argv[1:] or {urls!r}:\n"
-    "    try:\n"
-    "        urllib.request.urlopen(url, timeout=10).read()\n"
-    "        print('reached', url)\n"
-    "    except Exception as exc:\n"
-    "        print('failed', url, exc)\n"
-    "EOF"
-)
 CONNECT = (
     "python3 - <<'EOF'\n"
     "import socket\n"
@@ -59,14 +48,6 @@ CONNECT = (
     "    print('blocked', exc)\n"
     "EOF"
 )
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
-    if os.geteuid() != 0:
-        pytest.fail("network 'restricted' and these tests need root (iptables, ip netns)")
-    with outside_world(tmp_path_factory.mktemp("outside")) as made:
-        yield made
 
 
 def restricted_server(state: Path, world: OutsideWorld, **env: str) -> RunningServer:

@@ -50,6 +50,21 @@ class OutsideWorld:
         return ",".join(pairs)
 
 
+# A restricted experiment's fetch of each URL (the argv's, else ``urls``): one line each,
+# "reached URL" or "failed URL reason".
+FETCH = (
+    "python3 - <<'EOF'\n"
+    "import sys, urllib.request\n"
+    "for url in sys.argv[1:] or {urls!r}:\n"
+    "    try:\n"
+    "        urllib.request.urlopen(url, timeout=10).read()\n"
+    "        print('reached', url)\n"
+    "    except Exception as exc:\n"
+    "        print('failed', url, exc)\n"
+    "EOF"
+)
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
     if check and done.returncode != 0:
