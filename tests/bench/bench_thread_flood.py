@@ -25,10 +25,9 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 from e2e_server import RunningServer, start_server, stop_server
-from oauth_browser import new_users
 from thread_flood import (
-    honest_workspace,
-    hostile_workspace,
+    SERVER_ENV,
+    mallory_and_alice,
     percentiles,
     read_small,
     search,
@@ -62,18 +61,10 @@ async def sustained_flood(
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(
-            Path(tmp) / "state",
-            SANDBOX_MCP_AUTH="oauth",
-            SANDBOX_MCP_POOL_SIZE="2",
-            SANDBOX_MCP_QUEUE_WAIT_S="0",
-            SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
-        )
+        server = start_server(Path(tmp) / "state", **SERVER_ENV)
         try:
             async with httpx2.AsyncClient(timeout=120) as http:
-                mallory, alice = await new_users(http, server.base_url, 2)
-                hostile = (mallory, await hostile_workspace(http, server, mallory))
-                honest = (alice, await honest_workspace(http, server, alice))
+                hostile, honest = await mallory_and_alice(http, server)
 
                 floor = [await read_small(http, server, *honest) for _ in range(FLOOR_READS)]
 

@@ -17,8 +17,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import tool
-from oauth_browser import new_users
-from thread_flood import flood, honest_workspace, hostile_workspace, percentiles
+from thread_flood import SERVER_ENV, flood, mallory_and_alice, percentiles
 
 pytestmark = pytest.mark.e2e
 
@@ -28,18 +27,10 @@ HOSTILE_CALLS = 12
 async def test_a_flood_of_slow_searches_does_not_hold_another_tenant_s_read(
     tmp_path: Path,
 ) -> None:
-    server = start_server(
-        tmp_path / "state",
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="2",
-        SANDBOX_MCP_QUEUE_WAIT_S="0",
-        SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
-    )
+    server = start_server(tmp_path / "state", **SERVER_ENV)
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
-            mallory, alice = await new_users(http, server.base_url, 2)
-            hostile = (mallory, await hostile_workspace(http, server, mallory))
-            honest = (alice, await honest_workspace(http, server, alice))
+            hostile, honest = await mallory_and_alice(http, server)
 
             found = await flood(http, server, hostile, honest, calls=HOSTILE_CALLS, reads=5)
 
@@ -54,7 +45,7 @@ async def test_a_flood_of_slow_searches_does_not_hold_another_tenant_s_read(
             assert all(not r["is_error"] for r in found.hostile_results), found.hostile_results
             # Cancelled (the client went away), their places come back: alice's next
             # read and mallory's next call are served.
-            assert await tool_ok(http, server, mallory, hostile[1])
+            assert await tool_ok(http, server, *hostile)
     finally:
         stop_server(server)
 

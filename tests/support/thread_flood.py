@@ -19,12 +19,33 @@ from typing import Any
 import httpx2
 from e2e_server import RunningServer
 from mcp_http import run_command, tool
+from oauth_browser import new_users
+
+# The server both run: two tenants (signed in from loopback), no queue wait.
+SERVER_ENV = {
+    "SANDBOX_MCP_AUTH": "oauth",
+    "SANDBOX_MCP_POOL_SIZE": "2",
+    "SANDBOX_MCP_QUEUE_WAIT_S": "0",
+    "SANDBOX_MCP_SIGNINS_PER_MINUTE": "100",
+}
+
+# A tenant: its bearer token and its experiment's id.
+Tenant = tuple[str, str]
 
 # 24 files of 2 MB (the search's cap a file), 400,000 lines each: more than one
 # search gets through in its 10 s budget on this machine.
 MAKE_BIG_TREE = (
     "for i in $(seq 1 24); do yes aaaa | head -c 2000000 > big$i.txt || exit 1; done; ls | wc -l"
 )
+
+
+async def mallory_and_alice(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> tuple[Tenant, Tenant]:
+    """The hostile tenant with its big tree, and the honest one with its small file."""
+    mallory, alice = await new_users(http, server.base_url, 2)
+    hostile = (mallory, await hostile_workspace(http, server, mallory))
+    return hostile, (alice, await honest_workspace(http, server, alice))
 
 
 async def hostile_workspace(http: httpx2.AsyncClient, server: RunningServer, token: str) -> str:
