@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import PYTHON_IMAGE, OutsideWorld, remove_restricted_network
+from egress_testkit import OutsideWorld, remove_restricted_network
 from mcp_http import run_command, tool
 from oauth_browser import new_users
 
@@ -59,11 +59,7 @@ async def test_one_experiment_holds_at_most_its_connection_limit_and_others_stil
     server = start_server(
         tmp_path / "state",
         SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_EGRESS_PROXY="true",
-        SANDBOX_MCP_EGRESS_ALLOWLIST="pypi.org",
-        SANDBOX_MCP_EGRESS_TEST_HOSTS=world.test_hosts(),
-        SANDBOX_MCP_IMAGES=PYTHON_IMAGE,
-        SANDBOX_MCP_DEFAULT_IMAGE=PYTHON_IMAGE,
+        **world.server_env(),
         SANDBOX_MCP_POOL_SIZE="2",
         SANDBOX_MCP_QUEUE_WAIT_S="0",
     )

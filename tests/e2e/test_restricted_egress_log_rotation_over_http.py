@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import PYTHON_IMAGE, OutsideWorld, remove_restricted_network
+from egress_testkit import OutsideWorld, remove_restricted_network
 from mcp_http import run_command, tool
 
 from app.runtime.egress_squid import SquidFolder, folder_root
@@ -73,11 +73,7 @@ async def test_counted_proxy_log_is_rotated_without_losing_a_line(
 ) -> None:
     server = start_server(
         tmp_path / "state",
-        SANDBOX_MCP_EGRESS_PROXY="true",
-        SANDBOX_MCP_EGRESS_ALLOWLIST="pypi.org",
-        SANDBOX_MCP_EGRESS_TEST_HOSTS=world.test_hosts(),
-        SANDBOX_MCP_IMAGES=PYTHON_IMAGE,
-        SANDBOX_MCP_DEFAULT_IMAGE=PYTHON_IMAGE,
+        **world.server_env(),
         SANDBOX_MCP_POOL_SIZE="1",
         SANDBOX_MCP_EGRESS_LOG_ROTATE_BYTES=str(ROTATE_BYTES),
     )

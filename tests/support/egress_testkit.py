@@ -49,6 +49,16 @@ class OutsideWorld:
         pairs += [f"{name}={address}" for name, address in others.items()]
         return ",".join(pairs)
 
+    def server_env(self) -> dict[str, str]:
+        """A server with network "restricted" to pypi.org in this world, Python only."""
+        return {
+            "SANDBOX_MCP_EGRESS_PROXY": "true",
+            "SANDBOX_MCP_EGRESS_ALLOWLIST": "pypi.org",
+            "SANDBOX_MCP_EGRESS_TEST_HOSTS": self.test_hosts(),
+            "SANDBOX_MCP_IMAGES": PYTHON_IMAGE,
+            "SANDBOX_MCP_DEFAULT_IMAGE": PYTHON_IMAGE,
+        }
+
 
 # A restricted experiment's fetch of each URL (the argv's, else ``urls``): one line each,
 # "reached URL" or "failed URL reason".
