@@ -33,6 +33,9 @@ from starlette.responses import JSONResponse, Response
 from app.errors import DatabaseUnavailable
 from pool.leases import PoolStats
 
+# The runner's line for each call: counted by ``tool_call``, which hears of every call,
+# not by ``count_event``, so a level that filters the line costs a call no log record.
+TOOL_CALL_EVENT = "tool.call"
 # Tool calls span file reads (milliseconds) to test runs (minutes).
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)
 
@@ -93,12 +96,15 @@ class Metrics:
     ) -> MutableMapping[str, Any]:
         """A structlog processor: count the event, pass it on unchanged."""
         name = event.get("event")
-        if isinstance(name, str):
+        if isinstance(name, str) and name != TOOL_CALL_EVENT:
             self._events.labels(name, method).inc()
         return event
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
+        """A call ended (the runner's ``on_call``): its latency, and its ``tool.call``
+        event, counted at the level the runner logs it whether or not it is written."""
         self._tool_calls.labels(tool, outcome).observe(seconds)
+        self._events.labels(TOOL_CALL_EVENT, "info").inc()
 
     def egress_refused(self, reason: str) -> None:
         self._egress_refused.labels(reason).inc()

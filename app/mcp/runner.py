@@ -13,6 +13,7 @@ idle-clock touch and metrics as tools.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,9 @@ from pool.leases import Lease, Queued, SlotPool
 from pool.state import NoteKind
 
 log = structlog.get_logger(__name__)
+# The standard logger behind ``log``: asked whether a ``tool.call`` line would be written
+# before one is built (metrics count calls through ``on_call``, whatever the level).
+_std_log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -139,7 +143,9 @@ class ToolRunner:
         threads: TenantThreads | None = None,
         max_calls_per_sandbox: int = DEFAULT_PER_SANDBOX,
     ) -> None:
-        """``on_call(tool, outcome, seconds)`` hears of every call (metrics)."""
+        """``on_call(tool, outcome, seconds)`` hears of every call (metrics): it, not the
+        ``tool.call`` log line, is what counts calls, so a level that filters the line
+        costs a call no log record."""
         self._identity = identity
         self._on_call = on_call
         self._audit_trail = audit
@@ -269,13 +275,14 @@ class ToolRunner:
         self, request_id: str, key: str, name: str, started: float, outcome: str
     ) -> None:
         elapsed = time.time() - started
-        log.info(
-            "tool.call",
-            tool=name,
-            request_id=request_id,
-            outcome=outcome,
-            ms=round(elapsed * 1000, 1),
-        )
+        if _std_log.isEnabledFor(logging.INFO):
+            log.info(
+                "tool.call",
+                tool=name,
+                request_id=request_id,
+                outcome=outcome,
+                ms=round(elapsed * 1000, 1),
+            )
         if self._on_call is not None:
             self._on_call(name, outcome, elapsed)
         await self._audit(request_id, key, name, started, outcome)

@@ -112,3 +112,34 @@ async def test_without_a_token_setting_metrics_are_open_like_health(server: Runn
         answer = await http.get(f"{server.base_url}/metrics")
     assert answer.status_code == 200
     assert sample(answer.text, "sandbox_mcp_pool_free") >= 1
+
+
+async def test_calls_are_counted_at_warning_where_no_call_line_is_written(tmp_path: Path) -> None:
+    """The bench's setting: at WARNING a call builds no log record, yet /metrics counts it
+    exactly as at INFO (the ``tool.call`` event included)."""
+    quiet = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_METRICS_TOKEN=TOKEN,
+        SANDBOX_MCP_LOG_LEVEL="WARNING",
+    )
+    try:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            client = await ManualClient.register(http, quiet.base_url)
+            token = str((await client.tokens(http))["access_token"])
+            for _ in range(3):
+                assert (await tool(http, quiet, token, "sandbox_status"))["is_error"] is False
+            after = await scrape(http, quiet)
+    finally:
+        stop_server(quiet)
+    assert sample(after, "sandbox_mcp_events_total", event="tool.call", level="info") == 3
+    assert (
+        sample(after, "sandbox_mcp_tool_call_seconds_count", tool="sandbox_status", outcome="ok")
+        == 3
+    )
+    # Events below the level are still counted (sign-in's, here), and none was written.
+    assert (
+        sample(after, "sandbox_mcp_events_total", event="oauth.client_registered", level="info")
+        == 1
+    )
+    assert '"tool.call"' not in quiet.log()

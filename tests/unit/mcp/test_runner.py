@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,8 +13,10 @@ from pool_fakes import FakeSlotStore, MemoryPoolState
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import InvalidArgument
+from app.http.metrics import Metrics
 from app.mcp.envelope import ToolOutput
 from app.mcp.runner import LocalIdentity, ToolRunner
+from app.observability import configure_logging
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository
 from jail import CallContext, JailError, SandboxMemory
@@ -227,3 +231,40 @@ def test_a_token_s_signin_claim_is_the_call_s_address() -> None:
             assert identity.signin_address() == address
         finally:
             auth_context_var.reset(reset)
+
+
+@pytest.mark.parametrize("level", ["WARNING", "INFO"])
+async def test_calls_are_counted_once_whether_or_not_the_level_writes_their_line(
+    parts: tuple[Repository, SlotPool], level: str
+) -> None:
+    repository, pool = parts
+    metrics = Metrics()
+    stream = io.StringIO()
+    configure_logging(level, stream=stream, count_events=metrics.count_event)
+    try:
+        calls = ToolRunner(
+            LocalIdentity("k1"),
+            AuditTrail(repository.engine),
+            SandboxMemory(),
+            pool,
+            queue_wait_s=0,
+            on_call=metrics.tool_call,
+        )
+
+        async def ok(_: CallContext) -> ToolOutput:
+            return ToolOutput()
+
+        async def refused(_: CallContext) -> ToolOutput:
+            raise InvalidArgument("no")
+
+        for body in (ok, ok, refused):
+            await calls.run("t", body, takes_slot=False)
+    finally:
+        configure_logging("INFO", stream=io.StringIO())
+    text = metrics.render(None)[0].decode()
+    assert 'sandbox_mcp_events_total{event="tool.call",level="info"} 3.0' in text
+    assert 'sandbox_mcp_tool_call_seconds_count{outcome="ok",tool="t"} 2.0' in text
+    assert 'sandbox_mcp_tool_call_seconds_count{outcome="INVALID_ARGUMENT",tool="t"} 1.0' in text
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    written = [line for line in lines if line["event"] == "tool.call"]
+    assert len(written) == (3 if level == "INFO" else 0)
