@@ -11,18 +11,20 @@ event loop is what a call costs. Through the engine that was a pool checkout, fo
 trips to aiosqlite's thread (cursor, insert, commit, reset) and SQLAlchemy's
 statement machinery: about 200 us of the loop's time per call. On a SQLite file the
 writer therefore keeps a connection of its own on a thread of its own and hands it
-each batch as plain tuples: one trip does ``BEGIN IMMEDIATE``, one ``executemany``
-and ``COMMIT``, the GIL released while SQLite works. Other databases (PostgreSQL)
+each batch as plain tuples: one trip runs one multi-row ``INSERT`` (its own
+transaction), the GIL released while SQLite works. Other databases (PostgreSQL)
 keep the engine's pooled, pre-pinged connections and SQLAlchemy Core's executemany.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -67,17 +69,29 @@ class _EngineSink:
         return None
 
 
+# A batch for the writer's thread: its rows, and whom to tell once they are committed.
+_Job = tuple[Sequence[Values], asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
 class _SqliteSink:
     """A SQLite file through a connection and a thread of the writer's own.
 
     The same file, pragmas and busy timeout as the engine's connections; values go
     through the columns' own SQLAlchemy bind processors, so a row reads back exactly
     as one the ORM wrote.
+
+    A batch is one multi-row ``INSERT`` in autocommit mode (one statement is one
+    transaction: all its rows or none), so the thread takes the GIL back once per
+    batch rather than around each of ``BEGIN``, every row and ``COMMIT``: each of
+    those returns is a hand-over with the busy event loop, and they were most of
+    what a light call's row cost. The thread is a plain one fed by a queue:
+    ``run_in_executor``'s futures and locks cost the loop more than the batch.
     """
 
     def __init__(self, engine: AsyncEngine, path: str) -> None:
         self._path = path
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-sqlite")
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
         dialect = engine.dialect
         self._convert: list[Callable[[Any], Any] | None] = [
@@ -87,50 +101,93 @@ class _SqliteSink:
         insert = sa.insert(ToolCall).compile(dialect=dialect, column_keys=[*COLUMNS])
         if insert.positiontup != [*COLUMNS]:  # qmark parameters, in the tuples' order
             raise RuntimeError(f"unexpected INSERT parameters: {insert.positiontup}")
-        self._sql = str(insert)
+        self._head, self._one_row = str(insert).split(" VALUES ")
+        self._statements: dict[int, str] = {}  # by rows in the statement (the thread's)
 
     async def write(self, rows: Sequence[Values]) -> None:
-        convert = self._convert
-        params = [
-            tuple(v if fn is None else fn(v) for fn, v in zip(convert, row, strict=True))
-            for row in rows
-        ]
         loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="audit-sqlite", daemon=True)
+            self._thread.start()
+        self._jobs.put((rows, loop, done))
         try:
-            await loop.run_in_executor(self._thread, self._commit, params)
+            await done
         except sqlite3.Error as exc:
             raise DatabaseUnavailable(describe_db_error(exc)) from exc
 
-    def _commit(self, params: list[tuple[Any, ...]]) -> None:
-        """On the writer's thread: the whole batch in one transaction."""
+    def _serve(self) -> None:
+        """The writer's thread: each batch in turn, its outcome posted back to its loop."""
+        while (job := self._jobs.get()) is not None:
+            rows, loop, done = job
+            failure: sqlite3.Error | None = None
+            try:
+                self._commit(rows)
+            except sqlite3.Error as exc:
+                failure = exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, done, failure)
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _commit(self, rows: Sequence[Values]) -> None:
+        """On the writer's thread: every row of ``rows`` in one transaction."""
         connection = self._connection
         if connection is None:
             connection = self._connection = self._open()
+        limit = connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        convert, size = self._convert, max(1, limit // len(COLUMNS))
+        chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
         try:
-            connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(self._sql, params)
-            connection.execute("COMMIT")
+            if len(chunks) > 1:  # more rows than one statement takes: one transaction
+                connection.execute("BEGIN IMMEDIATE")
+            for chunk in chunks:
+                params = [
+                    v if fn is None else fn(v)
+                    for row in chunk
+                    for fn, v in zip(convert, row, strict=True)
+                ]
+                connection.execute(self._insert(len(chunk)), params)
+            if len(chunks) > 1:
+                connection.execute("COMMIT")
         except sqlite3.Error:
-            # A connection in an unknown state is not reused: the next batch opens anew.
+            # A connection in an unknown state is not reused: the next batch opens anew
+            # (closing it rolls back a transaction left open).
             self._connection = None
             connection.close()
             raise
 
+    def _insert(self, rows: int) -> str:
+        statement = self._statements.get(rows)
+        if statement is None:
+            values = ", ".join([self._one_row] * rows)
+            statement = self._statements[rows] = f"{self._head} VALUES {values}"
+        return statement
+
     def _open(self) -> sqlite3.Connection:
-        # Autocommit mode: the transaction is the explicit BEGIN/COMMIT above.
-        connection = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+        # Autocommit mode: a batch's statement is its own transaction.
+        connection = sqlite3.connect(
+            self._path, timeout=30, isolation_level=None, check_same_thread=False
+        )
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
         return connection
 
     async def close(self) -> None:
-        def shut() -> None:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._jobs.put(None)  # after every batch already handed over
+            await asyncio.to_thread(thread.join)
 
-        await asyncio.get_running_loop().run_in_executor(self._thread, shut)
-        self._thread.shutdown(wait=False)
+
+def _settle(done: asyncio.Future[None], failure: BaseException | None) -> None:
+    if done.done():
+        return  # its writer task was cancelled meanwhile
+    if failure is None:
+        done.set_result(None)
+    else:
+        done.set_exception(failure)
 
 
 def _sink_for(engine: AsyncEngine) -> _Sink:
