@@ -115,10 +115,12 @@ class PoolBase:
         self._granted: dict[str, asyncio.Event] = {}  # by label (notifications carry one)
         self._resets_running: set[int] = set()
         self._events: list[dict[str, object]] = []
+        self._changes = 0  # counts every change of the memory (see ``view_version``)
 
     def _adopt(self, snapshot: PoolSnapshot) -> None:
         """Replace the memory by ``snapshot`` (at start-up; on a shared state, before each
         change). Activity this process saw but has not flushed yet is kept."""
+        self._changes += 1
         self._slots.clear()
         self._by_key.clear()
         self._queue.clear()
@@ -163,13 +165,16 @@ class PoolBase:
         async with self._lock:
             self._events = []
             writes: _Writes
-            if self._shared is None:
-                writes = _WriteThrough(self._state)
-                yield writes
-            else:
-                async with self._shared.exclusive() as writes:
-                    self._adopt(writes.snapshot)
+            try:
+                if self._shared is None:
+                    writes = _WriteThrough(self._state)
                     yield writes
+                else:
+                    async with self._shared.exclusive() as writes:
+                        self._adopt(writes.snapshot)
+                        yield writes
+            finally:
+                self._changes += 1  # whatever the block changed, even if it then failed
             for event in self._events:
                 log.info("pool.event", order=writes.order, **event)
 
@@ -188,6 +193,13 @@ class PoolBase:
             self._touch_locked(key, index, self._clock())
         elif self._shared is not None:
             self._dirty_activity[key] = self._clock()
+
+    def view_version(self) -> int | None:
+        """A number that changes with every change of the pool (each one runs in
+        ``_locked`` or replaces the memory): what a key sees of the pool is the same
+        while it stays the same. None on a shared state, where another process may
+        change the pool at any time: there the view is read from the database."""
+        return self._changes if self._shared is None else None
 
     def lease_of(self, key: str) -> Slot | None:
         """The key's leased slot, without taking one or refreshing anything."""

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from db_testkit import fresh_postgres
 from pool_fakes import FakeSlotStore
 
+from app.mcp.tools.status import StatusView
 from app.storage.db import create_engine, upgrade_schema
 from app.storage.pool_pg import AdvisoryLeadership, PgPoolState, pool_state_for
 from pool.leases import Queued, SlotPool
@@ -309,3 +310,22 @@ async def test_only_the_elected_watchdog_expires_and_every_process_keeps_its_job
     finally:
         for watchdog in watchdogs:
             await watchdog._leadership.close()
+
+
+async def test_sandbox_status_on_one_process_sees_what_another_just_did(
+    cluster: Cluster,
+) -> None:
+    """``sandbox_status`` keeps answers per pool change; a shared pool's change may come
+    from another process, so there every answer is read at once from the database."""
+    a, b = await cluster.start(size=1), await cluster.start(size=1)
+    status = StatusView(b.pool)
+    assert (await status.of("k1")).pool_free == 1
+    await a.pool.acquire("k1")  # taken through the other process
+    mine = await status.of("k1")
+    assert (mine.holds_slot, mine.slot, mine.pool_free) == (True, "slot-000", 0)
+    with pytest.raises(Queued):
+        await a.pool.acquire("k2")  # queued through the other process
+    assert (await status.of("k2")).queue_position == 1
+    assert await a.pool.release("k1")  # freed (reserved for k2) through the other process
+    assert (await status.of("k1")).holds_slot is False
+    assert (await status.of("k2")).pool_queued == 0
