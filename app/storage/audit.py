@@ -10,10 +10,12 @@ At a light call's pace a commit carries one or two rows, so what a commit costs 
 event loop is what a call costs. Through the engine that was a pool checkout, four
 trips to aiosqlite's thread (cursor, insert, commit, reset) and SQLAlchemy's
 statement machinery: about 200 us of the loop's time per call. On a SQLite file the
-writer therefore keeps a connection of its own on a thread of its own and hands it
-each batch as plain tuples: one trip runs one multi-row ``INSERT`` (its own
-transaction), the GIL released while SQLite works. Other databases (PostgreSQL)
-keep the engine's pooled, pre-pinged connections and SQLAlchemy Core's executemany.
+writer therefore keeps a connection of its own and writes each batch as plain tuples,
+one multi-row ``INSERT`` (its own transaction), on a thread of its own (see
+``_SqliteSink``; never on the loop: a disk that another tenant's writes throttle
+would then hold every call).
+PostgreSQL keeps the engine's pooled, pre-pinged connections and sends each batch as
+one statement on asyncpg's connection (``_PostgresSink``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,48 @@ class _EngineSink:
                 values = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
                 await connection.execute(self._insert, values)
         except (SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailable(describe_db_error(exc)) from exc
+
+    async def close(self) -> None:
+        return None
+
+
+class _PostgresSink:
+    """PostgreSQL through asyncpg: one statement per batch, on a pooled connection.
+
+    Through SQLAlchemy a batch was ``BEGIN``, an ``executemany`` and ``COMMIT``: three
+    round trips and Core's statement machinery for a row or two. Here the batch is one
+    ``INSERT ... SELECT FROM unnest(...)`` of one array per column, sent on the
+    driver's connection outside any transaction: one statement is one transaction,
+    all its rows or none, and one prepared statement serves every batch size. The
+    engine's pool still checks the connection out (pre-pinged) and takes it back.
+    """
+
+    _INSERT = (
+        "INSERT INTO tool_calls (request_id, sandbox_key, tool, started_at, duration_ms, "
+        "outcome) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
+        "$4::timestamptz[], $5::float8[], $6::text[])"
+    )
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        import asyncpg  # here: a SQLite server never loads the driver
+
+        self._engine = engine
+        self._errors: tuple[type[Exception], ...] = (
+            SQLAlchemyError,
+            OSError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+        )
+
+    async def write(self, rows: Sequence[Values]) -> None:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        try:
+            async with self._engine.connect() as connection:
+                driver = (await connection.get_raw_connection()).driver_connection
+                assert driver is not None  # a checked-out connection has its driver's
+                await driver.execute(self._INSERT, *columns)
+        except self._errors as exc:
             raise DatabaseUnavailable(describe_db_error(exc)) from exc
 
     async def close(self) -> None:
@@ -195,8 +239,10 @@ def _sink_for(engine: AsyncEngine) -> _Sink:
     path = url.database
     if url.get_backend_name() == "sqlite" and path and path != ":memory:" and not url.query:
         return _SqliteSink(engine, path)
+    if url.get_backend_name() == "postgresql" and url.get_driver_name() == "asyncpg":
+        return _PostgresSink(engine)
     # In-memory or URI-style SQLite (another connection would not see the same
-    # database), and every server database.
+    # database), and any other database or driver.
     return _EngineSink(engine)
 
 
