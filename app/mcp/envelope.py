@@ -16,7 +16,7 @@ from typing import Any
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, create_model
 
-from app.mcp.fit import fit
+from app.mcp.fit import STRUCTURED_BUDGET, fit
 
 NOTES_DESCRIPTION = "One-time messages for the agent (read them)."
 IDLE_EXPIRY_DESCRIPTION = (
@@ -51,18 +51,42 @@ def ok_result(
 ) -> CallToolResult:
     """Wrap ``record``: the envelope's ``notes`` come first, then the record's own."""
     structured = record.model_dump(mode="json")
+    if not callable(getattr(record, "as_text", None)):
+        # The text is the compact JSON of the result: when that fits with room to spare,
+        # the record alone fits too (the envelope only adds), so nothing is cut and the
+        # one serialization serves both the check and the text.
+        enveloped = _with_envelope(dict(structured), notes, [], idle_expiry_s)
+        text = json.dumps(enveloped, separators=(",", ":"), ensure_ascii=False)
+        if len(text) <= STRUCTURED_BUDGET - _SPARE:
+            lines = [*(f"Note: {note}" for note in enveloped["notes"]), text]
+            return CallToolResult(
+                content=[TextContent(type="text", text="\n".join(lines))],
+                structured_content=enveloped,
+            )
     cut = fit(structured)
     if cut:
         # The text is made from what is left, so the two never disagree.
         record = type(record).model_validate(structured)
-    structured["notes"] = [*(notes or []), *structured.get("notes", []), *cut]
-    structured.setdefault("idle_expiry_s", None)
-    if idle_expiry_s is not None:
-        structured["idle_expiry_s"] = idle_expiry_s
+    _with_envelope(structured, notes, cut, idle_expiry_s)
     return CallToolResult(
         content=[TextContent(type="text", text=readable(record, structured))],
         structured_content=structured,
     )
+
+
+# Characters the envelope may take away from a record's JSON (an ``idle_expiry_s`` of
+# ``600`` in place of ``null``): a margin, so that a text that fits proves the record fits.
+_SPARE = 16
+
+
+def _with_envelope(
+    structured: dict[str, Any], notes: list[str] | None, cut: list[str], idle_expiry_s: int | None
+) -> dict[str, Any]:
+    structured["notes"] = [*(notes or []), *structured.get("notes", []), *cut]
+    structured.setdefault("idle_expiry_s", None)
+    if idle_expiry_s is not None:
+        structured["idle_expiry_s"] = idle_expiry_s
+    return structured
 
 
 def readable(record: BaseModel, structured: dict[str, Any]) -> str:

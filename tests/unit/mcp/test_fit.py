@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from app.mcp.fit import fit
+from app.mcp.envelope import ToolOutput, ok_result
+from app.mcp.fit import STRUCTURED_BUDGET, fit
 
 
 def size(value: object) -> int:
@@ -79,3 +80,28 @@ def test_a_huge_result_is_measured_a_bounded_number_of_times(
     fit(result, budget=10_000)
     assert size(result) <= 10_000
     assert calls < 100
+
+
+class _Record(ToolOutput):
+    text: str
+
+
+@pytest.mark.parametrize("size", [10, STRUCTURED_BUDGET - 60, STRUCTURED_BUDGET - 5, 30_000])
+def test_a_wrapped_record_is_cut_only_past_the_budget_and_its_text_is_its_json(
+    size: int,
+) -> None:
+    """Each side of the one-serialization path: a small record, one whose envelope
+    leaves no room to spare (checked the long way), one just fitting, one cut."""
+    bare = len(json.dumps(_Record(text="").model_dump(mode="json"), separators=(",", ":")))
+    record = _Record(text="x" * (size - bare), notes=["own"])
+    result = ok_result(record, notes=["first"], idle_expiry_s=600)
+    structured = result.structured_content
+    assert structured is not None
+    cut = size > STRUCTURED_BUDGET
+    assert len(structured["text"]) < size - bare if cut else structured["text"] == record.text
+    assert structured["notes"][:2] == ["first", "own"]
+    assert len(structured["notes"]) == (3 if cut else 2)
+    assert structured["idle_expiry_s"] == 600
+    body = json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
+    notes = [f"Note: {note}" for note in structured["notes"]]
+    assert result.content[0].text == "\n".join([*notes, body])  # type: ignore[union-attr]
