@@ -58,10 +58,15 @@ class TooManyCalls(ServiceError):
 
     code = "TOO_MANY_CALLS"
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per: str = "sandbox") -> None:
+        whose = (
+            "This sandbox already has"
+            if per == "sandbox"
+            else "The sandboxes signed in from your address already have"
+        )
         super().__init__(
-            f"This sandbox already has {limit} tool calls in flight, the most one sandbox "
-            "may have at once; wait for one of them to return, then call again.",
-            limit="calls_per_sandbox",
+            f"{whose} {limit} tool calls in flight, the most one {per} may have at once; "
+            "wait for one of them to return, then call again.",
+            limit=f"calls_per_{per}",
             value=limit,
         )

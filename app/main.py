@@ -161,6 +161,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         disk_budget=disk_budget,
         threads=threads,
         max_calls_per_sandbox=settings.mcp.max_calls_per_sandbox,
+        max_calls_per_address=settings.mcp.max_calls_per_address,
     )
     mcp = build_mcp_server(
         settings, identity, runner, pool, manager, TaskRecords(engine), registry, extra_tools

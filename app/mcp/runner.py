@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from app.errors import DatabaseUnavailable, ServiceError
 from app.experiments.disk_budget import DiskBudget
 from app.experiments.tenant_threads import TenantThreads
-from app.mcp.calls_in_flight import DEFAULT_PER_SANDBOX, CallsInFlight
+from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.storage.audit import AuditTrail
 from auth.grants import SIGNIN_CLAIM
@@ -142,6 +142,7 @@ class ToolRunner:
         disk_budget: DiskBudget | None = None,
         threads: TenantThreads | None = None,
         max_calls_per_sandbox: int = DEFAULT_PER_SANDBOX,
+        max_calls_per_address: int = DEFAULT_PER_ADDRESS,
     ) -> None:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics): it, not the
         ``tool.call`` log line, is what counts calls, so a level that filters the line
@@ -157,7 +158,7 @@ class ToolRunner:
         # Each call's blocking work runs within its sandbox's share of the tenant threads.
         self._threads = threads or TenantThreads()
         # One sandbox's waiting calls must not hold every connection the server accepts.
-        self.calls_in_flight = CallsInFlight(max_calls_per_sandbox)
+        self.calls_in_flight = CallsInFlight(max_calls_per_sandbox, max_calls_per_address)
 
     async def run(
         self,
@@ -186,9 +187,10 @@ class ToolRunner:
         outcome = "ok"
         lease: Lease | None = None
         admitted = False
+        address = self._identity.signin_address()
         try:
             # Before anything that waits (the queue, the body): a refused call answers at once.
-            self.calls_in_flight.enter(key)
+            self.calls_in_flight.enter(key, address)
             admitted = True
             lease = await self._take_slot(key, progress) if takes_slot else None
             if self._disk_budget is not None:
@@ -201,7 +203,7 @@ class ToolRunner:
                 key,
                 request_id=request_id,
                 slot_root=slot_root,
-                in_thread=self._threads.for_sandbox(key, self._identity.signin_address()),
+                in_thread=self._threads.for_sandbox(key, address),
             )
             output = await self._alive(tool, body(ctx), progress)
             self._pool.touch(key)  # every call is activity, however long it ran
@@ -228,7 +230,7 @@ class ToolRunner:
             return error_result(failure, request_id)
         finally:
             if admitted:
-                self.calls_in_flight.leave(key)
+                self.calls_in_flight.leave(key, address)
             if self._disk_budget is not None and admitted:
                 self._disk_budget.after(tool, key)
             await self._finish(request_id, key, tool, started, outcome)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from app.experiments.tenant_threads import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
+from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS as DEFAULT_CALLS_PER_ADDRESS
 from app.mcp.calls_in_flight import DEFAULT_PER_SANDBOX as DEFAULT_CALLS_PER_SANDBOX
 from app.settings.base import Group
 
@@ -38,6 +39,15 @@ class McpSettings(Group):
             "Tool calls one sandbox has in flight at once (waiting ones and MCP tasks "
             "included); the one past it is refused at once with TOO_MANY_CALLS, so one "
             "tenant's waiting calls cannot hold every connection the server accepts."
+        ),
+    )
+    max_calls_per_address: int = Field(
+        default=DEFAULT_CALLS_PER_ADDRESS,
+        ge=1,
+        le=100_000,
+        description=(
+            "Tool calls the sandboxes signed in from one address (hosted mode) have in "
+            "flight together; the one past it is refused at once with TOO_MANY_CALLS."
         ),
     )
     task_keep_s: int = Field(

@@ -25,12 +25,13 @@ class SwitchableIdentity:
 
     def __init__(self) -> None:
         self.key = "mallory"
+        self.address: str | None = None
 
     def sandbox_key(self) -> str | None:
         return self.key
 
     def signin_address(self) -> str | None:
-        return None
+        return self.address
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ async def setup(
         pool,
         queue_wait_s=0,
         max_calls_per_sandbox=2,
+        max_calls_per_address=3,
     )
     return runner, identity, repository
 
@@ -100,3 +102,51 @@ async def test_the_call_past_the_bound_is_refused_at_once_and_places_come_back(
     assert len(runner.calls_in_flight) == 0
     outcomes = [row.outcome for row in await repository.tool_calls("mallory")]
     assert "TOO_MANY_CALLS" in outcomes  # the refusal is in the audit trail
+
+
+async def test_one_address_s_sandboxes_share_a_bound_and_other_addresses_do_not(
+    setup: tuple[ToolRunner, SwitchableIdentity, Repository],
+) -> None:
+    """Two calls a sandbox, three for one address: mallory's second sandbox gets one
+    call in, its next is refused, alice (another address) and bob (none) are served."""
+    runner, identity, _ = setup
+    release = asyncio.Event()
+    started = asyncio.Event()
+    count = 0
+
+    async def waits(call: CallContext) -> ToolOutput:
+        nonlocal count
+        count += 1
+        started.set()
+        await release.wait()
+        return ToolOutput()
+
+    async def quick(call: CallContext) -> ToolOutput:
+        return ToolOutput()
+
+    async def start(key: str) -> asyncio.Task[object]:
+        identity.key, identity.address = key, "203.0.113.7"
+        before = count
+        task = asyncio.create_task(runner.run("get_job_result", waits, takes_slot=False))
+        while count == before:
+            started.clear()
+            await started.wait()
+        return task
+
+    held = [await start("mallory-1"), await start("mallory-1"), await start("mallory-2")]
+    identity.key = "mallory-2"  # its own share has room, its address's has not
+    refused = await runner.run("get_job_result", quick, takes_slot=False)
+    assert refused.structured_content is not None
+    error = refused.structured_content["error"]
+    assert error["code"] == "TOO_MANY_CALLS"
+    assert (error["limit"], error["value"]) == ("calls_per_address", 3)
+    assert "signed in from your address" in error["message"]
+    identity.key, identity.address = "alice", "198.51.100.1"
+    assert not (await runner.run("sandbox_status", quick, takes_slot=False)).is_error
+    identity.key, identity.address = "bob", None
+    assert not (await runner.run("sandbox_status", quick, takes_slot=False)).is_error
+    release.set()
+    await asyncio.gather(*held)
+    assert len(runner.calls_in_flight) == 0
+    identity.key, identity.address = "mallory-2", "203.0.113.7"
+    assert not (await runner.run("sandbox_status", quick, takes_slot=False)).is_error
