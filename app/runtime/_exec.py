@@ -35,7 +35,7 @@ from app.runtime._jobs import (
 )
 from app.runtime._kill import TreeKiller
 from app.runtime._threads import Offload
-from app.runtime._upgraded import exec_stream
+from app.runtime._upgraded import close_stream, exec_stream
 from app.runtime.backend import WORKSPACE, ExecResult
 from app.runtime.errors import ContainerGone, RuntimeUnavailable
 from app.runtime.fast_exec import ExecutorLost, Session
@@ -168,7 +168,7 @@ class Executor:
                     job.finished.set()
                     job.announced.set()
                     job.stop.set()
-            _close(stream)
+            close_stream(stream)
             with translated(container_id):
                 exit_code = await self._offload.call(_exit_code, api, exec_id)
                 if job.reason is None and (exit_code is None or exit_code >= 128):
@@ -178,7 +178,7 @@ class Executor:
                     await self._offload.call(_require_running, api, container_id)
         except BaseException:
             if stream is not None:
-                _close(stream)
+                close_stream(stream)
             if job.pids is not None and not job.eof and not job.was_running:
                 # Cancelled from outside, or the stream broke: never leave the
                 # command running unobserved.
@@ -355,21 +355,6 @@ class Executor:
 def _start_stream(api: docker.APIClient, exec_id: str) -> _Stream:
     # Not docker-py's exec_start(stream=True): it loses output read with the answer.
     return exec_stream(api, exec_id)
-
-
-def _close(stream: _Stream) -> None:
-    """Shut the stream's socket (a blocked read returns) and release its response.
-
-    ``CancellableStream.close`` only shuts the socket while the response is
-    open, and never closes the response, whose socket is then left to the
-    garbage collector (a ResourceWarning).
-    """
-    with contextlib.suppress(OSError):
-        stream.close()
-    response = getattr(stream, "_response", None)
-    if response is not None:
-        with contextlib.suppress(OSError):
-            response.close()
 
 
 def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:

@@ -17,6 +17,7 @@ the socket itself.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import socket
 import struct
@@ -46,6 +47,21 @@ def exec_stream(api: docker.APIClient, exec_id: str) -> DemuxedStream:
     # The engine client's timeout is for calls, not for a command's silences.
     _raw(sock).settimeout(None)
     return CancellableStream(_frames(reader), response)
+
+
+def close_stream(stream: DemuxedStream) -> None:
+    """Shut the stream's socket (a blocked read returns) and release its response.
+
+    ``CancellableStream.close`` only shuts the socket while the response is
+    open, and never closes the response, whose socket is then left to the
+    garbage collector (a ResourceWarning).
+    """
+    with contextlib.suppress(OSError):
+        stream.close()
+    response = getattr(stream, "_response", None)
+    if response is not None:
+        with contextlib.suppress(OSError):
+            response.close()
 
 
 def read_ahead(sock: object) -> bytes:

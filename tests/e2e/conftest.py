@@ -4,6 +4,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import docker
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
@@ -42,3 +43,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideWorld]:
         pytest.fail("network 'restricted' and these tests need root (iptables, ip netns)")
     with outside_world(tmp_path_factory.mktemp("outside")) as made:
         yield made
+
+
+@pytest.fixture
+def engine() -> Iterator[docker.DockerClient]:
+    """The real Docker engine, its client closed after the test: an unclosed client's
+    sockets are collected later, as a ResourceWarning in whatever test runs then."""
+    client = docker.from_env()
+    try:
+        yield client
+    finally:
+        client.close()

@@ -7,6 +7,7 @@ heartbeat is stale, and the slots are filled afresh."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 import uuid
@@ -28,10 +29,10 @@ POOL = 3
 
 @pytest.fixture
 def engine() -> Iterator[docker.DockerClient]:
-    client = docker.from_env()
-    yield client
-    for found in client.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
-        client.api.remove_container(found["Id"], force=True)
+    with contextlib.closing(docker.from_env()) as client:
+        yield client
+        for found in client.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
+            client.api.remove_container(found["Id"], force=True)
 
 
 def warm_by_slot(engine: docker.DockerClient) -> dict[str, list[tuple[str, str, Path]]]:

@@ -3,6 +3,7 @@ that waited in its slot; another sandbox gets another one; none is ever reused."
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,9 +33,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     )
     yield running
     stop_server(running)
-    engine = docker.from_env()
-    for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
-        engine.api.remove_container(found["Id"], force=True)
+    with contextlib.closing(docker.from_env()) as engine:
+        for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
+            engine.api.remove_container(found["Id"], force=True)
 
 
 def warm_ids(engine: docker.DockerClient) -> set[str]:
@@ -62,9 +63,8 @@ def has_file(engine: docker.DockerClient, container_id: str, path: str) -> bool:
 
 
 async def test_each_new_sandbox_gets_its_own_warm_container_never_reused(
-    http: httpx2.AsyncClient, server: RunningServer
+    http: httpx2.AsyncClient, server: RunningServer, engine: docker.DockerClient
 ) -> None:
-    engine = docker.from_env()
     client = await ManualClient.register(http, server.base_url)
     alice = await client.access_token(http)
     bob = await client.access_token(http)

@@ -7,6 +7,7 @@ starts it), a dataset of this test's own (no other test's dataset is touched).""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 
@@ -73,14 +74,14 @@ async def test_a_slot_mounted_again_outside_the_server_is_sealed_before_its_cont
         # Held still while its storage changes under it, so no round sees half of it.
         server.process.send_signal(signal.SIGSTOP)
         try:
-            engine = docker.from_env()
-            [found] = [
-                c
-                for c in engine.api.containers()
-                if any(str(root) in m["Source"] for m in c["Mounts"])
-            ]
-            assert container is None or found["Id"].startswith(container)
-            engine.api.stop(found["Id"], timeout=2)
+            with contextlib.closing(docker.from_env()) as engine:
+                [found] = [
+                    c
+                    for c in engine.api.containers()
+                    if any(str(root) in m["Source"] for m in c["Mounts"])
+                ]
+                assert container is None or found["Id"].startswith(container)
+                engine.api.stop(found["Id"], timeout=2)
             zfs("unmount", slot)
             zfs("mount", slot)
             assert missing_flags(root) == ["nosuid", "nodev"]

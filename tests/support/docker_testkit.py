@@ -9,7 +9,7 @@ from typing import Any
 
 import docker
 
-from app.runtime._upgraded import exec_stream
+from app.runtime._upgraded import close_stream, exec_stream
 from app.runtime.docker import DockerBackend
 from pool.slots import SlotsAt
 
@@ -108,5 +108,5 @@ def exec_output(api: docker.APIClient, container_id: str, argv: list[str]) -> tu
     try:
         stdout = b"".join(out for out, _ in stream if out)
     finally:
-        stream.close()
+        close_stream(stream)
     return api.exec_inspect(exec_id)["ExitCode"], stdout
