@@ -16,7 +16,8 @@ from pathlib import Path
 import docker
 import httpx2
 
-from app.runtime.hardening import CAPABILITIES
+from app.runtime import hardening
+from app.runtime.backend import Limits
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
@@ -86,27 +87,16 @@ def server_on(backend: str, root: Path, slots: int, **env: str) -> Iterator[Runn
 
 
 def hardened_host_config(api: docker.APIClient, workspace: Path) -> object:
-    """A HostConfig with our hardening (app/runtime/hardening.py), for the floors."""
-    memory = 1024 * 1024 * 1024
-    return api.create_host_config(
+    """The server's own HostConfig (app/runtime/hardening.py) for a floor's container:
+    default limits, the workspace bound, no network."""
+    return hardening.hardened_host_config(
+        api,
         mounts=[docker.types.Mount(target="/workspace", source=str(workspace), type="bind")],
         network_mode="none",
-        cap_drop=["ALL"],
-        cap_add=list(CAPABILITIES),
-        security_opt=["no-new-privileges:true"],
-        pids_limit=256,
-        mem_limit=memory,
-        memswap_limit=memory,
-        nano_cpus=1_000_000_000,
-        read_only=True,
-        tmpfs={
-            "/tmp": "rw,exec,nosuid,nodev,size=256m,mode=1777",
-            "/home/sandbox": "rw,exec,nosuid,nodev,size=256m,uid=1000,gid=1000,mode=0700",
-        },
-        init=True,
-        ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
-        oom_score_adj=500,
-        log_config=docker.types.LogConfig(type="none"),
+        limits=Limits(),
+        home="/home/sandbox",
+        uid=1000,
+        gid=1000,
     )
 
 
