@@ -79,10 +79,6 @@ class EgressUsageStore:
     def _insert(self) -> Any:
         return upsert_insert(self._dialect)(EgressUsageRow)
 
-    async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
-        """Add ``moved`` bytes to each experiment; every one's usage afterwards."""
-        return await self.record(moved)
-
     async def record(
         self,
         moved: Mapping[str, int],

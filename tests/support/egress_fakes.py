@@ -14,9 +14,6 @@ class MemoryUsage:
         self._rows: dict[str, Usage] = {}
         self.notices: list[Notice] = []
 
-    async def add(self, moved: Mapping[str, int]) -> dict[str, Usage]:
-        return await self.record(moved)
-
     async def record(
         self,
         moved: Mapping[str, int],

@@ -14,8 +14,11 @@ pytestmark = pytest.mark.integration
 
 async def test_bytes_add_up_and_come_back_after_a_new_store(engine: AsyncEngine) -> None:
     store = EgressUsageStore(engine)
-    assert await store.add({"e1": 100, "e2": 5}) == {"e1": Usage(100, False), "e2": Usage(5, False)}
-    assert await store.add({"e1": 50}) == {"e1": Usage(150, False)}
+    assert await store.record({"e1": 100, "e2": 5}) == {
+        "e1": Usage(100, False),
+        "e2": Usage(5, False),
+    }
+    assert await store.record({"e1": 50}) == {"e1": Usage(150, False)}
     # A restarted server (a new store on the same database) finds the totals.
     again = EgressUsageStore(engine)
     assert await again.load(["e1", "e2", "unknown"]) == {
@@ -28,7 +31,7 @@ async def test_bytes_add_up_and_come_back_after_a_new_store(engine: AsyncEngine)
 async def test_concurrent_additions_are_never_lost(engine: AsyncEngine) -> None:
     # Two server processes (two stores) adding to one experiment at once.
     stores = [EgressUsageStore(engine), EgressUsageStore(engine)]
-    await asyncio.gather(*(stores[i % 2].add({"e": 7, f"other{i % 3}": 1}) for i in range(40)))
+    await asyncio.gather(*(stores[i % 2].record({"e": 7, f"other{i % 3}": 1}) for i in range(40)))
     loaded = await stores[0].load(["e", "other0", "other1", "other2"])
     assert loaded["e"] == Usage(280, False)
     assert sum(u.bytes for key, u in loaded.items() if key != "e") == 40
@@ -38,9 +41,9 @@ async def test_capped_is_kept_and_later_additions_keep_it(engine: AsyncEngine) -
     store = EgressUsageStore(engine)
     await store.mark_capped("fresh")  # cut before any transfer was logged
     assert await store.load(["fresh"]) == {"fresh": Usage(0, True)}
-    await store.add({"e": 10})
+    await store.record({"e": 10})
     await store.mark_capped("e")
-    assert await store.add({"e": 1}) == {"e": Usage(11, True)}
+    assert await store.record({"e": 1}) == {"e": Usage(11, True)}
 
 
 async def test_notices_wait_for_their_container_once_and_the_cap_is_flipped_once(

@@ -110,7 +110,7 @@ async def test_the_log_reaching_the_cap_blocks_records_and_cuts(
         "app.runtime.egress_meter.cut", lambda gateway, port, client: cuts.append(client) or 1
     )
     usage = MemoryUsage()
-    await usage.add({"exp_1": 5_000})  # moved before a restart, or through another process
+    await usage.record({"exp_1": 5_000})  # moved before a restart, or through another process
     meter = meter_on(tmp_path, usage, max_bytes=10_000)
     await meter.refresh_state()
     assert meter.folder.read_state()["172.30.0.2"]["blocked"] is False
