@@ -33,9 +33,9 @@ ready executor (still starting: a new container's first command waits up to
 this process has not started one in yet, a clone helper) or the setting
 ``exec_path`` is ``docker-exec``. A dead executor (killed, crashed, a broken or
 garbled stream) is dropped at once: the commands it was running are killed through
-``docker exec`` and reported as a runtime failure (their result is lost, as when a
-``docker exec`` stream breaks), later ones go through ``docker exec`` while a new
-executor starts in the background; after ``MAX_STARTS`` executors that each died
+``docker exec`` and reported lost with the reason (``ExecutorStopped``: their result
+is lost, as when a ``docker exec`` stream breaks), later ones go through ``docker
+exec`` while a new executor starts in the background; after ``MAX_STARTS`` executors that each died
 young (a crash loop, or a sandbox that keeps killing them) a container stays on
 ``docker exec``. An executor that never answers after a kill (its job's supervisor
 stopped, say) is dropped too: its stdin closes and it kills every job it runs, so
@@ -60,9 +60,9 @@ such; none of that gains the tenant anything it does not already have:
   second end, an unasked "killed", a line longer than the request's caps allow,
   anything not an answer, or more than ``STDERR_MAX`` bytes on stderr is a broken
   stream: the session is closed at once (its jobs are killed through ``docker
-  exec`` and reported lost with the reason, ``ExecutorStopped``), so a flood costs
-  the server at most one chunk; only the first ``STDERR_LOGGED`` stderr frames reach
-  the log;
+  exec`` and reported lost with the reason, ``ExecutorStopped``), so a flood of
+  lines costs the server one chunk, and one line that never ends is cut at the caps;
+  only the first ``STDERR_LOGGED`` stderr frames reach the log;
 * what the server reads is treated as tenant output, exactly like a command's own
   stdout on the ``docker exec`` path (which a command controls anyway): validated
   (ids, pids, exit codes, base64 sizes within the caps); a forged exit code or
@@ -175,8 +175,8 @@ class Session:
         self._send_lock = asyncio.Lock()
         self._pending: dict[int, _Pending] = {}
         # Answers still owed for requests forgotten before the executor was done with
-        # them (a timed-out job's end, a late "killed"): one each, then none.
-        self._owed: dict[int, int] = {}
+        # them (a timed-out job's end, a late "killed"), and their caps: one each.
+        self._owed: dict[int, tuple[int, int]] = {}
         self._next_id = 0
         self.alive = True
         self.why = ENDED  # why it went away, for the agent (one of the whys above)
@@ -218,7 +218,7 @@ class Session:
     def forget(self, request_id: int) -> None:
         pending = self._pending.pop(request_id, None)
         if pending is not None and pending.owed():
-            self._owed[request_id] = pending.owed()
+            self._owed[request_id] = (pending.owed(), pending.cap)
 
     async def kill(self, request_id: int) -> bool | None:
         """Have the executor kill the job's tree: True if it was running, None if the
@@ -320,8 +320,8 @@ class Session:
             )
 
     def _line_limit(self) -> int:
-        caps = [p.cap for p in self._pending.values()] or [0]
-        return 3 * max(caps) + 4096
+        caps = [p.cap for p in self._pending.values()] + [c for _, c in self._owed.values()]
+        return 3 * max(caps, default=0) + 4096
 
     async def _dispatch(self, line: bytes) -> None:
         if len(line) > _LARGE_LINE:
@@ -337,11 +337,11 @@ class Session:
         if pending is None:
             # Forgotten meanwhile: the answers still owed are taken (and dropped);
             # anything else was never asked for (a forgery, a flood).
-            owed = self._owed.pop(request_id, 0)
+            owed, cap = self._owed.pop(request_id, (0, 0))
             if not owed:
                 raise StreamBroken(UNASKED)
             if owed > 1:
-                self._owed[request_id] = owed - 1
+                self._owed[request_id] = (owed - 1, cap)
             return
         if "pids" in message:
             pids = message["pids"]

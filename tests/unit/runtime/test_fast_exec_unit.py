@@ -14,7 +14,7 @@ import struct
 import subprocess
 import sys
 import time
-from base64 import b64decode
+from base64 import b64decode, b64encode
 
 import pytest
 
@@ -165,17 +165,23 @@ async def test_an_answer_never_asked_for_closes_the_session(unasked: list[object
 
 async def test_answers_owed_to_a_forgotten_request_are_taken_once_each() -> None:
     """A job given up on (a timeout whose kill the executor answered late) still gets
-    its announcement, its end and its kill's answer; one more is a broken stream."""
+    its announcement, its end (as long as its caps allow) and its kill's answer; one
+    more is a broken stream."""
     session, theirs = await _session()
-    request_id = await session.submit(["true"], None, 16)
+    request_id = await session.submit(["true"], None, 65536)
     theirs.recv(65536)
     killing = asyncio.create_task(session.kill(request_id))
     await asyncio.sleep(0.05)
     assert json.loads(theirs.recv(65536)) == {"op": "kill", "id": request_id}
     session.forget(request_id)
-    for answer in ({"id": request_id, "pids": [10, 11]}, _code(request_id)):
-        await _answer(theirs, answer)
-        assert session.alive, answer
+    full = [b64encode(b"h" * 16384).decode(), b64encode(b"t" * 49152).decode(), 5]
+    await _answer(theirs, {"id": request_id, "pids": [10, 11]})
+    assert session.alive
+    # Its end, in frames of 16 KiB as the engine cuts them: a line of several chunks.
+    end = (json.dumps({"id": request_id, "code": 0, "out": full, "err": full}) + "\n").encode()
+    theirs.sendall(b"".join(_frame(end[i : i + 16384]) for i in range(0, len(end), 16384)))
+    await asyncio.sleep(0.2)
+    assert session.alive, session.why
     await _answer(theirs, {"id": request_id, "killed": True})
     assert session.alive
     killing.cancel()
