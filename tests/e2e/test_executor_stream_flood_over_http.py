@@ -1,15 +1,16 @@
-"""Over HTTP: a tenant flooding its container's executor's stdout cannot hold the
-server's event loop, its session is closed at once, and the tenant is told why.
+"""Over HTTP: a tenant flooding its container's executor's stdout or stderr cannot
+hold the server's event loop, its session is closed at once, and the tenant is told
+why.
 
 Issue 23, finding 1: a command runs as the executor's uid, opens
-``/proc/<executor>/fd/1`` and writes ``{"id":987654321}`` lines in a loop (or one
-line that never ends). The server JSON-parsed every line on the event loop, ignored
-the unknown id and kept the session; and while the stream stayed full
-``loop.sock_recv`` returned without suspending, so nothing else in the process ran:
-/health took as long as the flood. Here, while the flood runs, /health and another
-tenant's ``list_sandbox_files`` are timed one after the other; then the hostile job
-must be lost with the stable reason, and the tenant's next command must run
-(through docker exec: no executor above it).
+``/proc/<executor>/fd/1`` and writes ``{"id":987654321}`` lines in a loop (here also:
+one line that never ends, and a flood of ``fd/2``). The server JSON-parsed every
+line on the event loop, ignored the unknown id and kept the session; and while the
+stream stayed full ``loop.sock_recv`` returned without suspending, so nothing else
+in the process ran: /health took as long as the flood. Here, while the flood runs,
+/health and another tenant's ``list_sandbox_files`` are timed one after the other;
+then the hostile job must be lost with the stable reason, and the tenant's next
+command must run (through docker exec: no executor above it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mcp_http import run_command, tool
 from oauth_browser import new_users
 from thread_flood import SERVER_ENV, honest_workspace, percentiles
 
-from app.runtime.fast_exec import OVERSIZED, UNASKED
+from app.runtime.fast_exec import OVERSIZED, STDERR_FLOOD, UNASKED
 
 pytestmark = pytest.mark.e2e
 
@@ -47,16 +48,16 @@ if mode == "where" or executor is None:
     print("fast" if executor else "docker-exec")
     sys.exit(0 if mode == "where" else 3)
 data = b'{"id":987654321}\n' * 4096 if mode == "unknown-id" else b"x" * 65536
-fd = os.open(f"/proc/{executor}/fd/1", os.O_WRONLY)
+fd = os.open(f"/proc/{executor}/fd/{2 if mode == 'stderr' else 1}", os.O_WRONLY)
 until = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < until:
     os.write(fd, data)
 """
-WHY = {"unknown-id": UNASKED, "oversized-line": OVERSIZED}
+WHY = {"unknown-id": UNASKED, "oversized-line": OVERSIZED, "stderr": STDERR_FLOOD}
 
 
 @pytest.mark.parametrize("mode", list(WHY))
-async def test_a_flood_on_the_executors_stdout_holds_no_loop_and_closes_its_session(
+async def test_a_flood_on_the_executors_stream_holds_no_loop_and_closes_its_session(
     tmp_path: Path, mode: str
 ) -> None:
     server = start_server(tmp_path / "state", **SERVER_ENV)

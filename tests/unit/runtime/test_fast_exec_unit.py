@@ -18,7 +18,7 @@ from base64 import b64decode, b64encode
 
 import pytest
 
-from app.runtime._executors import AGENT_ARGV, AGENT_SOURCE
+from app.runtime._executors import AGENT_ARGV, AGENT_SOURCE, _open_stream
 from app.runtime._jobs import CappedBuffer
 from app.runtime.executor import agent
 from app.runtime.fast_exec import (
@@ -26,9 +26,11 @@ from app.runtime.fast_exec import (
     EVENTS_PER_S,
     GARBLED,
     OVERSIZED,
+    START_TIMEOUT_S,
     STDERR_FLOOD,
     STDERR_MAX,
     UNASKED,
+    ExecutorLost,
     Session,
 )
 
@@ -265,6 +267,35 @@ async def test_a_stream_that_never_pauses_never_holds_the_loop() -> None:
     assert longest < flood_s / 3, f"the loop was held for {longest:.2f} s of a {flood_s} s flood"
     session.close("test")
     theirs.close()
+
+
+class _OneExec:
+    """The two engine calls ``_open_stream`` makes, over a socket pair."""
+
+    def __init__(self, ours: socket.socket) -> None:
+        self.ours = ours
+
+    def exec_create(self, *args: object, **kwargs: object) -> dict[str, str]:
+        return {"Id": "e"}
+
+    def exec_start(self, *args: object, **kwargs: object) -> socket.socket:
+        return self.ours
+
+
+def test_a_flood_before_the_ready_line_fails_the_start_at_once() -> None:
+    """The sandbox can write to a new executor's stdout before its ready line: what
+    comes first is bounded in bytes too (each read parsed it all again), not only by
+    the start's 15 s."""
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(_frame(b"x" * 65536) * 2)  # no newline, then silence
+        started = time.monotonic()
+        with pytest.raises(ExecutorLost, match="no ready line"):
+            _open_stream(_OneExec(ours), "c" * 64, "1000")  # type: ignore[arg-type]
+        assert time.monotonic() - started < START_TIMEOUT_S / 3
+    finally:
+        ours.close()
+        theirs.close()
 
 
 # -- the executor as a local process -----------------------------------------------------
