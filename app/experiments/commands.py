@@ -28,7 +28,7 @@ from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
 from app.runtime.backend import ExecResult, SandboxBackend
-from app.runtime.errors import RuntimeFailure
+from app.runtime.errors import ExecutorStopped, RuntimeFailure
 from app.storage.experiment_store import ExperimentRecords
 from jail.context import InThread
 
@@ -285,7 +285,11 @@ class CommandRunner:
         experiment itself is not at fault, so it goes back to READY (its container is
         started again once the engine is back: ``app.experiments.recovery``)."""
         now = self._clock()
-        if started_running:
+        if isinstance(exc, ExecutorStopped):
+            # Not the engine: the sandbox's executor, and the message says why.
+            status = "lost" if started_running else "failed"
+            reason = exc.message
+        elif started_running:
             status = "lost"
             reason = (
                 f"The Docker engine failed under it ({exc.code}: its container stopped or the "

@@ -37,7 +37,7 @@ from app.runtime._kill import TreeKiller
 from app.runtime._threads import Offload
 from app.runtime._upgraded import close_stream, exec_stream
 from app.runtime.backend import WORKSPACE, ExecResult
-from app.runtime.errors import ContainerGone, RuntimeUnavailable
+from app.runtime.errors import ContainerGone, ExecutorStopped, RuntimeUnavailable
 from app.runtime.fast_exec import ExecutorLost, Session
 
 log = structlog.get_logger(__name__)
@@ -231,7 +231,7 @@ class Executor:
                 await self._require_running(container_id)
                 if pending.error is not None:
                     raise RuntimeUnavailable(f"the command could not start: {pending.error}")
-                raise RuntimeUnavailable("the sandbox's command executor stopped under the job")
+                raise ExecutorStopped(session.why)
             exit_code, stdout, stderr = pending.result
             if job.reason is None and exit_code >= 128:
                 await self._require_running(container_id)  # as on the docker exec path

@@ -47,6 +47,7 @@ _BOOT: Final = (
 AGENT_ARGV: Final = [PYTHON, "-I", "-S", "-c", _BOOT, str(len(AGENT_SOURCE))]
 MAX_STARTS: Final = 5  # executors per container and process; then docker exec only
 HEALTHY_S: Final = 60.0  # an executor that lived this long gives back the starts
+_BEFORE_READY_MAX: Final = 64 * 1024  # the ready line is about 20 bytes
 
 
 def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[Any, bytes]:
@@ -76,7 +77,9 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
         stdout = bytearray()
         deadline = time.monotonic() + START_TIMEOUT_S
         while b"\n" not in stdout:
-            if time.monotonic() > deadline:
+            # The sandbox may write to the new executor's stdout and stderr before its
+            # ready line: bounded in time and bytes (each read parses what came anew).
+            if time.monotonic() > deadline or len(received) > _BEFORE_READY_MAX:
                 raise ExecutorLost("no ready line")
             chunk = sock.recv(65536)
             if not chunk:

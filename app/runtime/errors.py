@@ -10,6 +10,7 @@
           ├── GitSourceRefused     GIT_SOURCE_REFUSED
           ├── GitEgressDisabled    GIT_EGRESS_DISABLED
           ├── ContainerGone        CONTAINER_GONE
+          ├── ExecutorStopped      EXECUTOR_STOPPED
           └── RuntimeUnavailable   RUNTIME_UNAVAILABLE
 
 Docker SDK and ``requests`` errors are translated inside the backend with
@@ -32,6 +33,7 @@ RuntimeFailureCode = Literal[
     "GIT_SOURCE_REFUSED",
     "GIT_EGRESS_DISABLED",
     "CONTAINER_GONE",
+    "EXECUTOR_STOPPED",
     "RUNTIME_UNAVAILABLE",
 ]
 
@@ -162,6 +164,21 @@ class ContainerGone(RuntimeFailure):
             "the engine is back, so retry shortly; if it keeps failing, destroy the "
             "experiment and create it again.",
             container_id=container_id[:12],
+        )
+
+
+class ExecutorStopped(RuntimeFailure):
+    """The container's command executor (app.runtime.fast_exec) went away under a
+    command; ``why`` is one of that module's stable reasons."""
+
+    code = "EXECUTOR_STOPPED"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            f"The sandbox's command executor stopped under the command: {why}. The "
+            "command's process tree was killed and its result is lost; the sandbox's "
+            "commands go on through docker exec (slower, otherwise the same): run it again.",
+            reason=why,
         )
 
 

@@ -25,7 +25,8 @@ from docker_testkit import BACKEND_PREFIX, docker_client, new_workspace
 import app.runtime._executors as executors
 from app.runtime.backend import ContainerSpec, ExecResult, Limits
 from app.runtime.docker import DockerBackend
-from app.runtime.errors import RuntimeUnavailable
+from app.runtime.errors import ExecutorStopped
+from app.runtime.fast_exec import ENDED
 from pool.slots import SlotsAt
 
 pytestmark = pytest.mark.integration
@@ -169,8 +170,9 @@ async def test_an_executor_killed_by_the_sandbox_falls_back_and_comes_back(
     pid = await executor_pid(slow, container)
     killed = await run(slow, container, f"kill -KILL {pid}")  # the sandbox's own uid can
     assert killed.exit_code == 0, killed
-    with pytest.raises(RuntimeUnavailable, match="executor"):
+    with pytest.raises(ExecutorStopped) as stopped:
         await asyncio.wait_for(running, 60)
+    assert stopped.value.details["reason"] == ENDED
     # Its job did not run on unobserved (killed through docker exec)...
     assert await until_gone(slow, container) == []
     # ...the next command still runs (docker exec while a new executor starts)...

@@ -5,6 +5,7 @@ and the executor itself as a local process (run, announce, kill, end of stdin)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -13,14 +14,25 @@ import struct
 import subprocess
 import sys
 import time
-from base64 import b64decode
+from base64 import b64decode, b64encode
 
 import pytest
 
-from app.runtime._executors import AGENT_ARGV, AGENT_SOURCE
+from app.runtime._executors import AGENT_ARGV, AGENT_SOURCE, _open_stream
 from app.runtime._jobs import CappedBuffer
 from app.runtime.executor import agent
-from app.runtime.fast_exec import Session
+from app.runtime.fast_exec import (
+    _CHUNK,
+    EVENTS_PER_S,
+    GARBLED,
+    OVERSIZED,
+    START_TIMEOUT_S,
+    STDERR_FLOOD,
+    STDERR_MAX,
+    UNASKED,
+    ExecutorLost,
+    Session,
+)
 
 
 @pytest.mark.parametrize("cap", [0, 1, 7, 100, 4096])
@@ -79,8 +91,6 @@ async def test_answers_reach_their_request() -> None:
     pending = session.pending(request_id)
     await _answer(theirs, {"id": request_id, "pids": [10, 11]})
     assert pending.pids == (10, 11)
-    await _answer(theirs, {"id": 999, "code": 0, "out": ["", "", 0], "err": ["", "", 0]})
-    assert session.alive  # an answer to no request is ignored
     await _answer(theirs, {"id": request_id, "code": 3, "out": ["aGk=", "", 0], "err": ["", "", 0]})
     assert pending.result is not None
     code, out, err = pending.result
@@ -99,6 +109,8 @@ async def test_answers_reach_their_request() -> None:
         b'{"id": 1, "code": 0, "out": ["!!", "", 0], "err": ["", "", 0]}\n',
         b'{"id": 1, "code": 0, "out": ["' + b"QUFB" * 10 + b'", "", 0], "err": ["", "", 0]}\n',
         b"x" * 200_000,  # a line longer than the caps allow, never ended
+        b"[" * 60_000 + b"\n",  # nested past the decoder's recursion limit
+        b'{"pids": [10, 11]}\n',  # no id
     ],
 )
 async def test_a_garbled_or_forged_answer_drops_the_executor(forged: bytes) -> None:
@@ -111,7 +123,179 @@ async def test_a_garbled_or_forged_answer_drops_the_executor(forged: bytes) -> N
         await pending.done.wait()
     assert pending.result is None
     assert not session.alive
+    assert session.why in (GARBLED, OVERSIZED)
     theirs.close()
+
+
+# -- the stream is tenant input: answers owed, bounds, the loop never held ---------------
+
+
+def _code(request_id: int) -> dict[str, object]:
+    return {"id": request_id, "code": 0, "out": ["", "", 0], "err": ["", "", 0]}
+
+
+@pytest.mark.parametrize(
+    "unasked",
+    [
+        [{"id": 987654321}],  # an id never issued (issue 23's flood, its first line)
+        [{"id": 0, "killed": True}],
+        [{"id": "{request}", "killed": True}],  # no kill was asked
+        [{"id": "{request}", "pids": [10, 11]}, {"id": "{request}", "pids": [10, 11]}],
+        ["{code}", "{code}"],  # a second end
+    ],
+    ids=["never-issued", "id-zero", "unasked-kill", "second-pids", "second-end"],
+)
+async def test_an_answer_never_asked_for_closes_the_session(unasked: list[object]) -> None:
+    session, theirs = await _session()
+    request_id = await session.submit(["true"], None, 16)
+    theirs.recv(65536)
+    pending = session.pending(request_id)
+    other = await session.submit(["sleep", "9"], None, 16)  # still running: lost with it
+    theirs.recv(65536)
+    for message in unasked:
+        text = json.dumps(message).replace('"{request}"', str(request_id))
+        text = text.replace('"{code}"', json.dumps(_code(request_id)))
+        theirs.sendall(_frame(text.encode() + b"\n"))
+    async with asyncio.timeout(5):
+        await session.pending(other).done.wait()
+    assert not session.alive
+    assert session.why == UNASKED
+    assert session.pending(other).result is None
+    del pending
+    theirs.close()
+
+
+async def test_answers_owed_to_a_forgotten_request_are_taken_once_each() -> None:
+    """A job given up on (a timeout whose kill the executor answered late) still gets
+    its announcement, its end (as long as its caps allow) and its kill's answer; one
+    more is a broken stream."""
+    session, theirs = await _session()
+    request_id = await session.submit(["true"], None, 65536)
+    theirs.recv(65536)
+    killing = asyncio.create_task(session.kill(request_id))
+    await asyncio.sleep(0.05)
+    assert json.loads(theirs.recv(65536)) == {"op": "kill", "id": request_id}
+    session.forget(request_id)
+    full = [b64encode(b"h" * 16384).decode(), b64encode(b"t" * 49152).decode(), 5]
+    await _answer(theirs, {"id": request_id, "pids": [10, 11]})
+    assert session.alive
+    # Its end, in frames of 16 KiB as the engine cuts them: a line of several chunks.
+    end = (json.dumps({"id": request_id, "code": 0, "out": full, "err": full}) + "\n").encode()
+    theirs.sendall(b"".join(_frame(end[i : i + 16384]) for i in range(0, len(end), 16384)))
+    await asyncio.sleep(0.2)
+    assert session.alive, session.why
+    await _answer(theirs, {"id": request_id, "killed": True})
+    assert session.alive
+    killing.cancel()
+    await _answer(theirs, {"id": request_id, "killed": True})
+    assert not session.alive
+    assert session.why == UNASKED
+    theirs.close()
+
+
+async def test_a_flood_of_stderr_past_its_bound_closes_the_session() -> None:
+    session, theirs = await _session()
+    request_id = await session.submit(["true"], None, 16)
+    theirs.recv(65536)
+    theirs.sendall(_frame(b"e" * 1000, kind=2) * (STDERR_MAX // 1000 + 1))
+    async with asyncio.timeout(5):
+        await session.pending(request_id).done.wait()
+    assert not session.alive
+    assert session.why == STDERR_FLOOD
+    theirs.close()
+
+
+async def test_a_stream_past_its_rate_is_read_more_slowly() -> None:
+    """Frames past ``EVENTS_PER_S`` wait their turn: the answer behind five seconds'
+    worth of one-byte frames is read no sooner than their excess over a second's
+    burst allows (less the last chunk, read before its wait)."""
+    session, theirs = await _session()
+    request_id = await session.submit(["true"], None, 16)
+    theirs.recv(65536)
+    frames = 5 * EVENTS_PER_S
+    flood = _frame(b"e", kind=2) * frames + _frame(b'{"id": 1, "pids": [10, 11]}\n')
+    started = time.monotonic()
+    sender = asyncio.create_task(asyncio.to_thread(theirs.sendall, flood))
+    async with asyncio.timeout(30):
+        await session.pending(request_id).announced.wait()
+    took = time.monotonic() - started
+    await sender
+    print(f"\n{frames} frames and an answer read in {took:.2f} s at {EVENTS_PER_S}/s")
+    assert session.alive
+    last_chunk = _CHUNK // len(_frame(b"e", kind=2))
+    assert took >= (frames - EVENTS_PER_S - last_chunk) / EVENTS_PER_S
+    session.close("test")
+    theirs.close()
+
+
+async def test_a_stream_that_never_pauses_never_holds_the_loop() -> None:
+    """Issue 23: ``sock_recv`` returns without suspending while data waits, so a
+    stream that stays full ran its reader alone on the loop. A writer keeps it full
+    (one-byte frames of an answer that never ends, within the caps); meanwhile the
+    loop's other tasks must keep running: measured as the longest gap of a ticker
+    that wants to run every 10 ms, against the flood's length."""
+    session, theirs = await _session()
+    await session.submit(["true"], None, 8 << 20)  # caps that allow a long line
+    theirs.recv(65536)
+    chunk = _frame(b"x") * 4096
+    flood_s = 3.0
+
+    def flood() -> int:
+        sent, until = 0, time.monotonic() + flood_s
+        with contextlib.suppress(OSError):
+            while time.monotonic() < until:
+                theirs.sendall(chunk)
+                sent += len(chunk)
+        return sent
+
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    sent = await asyncio.to_thread(flood)
+    ticker.cancel()
+    longest = max(gaps, default=flood_s)
+    print(f"\n{sent} bytes flooded in {flood_s} s; {len(gaps)} ticks, longest gap {longest:.3f} s")
+    assert len(gaps) >= 10, gaps
+    assert longest < flood_s / 3, f"the loop was held for {longest:.2f} s of a {flood_s} s flood"
+    session.close("test")
+    theirs.close()
+
+
+class _OneExec:
+    """The two engine calls ``_open_stream`` makes, over a socket pair."""
+
+    def __init__(self, ours: socket.socket) -> None:
+        self.ours = ours
+
+    def exec_create(self, *args: object, **kwargs: object) -> dict[str, str]:
+        return {"Id": "e"}
+
+    def exec_start(self, *args: object, **kwargs: object) -> socket.socket:
+        return self.ours
+
+
+def test_a_flood_before_the_ready_line_fails_the_start_at_once() -> None:
+    """The sandbox can write to a new executor's stdout before its ready line: what
+    comes first is bounded in bytes too (each read parsed it all again), not only by
+    the start's 15 s."""
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(_frame(b"x" * 65536) * 2)  # no newline, then silence
+        started = time.monotonic()
+        with pytest.raises(ExecutorLost, match="no ready line"):
+            _open_stream(_OneExec(ours), "c" * 64, "1000")  # type: ignore[arg-type]
+        assert time.monotonic() - started < START_TIMEOUT_S / 3
+    finally:
+        ours.close()
+        theirs.close()
 
 
 # -- the executor as a local process -----------------------------------------------------
