@@ -19,9 +19,11 @@ shared by every server process.
   twice (an earlier cap, never a later one).
 * **The log does not pile up** (it is in /run): it is moved aside and reopened
   once its counted part is past ``rotate_bytes`` (:mod:`app.runtime.egress_log`).
-* **The connection limit** (:mod:`app.runtime.egress_connlimit`): the addresses the
-  firewall refused since the last read are counted as one refusal each, told like
-  Squid's.
+* **The connection limits** (:mod:`app.runtime.egress_connlimit`, per container;
+  :mod:`app.runtime.egress_bounds`, per sandbox and per sign-in address): the
+  addresses the firewall refused since the last read are counted as one refusal
+  each, told like Squid's. The bounds' maps (address -> sandbox, sign-in address)
+  are written with the ACL state, from the same scan.
 * **During a transfer.** Every poll the process running Squid adds the bytes of the
   connections still open (the kernel's count, :mod:`app.runtime.egress_sockets`) to
   the recorded total; once the cap is reached the experiment is recorded capped,
@@ -50,6 +52,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from app.errors import DatabaseUnavailable
+from app.runtime.egress_bounds import Bounds, write_maps
 from app.runtime.egress_log import read_since, rotate
 from app.runtime.egress_sockets import cut, live_bytes, open_connections
 from app.runtime.egress_squid import FolderLock, SquidFolder
@@ -99,10 +102,12 @@ class EgressMeter:
         on_bytes: Callable[[int], None] = lambda size: None,
         rotate_bytes: int = ROTATE_BYTES,
         limit_list: str = "",
+        bounds: tuple[str, Bounds] | None = None,
     ) -> None:
         self.folder = folder
         self.rotate_bytes = rotate_bytes
         self.limit_list = limit_list  # the firewall's xt_recent list (egress_connlimit)
+        self.bounds = bounds  # egress_bounds' table and its bounds (None: not bounded)
         self.lock = FolderLock(folder.lock)
         self.max_bytes = max_bytes
         self._records = records
@@ -149,6 +154,8 @@ class EgressMeter:
             for c in found
         }
         await asyncio.to_thread(self.folder.write_state, state)
+        if self.bounds is not None:
+            await asyncio.to_thread(write_maps, self.bounds[0], found)
 
     # -- the log ----------------------------------------------------------------------
 
@@ -171,6 +178,7 @@ class EgressMeter:
             clients,
             self.limit_list,
             self.proxy,
+            self.bounds,
         )
         done = read.done
         if read.end == offset and aside is None and not read.limited:

@@ -23,6 +23,8 @@ The layout, and why it is the simplest safe one:
   experiment's next command result; bytes are counted in ``/metrics`` and against
   its cap, recorded in the database and enforced while a transfer runs
   (:mod:`app.runtime.egress_meter`).
+* Squid's descriptors are set before it starts and bound the connections each
+  sandbox and each sign-in address may hold (:mod:`app.runtime.egress_bounds`).
 
 Several processes (``serve --workers N``): one address, so one Squid, run by the
 process elected (:mod:`app.runtime.egress_owner`). Every process creates restricted
@@ -52,6 +54,7 @@ import docker
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
+from app.runtime.egress_bounds import Bounds, install_bounds, remove_bounds, size_bounds
 from app.runtime.egress_meter import POLL_S, ROTATE_BYTES, EgressMeter, UsageRecords, describe
 from app.runtime.egress_network import (
     ensure_network,
@@ -70,6 +73,7 @@ from pool.watchdog import Leadership, SoleWatchdog
 log = structlog.get_logger(__name__)
 
 ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's list
+SIGNIN_LABEL: Final = "signin"  # <prefix>.signin: its sandbox's sign-in address, hashed
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,17 @@ class EgressConfig:
     test_hosts: tuple[tuple[str, str], ...] = ()  # test-only: (name, address) for Squid
     label_prefix: str = "io.sandbox-mcp"
     log_rotate_bytes: int = ROTATE_BYTES  # counted log kept before it is moved aside
+    descriptors: int = 65536  # Squid's RLIMIT_NOFILE
+    slots: int = 500  # the pool's: a sandbox's connection share is one slot's
+    address_shares: int = 4  # sandboxes' shares one sign-in address may hold
+
+    @property
+    def bounds(self) -> Bounds:
+        return size_bounds(self.descriptors, self.slots, self.address_shares)
+
+    @property
+    def table(self) -> str:
+        return f"smcp_egress_{self._tag}"  # egress_bounds' nftables table
 
     @property
     def network(self) -> str:
@@ -227,18 +242,23 @@ class EgressProxy:
             on_bytes=self._on_bytes,
             rotate_bytes=self.config.log_rotate_bytes,
             limit_list=self.config.chain,  # the firewall's list of who the limit refused
+            bounds=(self.config.table, self.config.bounds),
         )
         async with meter.lock:
             self._gateway = await asyncio.to_thread(self._prepare)
         meter.proxy = (self._gateway, self.config.port)
         self._meter = meter
+        bounds = self.config.bounds
         log_fields = {
             "proxy": self.proxy_url,
             "network": self.network,
             "allowlist": len(self.config.ceiling),
+            "descriptors": bounds.descriptors,
+            "connections_per_sandbox": bounds.per_sandbox,
+            "connections_per_address": bounds.per_address,
         }
         site = self._site = SquidSite(
-            squid, self._folder, self._gateway, self.config.port, log_fields
+            squid, self._folder, self._gateway, self.config.port, bounds.descriptors, log_fields
         )
         # Containers that outlived a restart keep their lists, their counts and caps.
         await meter.refresh_state()
@@ -325,12 +345,14 @@ class EgressProxy:
         labels = {f"{config.label_prefix}.role": "egress-restricted"}
         gateway = ensure_network(api, config.network, config.bridge, labels)
         install_firewall(config.bridge, config.chain, gateway, config.port)
+        install_bounds(config.table, config.bridge, gateway, config.port, config.bounds)
         make_folder(
             self._folder.root,
             listen=f"{gateway}:{config.port}",
             ceiling=config.ceiling,
             not_public=not_public_ranges(host_addresses()),
             test_hosts=config.test_hosts,
+            descriptors=config.descriptors,
         )
         return gateway
 
@@ -339,6 +361,7 @@ class EgressProxy:
         assert self._docker is not None
         config = self.config
         if remove_if_unused(self._docker.api, config.network, config.bridge, config.chain):
+            remove_bounds(config.table)
             self._folder.remove()
 
     def _scan(self) -> list[Client]:
@@ -359,6 +382,13 @@ class EgressProxy:
                 if n and matches(n.lstrip("."), self.config.ceiling)
             )
             found.append(
-                Client(str(info["Id"]), address, allow, labels.get(f"{prefix}.experiment", ""))
+                Client(
+                    str(info["Id"]),
+                    address,
+                    allow,
+                    labels.get(f"{prefix}.experiment", ""),
+                    sandbox=labels.get(f"{prefix}.sandbox", ""),
+                    signin=labels.get(f"{prefix}.{SIGNIN_LABEL}", ""),
+                )
             )
         return found

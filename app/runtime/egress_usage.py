@@ -40,6 +40,14 @@ REASONS: Final = {
     "connections": f"the per-experiment connection limit was reached ({MAX_CONNECTIONS} "
     "connections open to the proxy at once): further connections were refused until some "
     "close",
+    # The proxy is shared: its connections are bounded per sandbox and per sign-in
+    # address too (egress_bounds), each with the number of the bound.
+    "sandbox_connections": "this sandbox's connection limit was reached ({limit} "
+    "connections open to the proxy at once by all of its experiments): further "
+    "connections were refused until some close",
+    "address_connections": "the connection limit of your sign-in address was reached ({limit} "
+    "connections open to the proxy at once by all sandboxes signed in from it): further "
+    "connections were refused until some close",
 }
 
 
@@ -96,6 +104,8 @@ class Client:
     allow: tuple[str, ...]
     experiment_id: str = ""
     blocked: bool = False
+    sandbox: str = ""  # its sandbox's label (egress_bounds groups by it)
+    signin: str = ""  # its sign-in address's label ("": none known)
 
     def entry(self) -> dict[str, Any]:
         return {
@@ -103,6 +113,8 @@ class Client:
             "blocked": self.blocked,
             "container": self.container_id,
             "experiment": self.experiment_id,
+            "sandbox": self.sandbox,
+            "signin": self.signin,
         }
 
     @classmethod
@@ -113,6 +125,8 @@ class Client:
             tuple(str(n) for n in entry.get("allow") or ()),
             str(entry.get("experiment", "")),
             bool(entry.get("blocked")),
+            str(entry.get("sandbox", "")),
+            str(entry.get("signin", "")),
         )
 
 
@@ -130,10 +144,11 @@ class Refusal:
     client: Client
     line: LogLine
     reason: str  # a key of REASONS
+    limit: int = 0  # the bound that refused it, for the text
 
     @property
     def text(self) -> str:
-        return f"{self.line.host}:{self.line.port}: {REASONS[self.reason]}"
+        return f"{self.line.host}:{self.line.port}: {REASONS[self.reason].format(limit=self.limit)}"
 
 
 @dataclass
@@ -183,12 +198,15 @@ def account_limited(
     clients: Mapping[str, Client],
     proxy: tuple[str, int],
     into: Accounted,
+    reason: str = "connections",
+    limit: int = 0,
 ) -> None:
-    """Add the addresses the connection limit refused (``egress_connlimit``) to
-    ``into``, as one refusal each (the kernel does not log them one by one)."""
+    """Add the addresses a connection limit refused (``egress_connlimit``, or the
+    ``reason`` bound of ``egress_bounds``) to ``into``, as one refusal each (the
+    kernel does not log them one by one)."""
     host, port = proxy
     for address in addresses:
-        into.reasons.append("connections")
+        into.reasons.append(reason)
         client = clients.get(address)
         if client is None:
             continue
@@ -197,7 +215,7 @@ def account_limited(
         if into.listed[client.container_id] < MAX_PENDING:
             into.listed[client.container_id] += 1
             line = LogLine(address, True, 0, "CONNECT", host, port)
-            into.refusals.append(Refusal(client, line, "connections"))
+            into.refusals.append(Refusal(client, line, reason, limit))
 
 
 def open_bytes(

@@ -64,6 +64,26 @@ class EgressSettings(Group):
             "log is moved aside, its rest counted, and removed."
         ),
     )
+    proxy_descriptors: int = Field(
+        default=65536,
+        ge=1024,
+        le=1_048_576,
+        alias="egress_proxy_descriptors",
+        description=(
+            "Open files the proxy (Squid) runs with (its RLIMIT_NOFILE, set before it "
+            "starts); its connections are shared out per sandbox and per address from it."
+        ),
+    )
+    address_shares: int = Field(
+        default=4,
+        ge=1,
+        le=10_000,
+        alias="egress_address_shares",
+        description=(
+            "How many sandboxes' connection shares of the proxy one sign-in address holds "
+            "at most, however many sandboxes it signed in."
+        ),
+    )
     test_hosts: str = Field(
         default="",
         alias="egress_test_hosts",
@@ -95,7 +115,9 @@ class EgressSettings(Group):
         """create_experiment may clone a repository over the network."""
         return self.allow_git or self.proxy
 
-    def proxy_config(self, *, deployment: str, label_prefix: str) -> EgressConfig | None:
+    def proxy_config(
+        self, *, deployment: str, label_prefix: str, slots: int
+    ) -> EgressConfig | None:
         """The proxy's configuration, when the operator offers network "restricted"."""
         if not self.proxy:
             return None
@@ -109,4 +131,7 @@ class EgressSettings(Group):
             test_hosts=self.test_host_pairs,
             label_prefix=label_prefix,
             log_rotate_bytes=self.log_rotate_bytes,
+            descriptors=self.proxy_descriptors,
+            slots=slots,
+            address_shares=self.address_shares,
         )

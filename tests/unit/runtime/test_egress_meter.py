@@ -122,6 +122,8 @@ async def test_the_log_reaching_the_cap_blocks_records_and_cuts(
         "blocked": True,
         "container": "c1",
         "experiment": "exp_1",
+        "sandbox": "",
+        "signin": "",
     }
     assert meter.folder.read_state()["172.30.0.3"]["blocked"] is False
     assert cuts == ["172.30.0.2"]
