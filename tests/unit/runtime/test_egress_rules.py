@@ -104,6 +104,11 @@ def test_squid_refuses_by_default_and_checks_addresses_after_the_names(tmp_path:
     lines = conf.splitlines()
     access = [line for line in lines if line.startswith("http_access")]
     assert access == [
+        # What Squid would answer itself (its manager, internal pages, TRACE, OPTIONS).
+        "http_access deny manager",
+        "http_access deny cache_object",
+        "http_access deny squid_internal",
+        "http_access deny self_answered",
         "http_access deny CONNECT !https_port",
         "http_access deny !CONNECT !http_port",
         "http_access deny !ceiling",
