@@ -54,7 +54,7 @@ import docker
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
-from app.runtime.egress_bounds import Bounds, install_bounds, remove_bounds, size_bounds
+from app.runtime.egress_bounds import install_bounds, remove_bounds, size_bounds
 from app.runtime.egress_meter import POLL_S, ROTATE_BYTES, EgressMeter, UsageRecords, describe
 from app.runtime.egress_network import (
     ensure_network,
@@ -64,7 +64,12 @@ from app.runtime.egress_network import (
 )
 from app.runtime.egress_owner import SquidOwner, SquidSite
 from app.runtime.egress_rules import clamp_allowlist, matches, not_public_ranges
-from app.runtime.egress_squid import SquidFolder, folder_root, make_folder
+from app.runtime.egress_squid import (
+    SquidFolder,
+    folder_root,
+    make_folder,
+    reachable_descriptors,
+)
 from app.runtime.egress_usage import Client
 from app.storage.egress_store import Usage
 from pool.background import cancel_and_wait
@@ -86,13 +91,9 @@ class EgressConfig:
     test_hosts: tuple[tuple[str, str], ...] = ()  # test-only: (name, address) for Squid
     label_prefix: str = "io.sandbox-mcp"
     log_rotate_bytes: int = ROTATE_BYTES  # counted log kept before it is moved aside
-    descriptors: int = 65536  # Squid's RLIMIT_NOFILE
+    descriptors: int = 65536  # Squid's RLIMIT_NOFILE, asked (egress_squid.reachable_descriptors)
     slots: int = 500  # the pool's: a sandbox's connection share is one slot's
     address_shares: int = 4  # sandboxes' shares one sign-in address may hold
-
-    @property
-    def bounds(self) -> Bounds:
-        return size_bounds(self.descriptors, self.slots, self.address_shares)
 
     @property
     def table(self) -> str:
@@ -156,6 +157,7 @@ class EgressProxy:
         self._meter: EgressMeter | None = None
         self._site: SquidSite | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._bounds = size_bounds(config.descriptors, config.slots, config.address_shares)
 
     # -- what experiments see ---------------------------------------------------------
 
@@ -233,6 +235,16 @@ class EgressProxy:
             )
         self._docker = self._client_factory()
         await asyncio.to_thread(self._folder.root.mkdir, mode=0o755, parents=True, exist_ok=True)
+        config = self.config
+        descriptors = reachable_descriptors(config.descriptors)
+        if descriptors < config.descriptors:
+            log.warning(
+                "egress.descriptors_limited",
+                asked=config.descriptors,
+                got=descriptors,
+                reason="the server's hard RLIMIT_NOFILE, without CAP_SYS_RESOURCE to raise it",
+            )
+        bounds = self._bounds = size_bounds(descriptors, config.slots, config.address_shares)
         meter = EgressMeter(
             self._folder,
             self._usage,
@@ -242,17 +254,17 @@ class EgressProxy:
             on_bytes=self._on_bytes,
             rotate_bytes=self.config.log_rotate_bytes,
             limit_list=self.config.chain,  # the firewall's list of who the limit refused
-            bounds=(self.config.table, self.config.bounds),
+            bounds=(config.table, bounds),
         )
         async with meter.lock:
             self._gateway = await asyncio.to_thread(self._prepare)
         meter.proxy = (self._gateway, self.config.port)
         self._meter = meter
-        bounds = self.config.bounds
         log_fields = {
             "proxy": self.proxy_url,
             "network": self.network,
             "allowlist": len(self.config.ceiling),
+            "descriptors_asked": config.descriptors,
             "descriptors": bounds.descriptors,
             "connections_per_sandbox": bounds.per_sandbox,
             "connections_per_address": bounds.per_address,
@@ -345,14 +357,14 @@ class EgressProxy:
         labels = {f"{config.label_prefix}.role": "egress-restricted"}
         gateway = ensure_network(api, config.network, config.bridge, labels)
         install_firewall(config.bridge, config.chain, gateway, config.port)
-        install_bounds(config.table, config.bridge, gateway, config.port, config.bounds)
+        install_bounds(config.table, config.bridge, gateway, config.port, self._bounds)
         make_folder(
             self._folder.root,
             listen=f"{gateway}:{config.port}",
             ceiling=config.ceiling,
             not_public=not_public_ranges(host_addresses()),
             test_hosts=config.test_hosts,
-            descriptors=config.descriptors,
+            descriptors=self._bounds.descriptors,
         )
         return gateway
 

@@ -273,9 +273,8 @@ class SquidProcess:
             got = open_files_limit(self._process.pid)
             if got != descriptors:
                 raise ConfigurationError(
-                    f"Squid runs with {got} descriptors, not the {descriptors} asked "
-                    "(SANDBOX_MCP_EGRESS_PROXY_DESCRIPTORS): the server needs "
-                    "CAP_SYS_RESOURCE, or a value within its hard limit."
+                    f"Squid runs with {got} descriptors, not the {descriptors} its "
+                    "connection bounds were sized for."
                 )
         except BaseException:
             self._process.kill()
@@ -326,6 +325,20 @@ def _system_python() -> str:
     return shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 
 
+def reachable_descriptors(asked: int) -> int:
+    """The descriptors Squid can be started with: ``asked``, if this process's hard
+    limit allows it or can be raised to it (``CAP_SYS_RESOURCE``, up to
+    ``fs.nr_open``), else that hard limit (what Squid would get anyway)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= asked:
+        return asked
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, asked))  # only the hard one
+    except (OSError, ValueError):
+        return int(hard)
+    return asked
+
+
 def open_files_limit(pid: int) -> int | None:
     """The soft ``Max open files`` of process ``pid`` (/proc/<pid>/limits); None if gone."""
     try:
@@ -340,8 +353,9 @@ def open_files_limit(pid: int) -> int | None:
 
 
 def _prepare_child(descriptors: int) -> None:
-    """In the child, before exec: its descriptors (soft = hard: the server is root and
-    may raise the hard limit; failing, the check after the start says so), and SIGTERM
+    """In the child, before exec: its descriptors (soft = hard, as
+    :func:`reachable_descriptors` found them; failing, the check after the start
+    says so), and SIGTERM
     when the server dies (until Squid changes to its user, which clears it: see the
     module doc)."""
     with contextlib.suppress(OSError, ValueError):
