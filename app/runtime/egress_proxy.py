@@ -86,6 +86,7 @@ class EgressConfig:
     ceiling: tuple[str, ...]
     max_bytes: int  # per experiment
     deployment: str
+    day_bytes: int | None = None  # per sandbox and day (UTC)
     port: int = 3128
     squid: str = "squid"
     test_hosts: tuple[tuple[str, str], ...] = ()  # test-only: (name, address) for Squid
@@ -249,6 +250,7 @@ class EgressProxy:
             self._folder,
             self._usage,
             max_bytes=self.config.max_bytes,
+            day_bytes=self.config.day_bytes,
             scan=self._scan,
             on_refused=self._on_refused,
             on_bytes=self._on_bytes,

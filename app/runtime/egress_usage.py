@@ -17,7 +17,7 @@ transfer before it ends.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +29,7 @@ from app.runtime.egress_rules import HTTP_PORT, HTTPS_PORT, matches
 MAX_PENDING: Final = 20  # refusals listed per container until its next result
 READ_CHUNK: Final = 4 * 1024 * 1024  # of the log, per read
 CAP_CODE: Final = "EGRESS_CAP_REACHED"  # stable: the agent (and its tools) may match it
+BUDGET_CODE: Final = "EGRESS_BUDGET_REACHED"  # likewise: the sandbox's daily budget
 
 # Why a request was refused (the metrics label) and what the agent is told.
 REASONS: Final = {
@@ -36,7 +37,7 @@ REASONS: Final = {
     "not_public": "it resolves to an address that is not public (loopback, private, "
     "link-local or metadata, shared, or this server)",
     "port": "only https on port 443 and http on port 80 go through the proxy",
-    "cap": "this experiment has used its egress byte cap",
+    "cap": "this experiment has used its egress byte cap, or its sandbox its daily egress budget",
     "connections": f"the per-experiment connection limit was reached ({MAX_CONNECTIONS} "
     "connections open to the proxy at once): further connections were refused until some "
     "close",
@@ -156,6 +157,7 @@ class Accounted:
     """What some log lines moved and refused, per experiment."""
 
     moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    sandboxes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # moved, by label
     refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refusals: list[Refusal] = field(default_factory=list)  # at most MAX_PENDING a container
     by_connection: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -184,6 +186,8 @@ def account(
             done.reasons.append(reason)
         if client is None:
             continue
+        if client.sandbox:  # a clone helper's too: the daily budget is the sandbox's
+            done.sandboxes[client.sandbox] += line.bytes
         if client.experiment_id:  # a clone helper has none: its refusals are told only
             done.moved[client.experiment_id] += line.bytes
             done.refused[client.experiment_id] += int(line.denied)
@@ -219,23 +223,34 @@ def account_limited(
 
 
 def open_bytes(
-    live: Mapping[str, int], logged: Mapping[str, int], clients: Mapping[str, Client]
+    live: Mapping[str, int],
+    logged: Mapping[str, int],
+    clients: Mapping[str, Client],
+    by: Callable[[Client], str] = lambda client: client.experiment_id,
 ) -> dict[str, int]:
     """Bytes of the open connections (``live``: by client end ``address:port``) not in
     the log yet (``logged``: what kept-alive http connections logged so far), per
-    experiment."""
+    experiment (``by``: per sandbox, with ``lambda c: c.sandbox``)."""
     found: dict[str, int] = defaultdict(int)
     for connection, moved in live.items():
         client = clients.get(connection.rpartition(":")[0])
-        if client is not None and client.experiment_id:
-            found[client.experiment_id] += max(0, moved - logged.get(connection, 0))
+        if client is not None and by(client):
+            found[by(client)] += max(0, moved - logged.get(connection, 0))
     return dict(found)
 
 
 def notice_text(
-    refused: list[str], more: int, *, capped: bool, allow: tuple[str, ...], max_bytes: int
+    refused: list[str],
+    more: int,
+    *,
+    capped: bool,
+    allow: tuple[str, ...],
+    max_bytes: int,
+    budget: bool = False,
+    day_bytes: int = 0,
 ) -> str:
-    """What a command's result is told: the refusals (``more``: not listed), the cap."""
+    """What a command's result is told: the refusals (``more``: not listed), the cap,
+    the sandbox's daily budget."""
     text = ""
     if refused:
         listed = ", ".join(allow) or "(nothing)"
@@ -257,6 +272,14 @@ def notice_text(
             "in progress ends early) and refuses further ones. Its files stay; more egress "
             "needs another experiment (each has its own cap, "
             "SANDBOX_MCP_EGRESS_MAX_BYTES).\n"
+        )
+    if budget:
+        text += (
+            f"\n[sandbox-mcp] {BUDGET_CODE}: this sandbox's daily egress budget "
+            f"({day_bytes:,} bytes, all its experiments together, "
+            "SANDBOX_MCP_EGRESS_SANDBOX_BYTES_PER_DAY) is used up: the proxy cut its open "
+            "connections and refuses further ones, in every experiment of this sandbox, "
+            "until 00:00 UTC. Files stay; work that needs no network goes on.\n"
         )
     return text
 

@@ -48,6 +48,15 @@ class EgressSettings(Group):
         alias="egress_max_bytes",
         description="Bytes one restricted experiment may move through the proxy (both ways).",
     )
+    sandbox_bytes_per_day: int = Field(
+        default=10 * 1024**3,
+        ge=1024**2,
+        alias="egress_sandbox_bytes_per_day",
+        description=(
+            "Bytes one sandbox may move through the proxy in a day (UTC), all its "
+            "restricted experiments together, beside each experiment's cap."
+        ),
+    )
     proxy_port: int = Field(
         default=3128,
         ge=1,
@@ -126,6 +135,7 @@ class EgressSettings(Group):
         return EgressConfig(
             ceiling=self.ceiling,
             max_bytes=self.max_bytes,
+            day_bytes=self.sandbox_bytes_per_day,
             deployment=deployment,
             port=self.proxy_port,
             test_hosts=self.test_host_pairs,

@@ -4,7 +4,8 @@ the descriptors the server asked, and no few tenants take its connections.
 The real server over HTTP, real Docker, real Squid, the real firewall (iptables and
 nftables); the outside world is ``egress_testkit``'s registry. The server starts with
 a soft limit of 1,024 descriptors and a hard one of 4,096 (as a service manager would
-give it) and asks Squid for 4,096;
+give it) and asks Squid for 2,048 (which Squid alone would not get: it takes the hard
+limit it inherits whatever its configuration says);
 users sign in through the server's trusted proxy (loopback), which names their
 address in ``X-Forwarded-For``, so one test holds several sandboxes of one address.
 """
@@ -21,7 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
-from egress_testkit import OutsideWorld, remove_restricted_network
+from egress_testkit import BIG_BYTES, BIG_FILE, FETCH, OutsideWorld, remove_restricted_network
 from mcp_http import run_command, tool
 from oauth_browser import new_users
 
@@ -29,9 +30,9 @@ from app.runtime.egress_connlimit import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.e2e
 
-DESCRIPTORS = 4096  # asked for Squid: more than the server's own soft limit
+DESCRIPTORS = 2048  # asked for Squid: above the server's soft limit, under its hard one
 SERVER_NOFILE = (1024, 4096)
-SLOTS = 32  # a sandbox's share: (4096 - 256) // 2 // 32 = 60 connections
+SLOTS = 16  # a sandbox's share: (2048 - 256) // 2 // 16 = 56 connections
 ADDRESS_SHARES = 2  # an address: two sandboxes' shares
 HOSTILE, HONEST = "198.51.100.7", "203.0.113.9"
 
@@ -59,7 +60,10 @@ print("squid-error", next((l for l in lines if l.lower().startswith("x-squid-err
 print("manager-says", b"FD desc" in body or b"Squid Object Cache" in body)
 EOF"""
 # (OPTIONS with Max-Forwards: 0 is answered before the access rules, with Squid's
-# fixed 501 "unsupported request" page and nothing of anyone: not listed.)
+# fixed 501 "unsupported request" page and nothing of anyone: not listed.) Before
+# the manager rule, cache_object_info (its port), internal_mgr_of_the_proxy,
+# connect_to_the_proxy and internal_static_absolute_url (rewritten to Squid's own
+# name) were refused by the port and name rules already; they stay as guards.
 FORMS = {
     "cache_object_url": "GET cache_object://pypi.org:80/active_requests HTTP/1.1\r\n"
     "Host: pypi.org\r\nConnection: close\r\n\r\n",
@@ -98,14 +102,9 @@ for _ in range(200):
 open("held", "w").write(str(len(held)))
 time.sleep({HOLD_S})
 EOF"""
-FETCH = """python3 - <<'EOF'
-import urllib.request
-try:
-    urllib.request.urlopen("https://pypi.org/simple/tinypkg/", timeout=20).read()
-    print("reached")
-except Exception as exc:
-    print("failed", exc)
-EOF"""
+INDEX = "https://pypi.org/simple/tinypkg/"
+BIG = f"https://files.pythonhosted.org/packages/{BIG_FILE}"
+DAY_BYTES = 2 * 1024**2  # a sandbox's daily budget here: one big download, not two
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +115,12 @@ def server(
         tmp_path_factory.mktemp("shared-proxy") / "state",
         nofile=SERVER_NOFILE,
         SANDBOX_MCP_AUTH="oauth",
-        **world.server_env(),
+        **{
+            **world.server_env(),
+            "SANDBOX_MCP_EGRESS_ALLOWLIST": "pypi.org,files.pythonhosted.org",
+        },
+        SANDBOX_MCP_EGRESS_SANDBOX_BYTES_PER_DAY=str(DAY_BYTES),
+        SANDBOX_MCP_MAX_EXPERIMENTS="4",
         SANDBOX_MCP_POOL_SIZE=str(SLOTS),
         SANDBOX_MCP_QUEUE_WAIT_S="0",
         SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
@@ -148,13 +152,16 @@ async def users_from(server: RunningServer, address: str, count: int) -> list[st
         return await new_users(http, server.base_url, count)
 
 
-async def restricted(http: httpx2.AsyncClient, server: RunningServer, token: str) -> str:
+async def restricted(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, *names: str
+) -> str:
+    allow = list(names or ("pypi.org",))
     made = await tool(
         http,
         server,
         token,
         "create_experiment",
-        {"network": "restricted", "egress_allowlist": ["pypi.org"]},
+        {"network": "restricted", "egress_allowlist": allow},
     )
     assert not made["is_error"], made
     return str(made["experiment_id"])
@@ -230,10 +237,10 @@ async def test_one_address_holds_its_share_however_many_sandboxes_and_is_told(
         f"an address; Squid serves {(DESCRIPTORS - 256) // 2})"
     )
 
-    during = await run_command(http, server, alice, ours, FETCH)
+    during = await run_command(http, server, alice, ours, FETCH.format(urls=[INDEX]))
     for token, job_id in zip(mallory, jobs, strict=True):
         await tool(http, server, token, "cancel_job", {"job_id": job_id})
-    assert during["stdout"].strip() == "reached", during
+    assert during["stdout"].strip() == f"reached {INDEX}", during
     assert held == [per_sandbox, per_sandbox, per_address - 2 * per_sandbox], held
     told = [
         await tool(http, server, token, "get_job_result", {"job_id": job_id, "wait_s": 45})
@@ -243,3 +250,33 @@ async def test_one_address_holds_its_share_however_many_sandboxes_and_is_told(
     assert f"this sandbox's connection limit was reached ({per_sandbox} " in told[1]["stderr"]
     assert f"your sign-in address was reached ({per_address} " in told[2]["stderr"], told[2]
     assert "connection limit" not in during["stderr"], during
+
+
+async def test_a_sandbox_has_one_daily_budget_however_many_experiments_it_makes(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    assert BIG_BYTES < DAY_BYTES < 2 * BIG_BYTES  # one download fits, two do not
+    bob, carol = await users_from(server, "192.0.2.30", 2)
+    fetch = FETCH.format(urls=[BIG])
+    results, made = [], []
+    for _ in range(3):  # each experiment of its own, each far under its own cap
+        experiment = await restricted(http, server, bob, "files.pythonhosted.org")
+        made.append(experiment)
+        results.append(await run_command(http, server, bob, experiment, fetch))
+    # Deleting them resets nothing either.
+    for experiment in made:
+        gone = await tool(http, server, bob, "destroy_experiment", {"experiment_id": experiment})
+        assert not gone["is_error"], gone
+    after = await restricted(http, server, bob, "files.pythonhosted.org")
+    results.append(await run_command(http, server, bob, after, fetch))
+    theirs = await restricted(http, server, carol, "files.pythonhosted.org")
+    other = await run_command(http, server, carol, theirs, fetch)
+    print("\n" + "\n".join(r["stdout"].strip() for r in results), f"\nother: {other['stdout']}")
+
+    assert results[0]["stdout"].strip() == f"reached {BIG}", results[0]
+    told = [r for r in results if "EGRESS_BUDGET_REACHED" in r["stderr"]]
+    assert len(told) == 1, results  # once, whichever experiment crossed it
+    assert f"daily egress budget ({DAY_BYTES:,} bytes" in told[0]["stderr"], told
+    assert results[2]["stdout"].startswith(f"failed {BIG}"), results[2]
+    assert results[3]["stdout"].startswith(f"failed {BIG}"), results[3]
+    assert other["stdout"].strip() == f"reached {BIG}", other  # another sandbox's budget

@@ -148,11 +148,14 @@ class FailingOnce(MemoryUsage):
         notices: Sequence[Notice] = (),
         *,
         max_pending: int = 20,
+        sandboxes: Mapping[str, int] | None = None,
     ) -> dict[str, Usage]:
         if self.fail:
             self.fail = False
             raise DatabaseUnavailable("the database is restarting")
-        return await super().record(moved, refused, notices, max_pending=max_pending)
+        return await super().record(
+            moved, refused, notices, max_pending=max_pending, sandboxes=sandboxes
+        )
 
 
 async def test_bytes_counted_while_the_database_is_down_are_recorded_later(
