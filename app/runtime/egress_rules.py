@@ -16,6 +16,9 @@ Pure functions (no process, no Docker), so the rules can be read and tested alon
   Squid keeps a resolved answer for at least ``negative_dns_ttl`` (a minute), so the
   address it checked is the one it connects to (no rebinding within a request).
 * **Ports.** CONNECT (https, no TLS interception) to 443 only; plain http to 80 only.
+* **Only the sites answer.** Squid is one process for every tenant: its cache
+  manager (other tenants' URLs, every client address), its internal pages, TRACE
+  and OPTIONS are refused before any other rule.
 """
 
 from __future__ import annotations
