@@ -147,6 +147,8 @@ def remove_restricted_network(network: str) -> None:
             sh(tool, "-w", "-D", hook, "-i", bridge, "-j", chain, check=False)
         sh(tool, "-w", "-F", chain, check=False)
         sh(tool, "-w", "-X", chain, check=False)
+    # The connection bounds' nftables table (egress_bounds).
+    sh("nft", "delete", "table", "ip", "smcp_egress_" + network.rsplit("-", 1)[-1], check=False)
     # The folder the deployment's processes shared (egress_squid.folder_root).
     shutil.rmtree(f"/run/sandbox-mcp/egress-{network.rsplit('-', 1)[-1]}", ignore_errors=True)
 
