@@ -56,7 +56,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from app.errors import DatabaseUnavailable
+from app.errors import ConfigurationError, DatabaseUnavailable
 from app.runtime.egress_bounds import Bounds, write_maps
 from app.runtime.egress_log import read_since, rotate
 from app.runtime.egress_sockets import cut, live_bytes, open_connections
@@ -173,7 +173,10 @@ class EgressMeter:
         }
         await asyncio.to_thread(self.folder.write_state, state)
         if self.bounds is not None:
-            await asyncio.to_thread(write_maps, self.bounds[0], found)
+            try:
+                await asyncio.to_thread(write_maps, self.bounds[0], found)
+            except ConfigurationError as exc:  # the per-container limit still holds
+                log.error("egress.bounds_failed", reason=str(exc))
 
     # -- the log ----------------------------------------------------------------------
 
@@ -240,7 +243,7 @@ class EgressMeter:
         over = {e for e, u in totals.items() if u.bytes >= self.max_bytes and not u.capped}
         await self._stop(over, clients, totals)
         try:
-            spent = await self._spent(done.sandboxes)
+            spent = await self._spent(dict.fromkeys(done.sandboxes, 0))  # recorded just now
         except DatabaseUnavailable as exc:  # the next read stops them
             log.warning("egress.record_failed", reason=str(exc))
             return

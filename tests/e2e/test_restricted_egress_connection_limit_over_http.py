@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import OutsideWorld, remove_restricted_network
+from egress_testkit import OutsideWorld, hold, remove_restricted_network
 from mcp_http import run_command, tool
 from oauth_browser import new_users
 
@@ -28,21 +28,7 @@ pytestmark = pytest.mark.e2e
 
 CONNECTIONS = 4_200
 HOLD_S = 60  # the hostile job ends by itself
-HOLD = f"""python3 - <<'EOF'
-import os, resource, socket, time
-from urllib.parse import urlsplit
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-proxy = urlsplit(os.environ["http_proxy"])
-held = []
-for _ in range({CONNECTIONS}):
-    try:
-        held.append(socket.create_connection((proxy.hostname, proxy.port), timeout=2))
-    except OSError:
-        pass
-open("held", "w").write(str(len(held)))
-time.sleep({HOLD_S})
-EOF"""
+HOLD = hold(CONNECTIONS, HOLD_S)
 FETCH = """python3 - <<'EOF'
 import urllib.request
 try:
