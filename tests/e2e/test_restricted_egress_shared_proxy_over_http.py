@@ -30,7 +30,7 @@ from egress_testkit import (
     hold,
     remove_restricted_network,
 )
-from mcp_http import run_command, tool
+from mcp_http import read_when_written, run_command, tool
 from oauth_browser import new_users
 
 from app.runtime.egress_connlimit import MAX_CONNECTIONS
@@ -212,12 +212,7 @@ async def test_one_address_holds_its_share_however_many_sandboxes_and_is_told(
     for token, experiment in zip(mallory, theirs, strict=True):  # one after the other
         job = await run_command(http, server, token, experiment, HOLD, background=True)
         jobs.append(job["job_id"])
-        read = {"experiment_id": experiment, "path": "held"}
-        for _ in range(120):  # bounded: until its connections are held
-            answer = await tool(http, server, token, "read_sandbox_file", read)
-            if not answer["is_error"]:
-                break
-            await asyncio.sleep(0.5)
+        answer = await read_when_written(http, server, token, experiment, "held")
         assert not answer["is_error"], answer
         held.append(int(answer["content"]))
     print(
