@@ -53,6 +53,9 @@ class CallContext:
         in_thread: runs the call's blocking work (file walks and reads) in a worker
             thread within the sandbox's share (app/experiments/tenant_threads.py), never
             on the loop's default executor, which the server's upkeep keeps.
+        signin_address: the budget key of the address the caller signed in from
+            (``auth.grants.SIGNIN_CLAIM``), shared by that address's sandboxes; None
+            when there is none (local mode).
     """
 
     sandbox_key: str
@@ -61,6 +64,7 @@ class CallContext:
     edit_state: EditState
     project_map: ProjectMapCache
     in_thread: InThread = _default_executor
+    signin_address: str | None = None
 
 
 def new_call_context(
@@ -70,6 +74,7 @@ def new_call_context(
     request_id: str,
     slot_root: Path | None,
     in_thread: InThread = _default_executor,
+    signin_address: str | None = None,
 ) -> CallContext:
     """A CallContext wired to the sandbox's shared edit state, project map and threads."""
     edit_state, project_map = memory.get(sandbox_key)
@@ -80,4 +85,5 @@ def new_call_context(
         edit_state=edit_state,
         project_map=project_map,
         in_thread=in_thread,
+        signin_address=signin_address,
     )

@@ -23,6 +23,7 @@
 #   iproute2         ip netns for network tests; ss for the egress byte cap (live
 #                    bytes of the proxy's connections, ss -K to cut them)
 #   squid            the allow-listing forward proxy of network "restricted"
+#   nftables         nft: that proxy's connection bounds per sandbox and per address
 #   ca-certificates  TLS to the package registries
 #   git procps xz-utils  used by scripts and tests
 SANDBOX_MCP_CI_PACKAGES=(
@@ -32,7 +33,7 @@ SANDBOX_MCP_CI_PACKAGES=(
   debootstrap
   chromium
   iproute2 ca-certificates
-  squid
+  squid nftables
   git procps xz-utils
 )
 

@@ -178,6 +178,7 @@ class ExperimentCreator:
             egress_allowlist=request.egress_allowlist,
             limits=request.limits,
             env=env,
+            signin_label=fingerprint(call.signin_address) if call.signin_address else "",
         )
         started: list[Container] = []  # the container, once there is one
         try:

@@ -204,6 +204,7 @@ class ToolRunner:
                 request_id=request_id,
                 slot_root=slot_root,
                 in_thread=self._threads.for_sandbox(key, address),
+                signin_address=address,
             )
             output = await self._alive(tool, body(ctx), progress)
             self._pool.touch(key)  # every call is activity, however long it ran

@@ -51,7 +51,9 @@ def build_egress_proxy(
     which of several processes runs Squid; ``processes``: whether others still serve
     when this one stops)."""
     config = settings.egress.proxy_config(
-        deployment=deployment, label_prefix=settings.runtime.label_prefix
+        deployment=deployment,
+        label_prefix=settings.runtime.label_prefix,
+        slots=settings.pool.size,
     )
     if config is None:
         return None

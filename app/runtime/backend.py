@@ -50,6 +50,8 @@ class ContainerSpec:
     env: dict[str, str] = field(default_factory=dict)
     # network "restricted": the names asked for (None: all the server allows); clamped.
     egress_allowlist: tuple[str, ...] | None = None
+    # The caller's sign-in address, hashed (its sandboxes share the proxy's bounds).
+    signin_label: str = ""
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from app.runtime.backend import (
     Revival,
     RuntimeInfo,
 )
-from app.runtime.egress_proxy import EgressProxy
+from app.runtime.egress_proxy import SIGNIN_LABEL, EgressProxy
 from app.runtime.errors import ImageNotAllowed, RuntimeFailure
 from app.runtime.fast_exec import ExecPath
 from app.runtime.git_egress import GIT_NETWORK
@@ -231,7 +231,10 @@ class DockerBackend:
         api = await self._engine.api()
         limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._engine.cpus(api))
         mounts = [self._engine.workspace_mount(workspace)]
-        labels = self._labels.of_new(experiment=spec.experiment_id, sandbox=spec.sandbox_label)
+        signin = {SIGNIN_LABEL: spec.signin_label} if spec.signin_label else {}
+        labels = self._labels.of_new(
+            experiment=spec.experiment_id, sandbox=spec.sandbox_label, **signin
+        )
         name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
         joining = self._networks.for_experiment(spec)
         labels.update(joining.labels)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import structlog
 
+from app.runtime import egress_bounds
+from app.runtime.egress_bounds import Bounds
 from app.runtime.egress_connlimit import take_refused
 from app.runtime.egress_squid import SquidFolder
 from app.runtime.egress_usage import Accounted, Client, account, account_limited, read_new_lines
@@ -42,9 +44,11 @@ def read_since(
     clients: Mapping[str, Client],
     limit_list: str,
     proxy: tuple[str, int],
+    bounds: tuple[str, Bounds] | None = None,
 ) -> LogRead:
     """Every new line to its experiment, the log moved aside first, and who the
-    connection limit refused."""
+    connection limits refused (``bounds``: the table of ``egress_bounds`` and its
+    bounds)."""
     done = Accounted()
     aside_end, complete = None, False
     if aside is not None:
@@ -55,7 +59,13 @@ def read_since(
     end = _count(folder.access_log, offset, clients, done)
     limited = take_refused(limit_list) if limit_list else []
     account_limited(limited, clients, proxy, done)
-    return LogRead(done, end, aside_end, complete, bool(limited))
+    bounded = egress_bounds.take_refused(bounds[0]) if bounds else {}
+    for scope, addresses in bounded.items():
+        assert bounds is not None
+        account_limited(
+            addresses, clients, proxy, done, f"{scope}_connections", bounds[1].of(scope)
+        )
+    return LogRead(done, end, aside_end, complete, bool(limited or bounded))
 
 
 def rotate(folder: SquidFolder, end: int, logged: dict[str, int]) -> None:

@@ -19,9 +19,16 @@ shared by every server process.
   twice (an earlier cap, never a later one).
 * **The log does not pile up** (it is in /run): it is moved aside and reopened
   once its counted part is past ``rotate_bytes`` (:mod:`app.runtime.egress_log`).
-* **The connection limit** (:mod:`app.runtime.egress_connlimit`): the addresses the
-  firewall refused since the last read are counted as one refusal each, told like
-  Squid's.
+* **The connection limits** (:mod:`app.runtime.egress_connlimit`, per container;
+  :mod:`app.runtime.egress_bounds`, per sandbox and per sign-in address): the
+  addresses the firewall refused since the last read are counted as one refusal
+  each, told like Squid's. The bounds' maps (address -> sandbox, sign-in address)
+  are written with the ACL state, from the same scan.
+* **The sandbox's daily budget.** Each line's bytes also count against its
+  container's sandbox (by its label) for the day (UTC), in the same transaction;
+  once ``day_bytes`` is reached every container of the sandbox is blocked and cut,
+  told once (``EGRESS_BUDGET_REACHED``), whichever experiment moved the bytes, until
+  the day ends. New experiments do not reset it, nor do deleted ones.
 * **During a transfer.** Every poll the process running Squid adds the bytes of the
   connections still open (the kernel's count, :mod:`app.runtime.egress_sockets`) to
   the recorded total; once the cap is reached the experiment is recorded capped,
@@ -49,7 +56,8 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from app.errors import DatabaseUnavailable
+from app.errors import ConfigurationError, DatabaseUnavailable
+from app.runtime.egress_bounds import Bounds, write_maps
 from app.runtime.egress_log import read_since, rotate
 from app.runtime.egress_sockets import cut, live_bytes, open_connections
 from app.runtime.egress_squid import FolderLock, SquidFolder
@@ -79,8 +87,11 @@ class UsageRecords(Protocol):
         notices: Sequence[Notice] = (),
         *,
         max_pending: int = MAX_PENDING,
+        sandboxes: Mapping[str, int] | None = None,
     ) -> dict[str, Usage]: ...
     async def mark_capped(self, experiment_id: str, containers: Iterable[str] = ()) -> bool: ...
+    async def sandbox_days(self, sandboxes: Iterable[str]) -> dict[str, int]: ...
+    async def mark_budget_spent(self, sandbox: str, containers: Iterable[str] = ()) -> bool: ...
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]: ...
     async def take_notices(self, container_id: str) -> list[Notice]: ...
 
@@ -99,12 +110,16 @@ class EgressMeter:
         on_bytes: Callable[[int], None] = lambda size: None,
         rotate_bytes: int = ROTATE_BYTES,
         limit_list: str = "",
+        bounds: tuple[str, Bounds] | None = None,
+        day_bytes: int | None = None,
     ) -> None:
         self.folder = folder
         self.rotate_bytes = rotate_bytes
         self.limit_list = limit_list  # the firewall's xt_recent list (egress_connlimit)
+        self.bounds = bounds  # egress_bounds' table and its bounds (None: not bounded)
         self.lock = FolderLock(folder.lock)
         self.max_bytes = max_bytes
+        self.day_bytes = day_bytes  # per sandbox and day (None: no budget)
         self._records = records
         self.proxy = ("", 0)  # Squid's gateway:port, once the network is made
         self._scan = scan  # blocking: the containers Docker has on the network
@@ -133,22 +148,35 @@ class EgressMeter:
         async with self.lock:
             await self.write_state()
 
-    async def write_state(self, also_blocked: Iterable[str] = ()) -> None:
-        """The state file, whole, from what is true now. Caller holds :attr:`lock`."""
+    async def write_state(
+        self, also_blocked: Iterable[str] = (), also_spent: Iterable[str] = ()
+    ) -> None:
+        """The state file, whole, from what is true now (``also_``: experiments capped,
+        sandboxes whose budget is spent, just now). Caller holds :attr:`lock`."""
         found = await asyncio.to_thread(self._scan)
         experiments = {c.experiment_id for c in found if c.experiment_id}
         try:
             usage = await self._records.load(experiments)
             blocked = {e for e, u in usage.items() if u.capped or u.bytes >= self.max_bytes}
+            spent = await self._spent({c.sandbox: 0 for c in found if c.sandbox})
         except DatabaseUnavailable as exc:  # keep who was blocked: never unblock on a guess
             log.warning("egress.record_failed", reason=str(exc))
             blocked = {c.experiment_id for c in self.clients().values() if c.blocked}
+            spent = {c.sandbox for c in self.clients().values() if c.blocked and c.sandbox}
         blocked |= set(also_blocked)
+        spent |= set(also_spent)
         state = {
-            c.address: dataclasses.replace(c, blocked=c.experiment_id in blocked).entry()
+            c.address: dataclasses.replace(
+                c, blocked=c.experiment_id in blocked or c.sandbox in spent
+            ).entry()
             for c in found
         }
         await asyncio.to_thread(self.folder.write_state, state)
+        if self.bounds is not None:
+            try:
+                await asyncio.to_thread(write_maps, self.bounds[0], found)
+            except ConfigurationError as exc:  # the per-container limit still holds
+                log.error("egress.bounds_failed", reason=str(exc))
 
     # -- the log ----------------------------------------------------------------------
 
@@ -171,6 +199,7 @@ class EgressMeter:
             clients,
             self.limit_list,
             self.proxy,
+            self.bounds,
         )
         done = read.done
         if read.end == offset and aside is None and not read.limited:
@@ -183,7 +212,7 @@ class EgressMeter:
         ]
         try:
             totals = await self._records.record(
-                done.moved, done.refused, notices, max_pending=MAX_PENDING
+                done.moved, done.refused, notices, max_pending=MAX_PENDING, sandboxes=done.sandboxes
             )
         except DatabaseUnavailable as exc:
             # The offsets stay: these lines are counted at the next read, not lost.
@@ -213,6 +242,12 @@ class EgressMeter:
             )
         over = {e for e, u in totals.items() if u.bytes >= self.max_bytes and not u.capped}
         await self._stop(over, clients, totals)
+        try:
+            spent = await self._spent(dict.fromkeys(done.sandboxes, 0))  # recorded just now
+        except DatabaseUnavailable as exc:  # the next read stops them
+            log.warning("egress.record_failed", reason=str(exc))
+            return
+        await self._stop_sandboxes(spent, self.clients())
 
     async def restart_log(self) -> None:
         """Before a new Squid writes the log: the last one's lines counted (the log
@@ -253,6 +288,43 @@ class EgressMeter:
                 if not recorded.capped and recorded.bytes + size >= self.max_bytes:
                     over.add(experiment_id)
             await self._stop(over, clients, {e: u.bytes + opened[e] for e, u in usage.items()})
+            by_sandbox = open_bytes(live, logged, clients, by=lambda client: client.sandbox)
+            try:
+                spent = await self._spent(by_sandbox)
+            except DatabaseUnavailable as exc:
+                log.warning("egress.record_failed", reason=str(exc))
+                return
+            await self._stop_sandboxes(spent, self.clients())
+
+    async def _spent(self, sandboxes: Mapping[str, int]) -> set[str]:
+        """Those of ``sandboxes`` whose day reaches the budget with the bytes given
+        (still open ones, not recorded yet; 0: only what is recorded).
+
+        Raises:
+            DatabaseUnavailable: the day's counts cannot be read.
+        """
+        if self.day_bytes is None or not sandboxes:
+            return set()
+        days = await self._records.sandbox_days(sandboxes)
+        return {s for s, size in sandboxes.items() if days.get(s, 0) + size >= self.day_bytes}
+
+    async def _stop_sandboxes(self, sandboxes: set[str], clients: Mapping[str, Client]) -> None:
+        """Block and cut every container of these sandboxes whose budget is spent (the
+        ones not blocked yet), each told once. Caller holds :attr:`lock`."""
+        sandboxes = {
+            s for s in sandboxes if any(c.sandbox == s and not c.blocked for c in clients.values())
+        }
+        if not sandboxes:
+            return
+        for sandbox in sorted(sandboxes):
+            containers = [c.container_id for c in clients.values() if c.sandbox == sandbox]
+            try:
+                await self._records.mark_budget_spent(sandbox, containers)
+            except DatabaseUnavailable as exc:  # blocked in the state still
+                log.warning("egress.record_failed", sandbox=sandbox, reason=str(exc))
+            log.warning("egress.budget_reached", sandbox=sandbox, day_bytes=self.day_bytes)
+        await self.write_state(also_spent=sandboxes)  # first: no new connection from now
+        await self._cut([c for c in clients.values() if c.sandbox in sandboxes])
 
     async def _stop(
         self,
@@ -279,10 +351,12 @@ class EgressMeter:
                 bytes=total.bytes if isinstance(total, Usage) else total,
             )
         await self.write_state(also_blocked=experiments)  # first: no new connection from now
+        await self._cut([c for c in clients.values() if c.experiment_id in experiments])
+
+    async def _cut(self, clients: Iterable[Client]) -> None:
+        """Close these containers' open connections to the proxy (``ss -K``)."""
         gateway, port = self.proxy
-        for client in clients.values():
-            if client.experiment_id not in experiments:
-                continue
+        for client in clients:
             closed = await asyncio.to_thread(cut, gateway, port, client.address)
             log.log(
                 logging.ERROR if closed is None else logging.INFO,
@@ -309,7 +383,8 @@ class EgressMeter:
             return None
         refused = [n.text for n in notices if n.kind == "refused"]
         capped = any(n.kind == "cap" for n in notices)
-        if not (refused or capped):
+        budget = any(n.kind == "budget" for n in notices)
+        if not (refused or capped or budget):
             return None
         return notice_text(
             refused[:MAX_PENDING],
@@ -317,6 +392,8 @@ class EgressMeter:
             capped=capped,
             allow=client.allow,
             max_bytes=self.max_bytes,
+            budget=budget,
+            day_bytes=self.day_bytes or 0,
         )
 
     async def _settle(self, address: str) -> None:

@@ -42,6 +42,7 @@ class SquidSite:
     folder: SquidFolder
     gateway: str
     port: int
+    descriptors: int  # Squid's RLIMIT_NOFILE
     log_fields: dict[str, Any]  # what ``egress.started`` says besides the pid
 
 
@@ -71,7 +72,9 @@ class SquidOwner:
             if not await self._end_orphan():
                 return False  # the last process's Squid: it stops it (next poll)
             await meter.restart_log()
-            squid = SquidProcess(site.squid, self._folder, site.gateway, site.port)
+            squid = SquidProcess(
+                site.squid, self._folder, site.gateway, site.port, site.descriptors
+            )
             await squid.start()
             self._squid, self._told_death = squid, False
             owner = {"process_id": self._process_id, "pid": os.getpid(), "squid_pid": squid.pid}

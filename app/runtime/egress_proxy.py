@@ -23,6 +23,8 @@ The layout, and why it is the simplest safe one:
   experiment's next command result; bytes are counted in ``/metrics`` and against
   its cap, recorded in the database and enforced while a transfer runs
   (:mod:`app.runtime.egress_meter`).
+* Squid's descriptors are set before it starts and bound the connections each
+  sandbox and each sign-in address may hold (:mod:`app.runtime.egress_bounds`).
 
 Several processes (``serve --workers N``): one address, so one Squid, run by the
 process elected (:mod:`app.runtime.egress_owner`). Every process creates restricted
@@ -52,6 +54,7 @@ import docker
 import structlog
 
 from app.errors import ConfigurationError, InvalidArgument
+from app.runtime.egress_bounds import install_bounds, remove_bounds, size_bounds
 from app.runtime.egress_meter import POLL_S, ROTATE_BYTES, EgressMeter, UsageRecords, describe
 from app.runtime.egress_network import (
     ensure_network,
@@ -61,7 +64,12 @@ from app.runtime.egress_network import (
 )
 from app.runtime.egress_owner import SquidOwner, SquidSite
 from app.runtime.egress_rules import clamp_allowlist, matches, not_public_ranges
-from app.runtime.egress_squid import SquidFolder, folder_root, make_folder
+from app.runtime.egress_squid import (
+    SquidFolder,
+    folder_root,
+    make_folder,
+    reachable_descriptors,
+)
 from app.runtime.egress_usage import Client
 from app.storage.egress_store import Usage
 from pool.background import cancel_and_wait
@@ -70,6 +78,7 @@ from pool.watchdog import Leadership, SoleWatchdog
 log = structlog.get_logger(__name__)
 
 ALLOW_LABEL: Final = "egress-allow"  # <prefix>.egress-allow: the container's list
+SIGNIN_LABEL: Final = "signin"  # <prefix>.signin: its sandbox's sign-in address, hashed
 
 
 @dataclass(frozen=True)
@@ -77,11 +86,19 @@ class EgressConfig:
     ceiling: tuple[str, ...]
     max_bytes: int  # per experiment
     deployment: str
+    day_bytes: int | None = None  # per sandbox and day (UTC)
     port: int = 3128
     squid: str = "squid"
     test_hosts: tuple[tuple[str, str], ...] = ()  # test-only: (name, address) for Squid
     label_prefix: str = "io.sandbox-mcp"
     log_rotate_bytes: int = ROTATE_BYTES  # counted log kept before it is moved aside
+    descriptors: int = 65536  # Squid's RLIMIT_NOFILE, asked (egress_squid.reachable_descriptors)
+    slots: int = 500  # the pool's: a sandbox's connection share is one slot's
+    address_shares: int = 4  # sandboxes' shares one sign-in address may hold
+
+    @property
+    def table(self) -> str:
+        return f"smcp_egress_{self._tag}"  # egress_bounds' nftables table
 
     @property
     def network(self) -> str:
@@ -141,6 +158,7 @@ class EgressProxy:
         self._meter: EgressMeter | None = None
         self._site: SquidSite | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._bounds = size_bounds(config.descriptors, config.slots, config.address_shares)
 
     # -- what experiments see ---------------------------------------------------------
 
@@ -218,15 +236,27 @@ class EgressProxy:
             )
         self._docker = self._client_factory()
         await asyncio.to_thread(self._folder.root.mkdir, mode=0o755, parents=True, exist_ok=True)
+        config = self.config
+        descriptors = reachable_descriptors(config.descriptors)
+        if descriptors < config.descriptors:
+            log.warning(
+                "egress.descriptors_limited",
+                asked=config.descriptors,
+                got=descriptors,
+                reason="the server's hard RLIMIT_NOFILE, without CAP_SYS_RESOURCE to raise it",
+            )
+        bounds = self._bounds = size_bounds(descriptors, config.slots, config.address_shares)
         meter = EgressMeter(
             self._folder,
             self._usage,
             max_bytes=self.config.max_bytes,
+            day_bytes=self.config.day_bytes,
             scan=self._scan,
             on_refused=self._on_refused,
             on_bytes=self._on_bytes,
             rotate_bytes=self.config.log_rotate_bytes,
             limit_list=self.config.chain,  # the firewall's list of who the limit refused
+            bounds=(config.table, bounds),
         )
         async with meter.lock:
             self._gateway = await asyncio.to_thread(self._prepare)
@@ -236,9 +266,13 @@ class EgressProxy:
             "proxy": self.proxy_url,
             "network": self.network,
             "allowlist": len(self.config.ceiling),
+            "descriptors_asked": config.descriptors,
+            "descriptors": bounds.descriptors,
+            "connections_per_sandbox": bounds.per_sandbox,
+            "connections_per_address": bounds.per_address,
         }
         site = self._site = SquidSite(
-            squid, self._folder, self._gateway, self.config.port, log_fields
+            squid, self._folder, self._gateway, self.config.port, bounds.descriptors, log_fields
         )
         # Containers that outlived a restart keep their lists, their counts and caps.
         await meter.refresh_state()
@@ -325,12 +359,14 @@ class EgressProxy:
         labels = {f"{config.label_prefix}.role": "egress-restricted"}
         gateway = ensure_network(api, config.network, config.bridge, labels)
         install_firewall(config.bridge, config.chain, gateway, config.port)
+        install_bounds(config.table, config.bridge, gateway, config.port, self._bounds)
         make_folder(
             self._folder.root,
             listen=f"{gateway}:{config.port}",
             ceiling=config.ceiling,
             not_public=not_public_ranges(host_addresses()),
             test_hosts=config.test_hosts,
+            descriptors=self._bounds.descriptors,
         )
         return gateway
 
@@ -339,6 +375,7 @@ class EgressProxy:
         assert self._docker is not None
         config = self.config
         if remove_if_unused(self._docker.api, config.network, config.bridge, config.chain):
+            remove_bounds(config.table)
             self._folder.remove()
 
     def _scan(self) -> list[Client]:
@@ -359,6 +396,13 @@ class EgressProxy:
                 if n and matches(n.lstrip("."), self.config.ceiling)
             )
             found.append(
-                Client(str(info["Id"]), address, allow, labels.get(f"{prefix}.experiment", ""))
+                Client(
+                    str(info["Id"]),
+                    address,
+                    allow,
+                    labels.get(f"{prefix}.experiment", ""),
+                    sandbox=labels.get(f"{prefix}.sandbox", ""),
+                    signin=labels.get(f"{prefix}.{SIGNIN_LABEL}", ""),
+                )
             )
         return found

@@ -16,6 +16,9 @@ Pure functions (no process, no Docker), so the rules can be read and tested alon
   Squid keeps a resolved answer for at least ``negative_dns_ttl`` (a minute), so the
   address it checked is the one it connects to (no rebinding within a request).
 * **Ports.** CONNECT (https, no TLS interception) to 443 only; plain http to 80 only.
+* **Only the sites answer.** Squid is one process for every tenant: its cache
+  manager (other tenants' URLs, every client address), its internal pages, TRACE
+  and OPTIONS are refused before any other rule.
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ class SquidPlan:
     helper: tuple[str, ...]  # argv of the external ACL helper
     hosts_file: Path | None = None  # test-only: names resolved from this file first
     user: str | None = None  # cache_effective_user when started as root
+    descriptors: int = 65536  # RLIMIT_NOFILE Squid is started with (egress_squid)
 
 
 def squid_domains(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -212,7 +216,8 @@ def squid_conf(plan: SquidPlan) -> str:
         "pconn_timeout 30 seconds",
         "connect_timeout 20 seconds",
         "request_header_max_size 64 KB",
-        "max_filedescriptors 65536",  # or the hard limit it inherits, if lower
+        # The limit Squid is started with (it cannot raise its own once it is not root).
+        f"max_filedescriptors {plan.descriptors}",
         "dns_retransmit_interval 2 seconds",
         "negative_dns_ttl 1 minute",
         "acl CONNECT method CONNECT",
@@ -224,6 +229,17 @@ def squid_conf(plan: SquidPlan) -> str:
         "external_acl_type smcp_experiment ttl=0 negative_ttl=0 children-max=4 "
         "children-startup=1 %SRC %DST " + " ".join(plan.helper),
         "acl experiment_allows external smcp_experiment",
+        # Squid answers these itself, for every tenant at once: its cache manager
+        # (cache_object://, /squid-internal-mgr/: other tenants' URLs and addresses),
+        # its other internal pages, TRACE (an echo) and OPTIONS. Only the sites answer.
+        "acl squid_internal urlpath_regex -i ^/squid-internal-",
+        "acl cache_object proto cache_object",
+        "acl self_answered method TRACE OPTIONS",
+        "http_access deny manager",
+        "http_access deny cache_object",
+        "http_access deny squid_internal",
+        "http_access deny self_answered",
+        "cachemgr_passwd disable all",
         "http_access deny CONNECT !https_port",
         "http_access deny !CONNECT !http_port",
         "http_access deny !ceiling",

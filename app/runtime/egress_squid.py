@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import pwd
+import resource
 import shutil
 import signal
 import subprocess
@@ -185,6 +186,7 @@ def make_folder(
     ceiling: tuple[str, ...],
     not_public: tuple[str, ...],
     test_hosts: tuple[tuple[str, str], ...],
+    descriptors: int,
 ) -> SquidFolder:
     """The folder with Squid's configuration, logs and ACL helper (blocking; made if
     missing, rewritten if there: call it under the folder's lock)."""
@@ -212,19 +214,31 @@ def make_folder(
         helper=(_system_python(), str(helper), str(folder.state)),
         hosts_file=hosts,
         user=user,
+        descriptors=descriptors,
     )
     folder.conf.write_text(squid_conf(plan))
     return folder
 
 
 class SquidProcess:
-    """One ``squid -N`` on ``folder``'s configuration, listening on ``host:port``."""
+    """One ``squid -N`` on ``folder``'s configuration, listening on ``host:port``, with
+    ``descriptors`` open files at most (soft and hard ``RLIMIT_NOFILE``).
 
-    def __init__(self, squid: str, folder: SquidFolder, host: str, port: int) -> None:
+    The limit is set before Squid starts: Squid cannot raise its own once it runs as
+    its user, and would keep whatever hard limit it inherited (a service manager's,
+    a container's) whatever ``max_filedescriptors`` says. The connection bounds per
+    sandbox and per address are sized from it (:mod:`app.runtime.egress_bounds`), so a
+    Squid that did not get it is stopped and the start fails.
+    """
+
+    def __init__(
+        self, squid: str, folder: SquidFolder, host: str, port: int, descriptors: int
+    ) -> None:
         self._squid = squid
         self._folder = folder
         self._host = host
         self._port = port
+        self._descriptors = descriptors
         self._process: asyncio.subprocess.Process | None = None
 
     @property
@@ -240,8 +254,10 @@ class SquidProcess:
         """Start Squid and wait until it listens.
 
         Raises:
-            ConfigurationError: Squid exited or would not listen in time.
+            ConfigurationError: Squid exited, would not listen in time, or runs with
+                fewer descriptors than asked.
         """
+        descriptors = self._descriptors
         self._process = await asyncio.create_subprocess_exec(
             self._squid,
             "-N",
@@ -250,10 +266,16 @@ class SquidProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=lambda: _prepare_child(descriptors),
         )
         try:
             await self._wait_ready()
+            got = open_files_limit(self._process.pid)
+            if got != descriptors:
+                raise ConfigurationError(
+                    f"Squid runs with {got} descriptors, not the {descriptors} its "
+                    "connection bounds were sized for."
+                )
         except BaseException:
             self._process.kill()
             await self._process.wait()
@@ -303,8 +325,40 @@ def _system_python() -> str:
     return shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the server dies (until Squid
-    changes to its user, which clears it: see the module doc)."""
+def reachable_descriptors(asked: int) -> int:
+    """The descriptors Squid can be started with: ``asked``, if this process's hard
+    limit allows it or can be raised to it (``CAP_SYS_RESOURCE``, up to
+    ``fs.nr_open``), else that hard limit (what Squid would get anyway)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= asked:
+        return asked
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, asked))  # only the hard one
+    except (OSError, ValueError):
+        return int(hard)
+    return asked
+
+
+def open_files_limit(pid: int) -> int | None:
+    """The soft ``Max open files`` of process ``pid`` (/proc/<pid>/limits); None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/limits").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Max open files"):
+            soft = line.removeprefix("Max open files").split()[0]
+            return int(soft) if soft.isdecimal() else None
+    return None
+
+
+def _prepare_child(descriptors: int) -> None:
+    """In the child, before exec: its descriptors (soft = hard, as
+    :func:`reachable_descriptors` found them; failing, the check after the start
+    says so), and SIGTERM
+    when the server dies (until Squid changes to its user, which clears it: see the
+    module doc)."""
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors, descriptors))
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -17,7 +17,7 @@ transfer before it ends.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +29,7 @@ from app.runtime.egress_rules import HTTP_PORT, HTTPS_PORT, matches
 MAX_PENDING: Final = 20  # refusals listed per container until its next result
 READ_CHUNK: Final = 4 * 1024 * 1024  # of the log, per read
 CAP_CODE: Final = "EGRESS_CAP_REACHED"  # stable: the agent (and its tools) may match it
+BUDGET_CODE: Final = "EGRESS_BUDGET_REACHED"  # likewise: the sandbox's daily budget
 
 # Why a request was refused (the metrics label) and what the agent is told.
 REASONS: Final = {
@@ -36,10 +37,18 @@ REASONS: Final = {
     "not_public": "it resolves to an address that is not public (loopback, private, "
     "link-local or metadata, shared, or this server)",
     "port": "only https on port 443 and http on port 80 go through the proxy",
-    "cap": "this experiment has used its egress byte cap",
+    "cap": "this experiment has used its egress byte cap, or its sandbox its daily egress budget",
     "connections": f"the per-experiment connection limit was reached ({MAX_CONNECTIONS} "
     "connections open to the proxy at once): further connections were refused until some "
     "close",
+    # The proxy is shared: its connections are bounded per sandbox and per sign-in
+    # address too (egress_bounds), each with the number of the bound.
+    "sandbox_connections": "this sandbox's connection limit was reached ({limit} "
+    "connections open to the proxy at once by all of its experiments): further "
+    "connections were refused until some close",
+    "address_connections": "the connection limit of your sign-in address was reached ({limit} "
+    "connections open to the proxy at once by all sandboxes signed in from it): further "
+    "connections were refused until some close",
 }
 
 
@@ -96,6 +105,8 @@ class Client:
     allow: tuple[str, ...]
     experiment_id: str = ""
     blocked: bool = False
+    sandbox: str = ""  # its sandbox's label (egress_bounds groups by it)
+    signin: str = ""  # its sign-in address's label ("": none known)
 
     def entry(self) -> dict[str, Any]:
         return {
@@ -103,6 +114,8 @@ class Client:
             "blocked": self.blocked,
             "container": self.container_id,
             "experiment": self.experiment_id,
+            "sandbox": self.sandbox,
+            "signin": self.signin,
         }
 
     @classmethod
@@ -113,6 +126,8 @@ class Client:
             tuple(str(n) for n in entry.get("allow") or ()),
             str(entry.get("experiment", "")),
             bool(entry.get("blocked")),
+            str(entry.get("sandbox", "")),
+            str(entry.get("signin", "")),
         )
 
 
@@ -130,10 +145,11 @@ class Refusal:
     client: Client
     line: LogLine
     reason: str  # a key of REASONS
+    limit: int = 0  # the bound that refused it, for the text
 
     @property
     def text(self) -> str:
-        return f"{self.line.host}:{self.line.port}: {REASONS[self.reason]}"
+        return f"{self.line.host}:{self.line.port}: {REASONS[self.reason].format(limit=self.limit)}"
 
 
 @dataclass
@@ -141,6 +157,7 @@ class Accounted:
     """What some log lines moved and refused, per experiment."""
 
     moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    sandboxes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # moved, by label
     refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refusals: list[Refusal] = field(default_factory=list)  # at most MAX_PENDING a container
     by_connection: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -169,6 +186,8 @@ def account(
             done.reasons.append(reason)
         if client is None:
             continue
+        if client.sandbox:  # a clone helper's too: the daily budget is the sandbox's
+            done.sandboxes[client.sandbox] += line.bytes
         if client.experiment_id:  # a clone helper has none: its refusals are told only
             done.moved[client.experiment_id] += line.bytes
             done.refused[client.experiment_id] += int(line.denied)
@@ -183,12 +202,15 @@ def account_limited(
     clients: Mapping[str, Client],
     proxy: tuple[str, int],
     into: Accounted,
+    reason: str = "connections",
+    limit: int = 0,
 ) -> None:
-    """Add the addresses the connection limit refused (``egress_connlimit``) to
-    ``into``, as one refusal each (the kernel does not log them one by one)."""
+    """Add the addresses a connection limit refused (``egress_connlimit``, or the
+    ``reason`` bound of ``egress_bounds``) to ``into``, as one refusal each (the
+    kernel does not log them one by one)."""
     host, port = proxy
     for address in addresses:
-        into.reasons.append("connections")
+        into.reasons.append(reason)
         client = clients.get(address)
         if client is None:
             continue
@@ -197,27 +219,38 @@ def account_limited(
         if into.listed[client.container_id] < MAX_PENDING:
             into.listed[client.container_id] += 1
             line = LogLine(address, True, 0, "CONNECT", host, port)
-            into.refusals.append(Refusal(client, line, "connections"))
+            into.refusals.append(Refusal(client, line, reason, limit))
 
 
 def open_bytes(
-    live: Mapping[str, int], logged: Mapping[str, int], clients: Mapping[str, Client]
+    live: Mapping[str, int],
+    logged: Mapping[str, int],
+    clients: Mapping[str, Client],
+    by: Callable[[Client], str] = lambda client: client.experiment_id,
 ) -> dict[str, int]:
     """Bytes of the open connections (``live``: by client end ``address:port``) not in
     the log yet (``logged``: what kept-alive http connections logged so far), per
-    experiment."""
+    experiment (``by``: per sandbox, with ``lambda c: c.sandbox``)."""
     found: dict[str, int] = defaultdict(int)
     for connection, moved in live.items():
         client = clients.get(connection.rpartition(":")[0])
-        if client is not None and client.experiment_id:
-            found[client.experiment_id] += max(0, moved - logged.get(connection, 0))
+        if client is not None and by(client):
+            found[by(client)] += max(0, moved - logged.get(connection, 0))
     return dict(found)
 
 
 def notice_text(
-    refused: list[str], more: int, *, capped: bool, allow: tuple[str, ...], max_bytes: int
+    refused: list[str],
+    more: int,
+    *,
+    capped: bool,
+    allow: tuple[str, ...],
+    max_bytes: int,
+    budget: bool = False,
+    day_bytes: int = 0,
 ) -> str:
-    """What a command's result is told: the refusals (``more``: not listed), the cap."""
+    """What a command's result is told: the refusals (``more``: not listed), the cap,
+    the sandbox's daily budget."""
     text = ""
     if refused:
         listed = ", ".join(allow) or "(nothing)"
@@ -239,6 +272,14 @@ def notice_text(
             "in progress ends early) and refuses further ones. Its files stay; more egress "
             "needs another experiment (each has its own cap, "
             "SANDBOX_MCP_EGRESS_MAX_BYTES).\n"
+        )
+    if budget:
+        text += (
+            f"\n[sandbox-mcp] {BUDGET_CODE}: this sandbox's daily egress budget "
+            f"({day_bytes:,} bytes, all its experiments together, "
+            "SANDBOX_MCP_EGRESS_SANDBOX_BYTES_PER_DAY) is used up: the proxy cut its open "
+            "connections and refuses further ones, in every experiment of this sandbox, "
+            "until 00:00 UTC. Files stay; work that needs no network goes on.\n"
         )
     return text
 

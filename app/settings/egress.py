@@ -48,6 +48,15 @@ class EgressSettings(Group):
         alias="egress_max_bytes",
         description="Bytes one restricted experiment may move through the proxy (both ways).",
     )
+    sandbox_bytes_per_day: int = Field(
+        default=10 * 1024**3,
+        ge=1024**2,
+        alias="egress_sandbox_bytes_per_day",
+        description=(
+            "Bytes one sandbox may move through the proxy in a day (UTC), all its "
+            "restricted experiments together, beside each experiment's cap."
+        ),
+    )
     proxy_port: int = Field(
         default=3128,
         ge=1,
@@ -62,6 +71,26 @@ class EgressSettings(Group):
         description=(
             "Bytes of the proxy's access log (in /run) kept once counted; past them the "
             "log is moved aside, its rest counted, and removed."
+        ),
+    )
+    proxy_descriptors: int = Field(
+        default=65536,
+        ge=1024,
+        le=1_048_576,
+        alias="egress_proxy_descriptors",
+        description=(
+            "Open files the proxy (Squid) runs with (its RLIMIT_NOFILE, set before it "
+            "starts); its connections are shared out per sandbox and per address from it."
+        ),
+    )
+    address_shares: int = Field(
+        default=4,
+        ge=1,
+        le=10_000,
+        alias="egress_address_shares",
+        description=(
+            "How many sandboxes' connection shares of the proxy one sign-in address holds "
+            "at most, however many sandboxes it signed in."
         ),
     )
     test_hosts: str = Field(
@@ -95,7 +124,9 @@ class EgressSettings(Group):
         """create_experiment may clone a repository over the network."""
         return self.allow_git or self.proxy
 
-    def proxy_config(self, *, deployment: str, label_prefix: str) -> EgressConfig | None:
+    def proxy_config(
+        self, *, deployment: str, label_prefix: str, slots: int
+    ) -> EgressConfig | None:
         """The proxy's configuration, when the operator offers network "restricted"."""
         if not self.proxy:
             return None
@@ -104,9 +135,13 @@ class EgressSettings(Group):
         return EgressConfig(
             ceiling=self.ceiling,
             max_bytes=self.max_bytes,
+            day_bytes=self.sandbox_bytes_per_day,
             deployment=deployment,
             port=self.proxy_port,
             test_hosts=self.test_host_pairs,
             label_prefix=label_prefix,
             log_rotate_bytes=self.log_rotate_bytes,
+            descriptors=self.proxy_descriptors,
+            slots=slots,
+            address_shares=self.address_shares,
         )

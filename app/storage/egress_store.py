@@ -12,6 +12,11 @@ kept in ``egress_notices``, one row per line, by container: whichever process
 counted the log, whichever process runs that experiment's next command takes them
 (deleted as they are read, so each is told once). They are written in the same
 transaction as the bytes of the lines they come from.
+
+Each sandbox's bytes of the day (UTC) are added in that transaction too
+(``egress_sandbox_days``, by the sandbox's label): the daily budget holds however
+many experiments the sandbox makes and deletes. ``told`` records that the budget
+stopped it that day (its containers were told once).
 """
 
 from __future__ import annotations
@@ -52,6 +57,19 @@ class EgressNoticeRow(Base):
     created_at: Mapped[float] = mapped_column(sa.Float)
 
 
+class EgressSandboxDayRow(Base):
+    __tablename__ = "egress_sandbox_days"
+
+    sandbox: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    day: Mapped[int] = mapped_column(sa.Integer, primary_key=True)  # days since 1970, UTC
+    bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    told: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    updated_at: Mapped[float] = mapped_column(sa.Float)
+
+
+DAY_S = 86_400
+
+
 @dataclass(frozen=True)
 class Usage:
     bytes: int
@@ -86,14 +104,17 @@ class EgressUsageStore:
         notices: Sequence[Notice] = (),
         *,
         max_pending: int = 20,
+        sandboxes: Mapping[str, int] | None = None,
     ) -> dict[str, Usage]:
-        """In one transaction: add bytes and refusals to each experiment, and keep the
-        notices for their containers' next results (at most ``max_pending`` waiting
-        per container). Every experiment's usage afterwards."""
+        """In one transaction: add bytes and refusals to each experiment, and bytes to
+        each sandbox's day (``sandboxes``: by label), and keep the notices for their
+        containers' next results (at most ``max_pending`` waiting per container).
+        Every experiment's usage afterwards."""
         now = self._clock()
         refused = refused or {}
         totals: dict[str, Usage] = {}
         async with self._transaction() as session:
+            await self._add_days(session, sandboxes or {}, now)
             for experiment_id in sorted(set(moved) | set(refused)):  # one lock order for all
                 insert = self._insert().values(
                     experiment_id=experiment_id,
@@ -119,6 +140,58 @@ class EgressUsageStore:
                         room[notice.container_id] -= 1
                         session.add(_row(notice, now))
         return totals
+
+    async def _add_days(self, session: AsyncSession, moved: Mapping[str, int], now: float) -> None:
+        day = int(now // DAY_S)
+        for sandbox in sorted(moved):  # one lock order for all
+            insert = upsert_insert(self._dialect)(EgressSandboxDayRow).values(
+                sandbox=sandbox, day=day, bytes=moved[sandbox], told=False, updated_at=now
+            )
+            await session.execute(
+                insert.on_conflict_do_update(
+                    index_elements=[EgressSandboxDayRow.sandbox, EgressSandboxDayRow.day],
+                    set_={
+                        "bytes": EgressSandboxDayRow.bytes + insert.excluded.bytes,
+                        "updated_at": insert.excluded.updated_at,
+                    },
+                )
+            )
+
+    async def sandbox_days(self, sandboxes: Iterable[str]) -> dict[str, int]:
+        """The bytes each of these sandboxes moved today (UTC; none: left out)."""
+        labels = sorted(set(sandboxes))
+        if not labels:
+            return {}
+        day = int(self._clock() // DAY_S)
+        async with self._transaction() as session:
+            rows = await session.execute(
+                sa.select(EgressSandboxDayRow.sandbox, EgressSandboxDayRow.bytes).where(
+                    EgressSandboxDayRow.sandbox.in_(labels), EgressSandboxDayRow.day == day
+                )
+            )
+            return {r.sandbox: int(r.bytes) for r in rows}
+
+    async def mark_budget_spent(self, sandbox: str, containers: Iterable[str] = ()) -> bool:
+        """Record that the daily budget stopped this sandbox today; True for the one
+        caller that stopped it, who also leaves each of its ``containers`` the notice."""
+        now = self._clock()
+        day = int(now // DAY_S)
+        async with self._transaction() as session:
+            insert = upsert_insert(self._dialect)(EgressSandboxDayRow).values(
+                sandbox=sandbox, day=day, bytes=0, told=False, updated_at=now
+            )
+            await session.execute(insert.on_conflict_do_nothing())
+            flipped = await session.execute(
+                sa.update(EgressSandboxDayRow)
+                .where(EgressSandboxDayRow.sandbox == sandbox, EgressSandboxDayRow.day == day)
+                .where(EgressSandboxDayRow.told.is_(False))
+                .values(told=True, updated_at=now)
+            )
+            newly = bool(getattr(flipped, "rowcount", 0))
+            if newly:
+                for container_id in sorted(set(containers)):
+                    session.add(_row(Notice(container_id, "", "budget"), now))
+            return newly
 
     async def _room(
         self, session: AsyncSession, containers: set[str], max_pending: int
@@ -190,7 +263,10 @@ class EgressUsageStore:
             notices = await session.execute(
                 sa.delete(EgressNoticeRow).where(EgressNoticeRow.created_at < cutoff)
             )
-        return sum(int(getattr(r, "rowcount", 0) or 0) for r in (usage, notices))
+            days = await session.execute(  # a day's budget matters on that day only
+                sa.delete(EgressSandboxDayRow).where(EgressSandboxDayRow.updated_at < cutoff)
+            )
+        return sum(int(getattr(r, "rowcount", 0) or 0) for r in (usage, notices, days))
 
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]:
         """The usage recorded for these experiments (those with none are left out)."""

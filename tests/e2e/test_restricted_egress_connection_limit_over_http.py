@@ -11,15 +11,14 @@ connection limit was reached.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import OutsideWorld, remove_restricted_network
-from mcp_http import run_command, tool
+from egress_testkit import OutsideWorld, hold, remove_restricted_network
+from mcp_http import read_when_written, run_command, tool
 from oauth_browser import new_users
 
 from app.runtime.egress_connlimit import MAX_CONNECTIONS
@@ -28,21 +27,7 @@ pytestmark = pytest.mark.e2e
 
 CONNECTIONS = 4_200
 HOLD_S = 60  # the hostile job ends by itself
-HOLD = f"""python3 - <<'EOF'
-import os, resource, socket, time
-from urllib.parse import urlsplit
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-proxy = urlsplit(os.environ["http_proxy"])
-held = []
-for _ in range({CONNECTIONS}):
-    try:
-        held.append(socket.create_connection((proxy.hostname, proxy.port), timeout=2))
-    except OSError:
-        pass
-open("held", "w").write(str(len(held)))
-time.sleep({HOLD_S})
-EOF"""
+HOLD = hold(CONNECTIONS, HOLD_S)
 FETCH = """python3 - <<'EOF'
 import urllib.request
 try:
@@ -81,12 +66,7 @@ async def test_one_experiment_holds_at_most_its_connection_limit_and_others_stil
             job = await run_command(
                 http, server, mallory, theirs["experiment_id"], HOLD, background=True
             )
-            read = {"experiment_id": theirs["experiment_id"], "path": "held"}
-            for _ in range(60):  # bounded: until the connections are held
-                held = await tool(http, server, mallory, "read_sandbox_file", read)
-                if not held["is_error"]:
-                    break
-                await asyncio.sleep(1)
+            held = await read_when_written(http, server, mallory, theirs["experiment_id"], "held")
             assert not held["is_error"], held
             print(f"\nmallory holds {held['content']} connections to the proxy")
 

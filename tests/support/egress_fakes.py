@@ -12,6 +12,8 @@ from app.storage.egress_store import Notice, Usage
 class MemoryUsage:
     def __init__(self) -> None:
         self._rows: dict[str, Usage] = {}
+        self.days: dict[str, int] = {}  # today's bytes, by sandbox
+        self.spent: set[str] = set()
         self.notices: list[Notice] = []
 
     async def record(
@@ -21,8 +23,11 @@ class MemoryUsage:
         notices: Sequence[Notice] = (),
         *,
         max_pending: int = 20,
+        sandboxes: Mapping[str, int] | None = None,
     ) -> dict[str, Usage]:
         refused = refused or {}
+        for sandbox, size in (sandboxes or {}).items():
+            self.days[sandbox] = self.days.get(sandbox, 0) + size
         for key in set(moved) | set(refused):
             row = self._rows.get(key, Usage(0, False))
             self._rows[key] = Usage(
@@ -39,6 +44,16 @@ class MemoryUsage:
         if row.capped:
             return False
         self.notices += [Notice(c, experiment_id, "cap") for c in containers]
+        return True
+
+    async def sandbox_days(self, sandboxes: Iterable[str]) -> dict[str, int]:
+        return {s: self.days[s] for s in sandboxes if s in self.days}
+
+    async def mark_budget_spent(self, sandbox: str, containers: Iterable[str] = ()) -> bool:
+        if sandbox in self.spent:
+            return False
+        self.spent.add(sandbox)
+        self.notices += [Notice(c, "", "budget") for c in containers]
         return True
 
     async def load(self, experiment_ids: Iterable[str]) -> dict[str, Usage]:

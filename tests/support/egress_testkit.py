@@ -75,6 +75,31 @@ FETCH = (
 )
 
 
+def hold(connections: int, seconds: int, *, begin_request: bool = False) -> str:
+    """A restricted experiment's command that opens ``connections`` to the proxy, writes
+    how many it got into ``held`` and keeps them ``seconds``. ``begin_request``: each
+    sends the start of a request and never ends it, so Squid keeps it for its
+    request_timeout (5 min), not the 30 s of a connection that sent nothing."""
+    begun = 'b"GET http://pypi.org/simple/ HTTP/1.1\\r\\n"' if begin_request else 'b""'
+    return f"""python3 - <<'EOF'
+import os, resource, socket, time
+from urllib.parse import urlsplit
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+proxy = urlsplit(os.environ["http_proxy"])
+held = []
+for _ in range({connections}):
+    try:
+        s = socket.create_connection((proxy.hostname, proxy.port), timeout=2)
+    except OSError:
+        continue
+    s.sendall({begun})
+    held.append(s)
+open("held", "w").write(str(len(held)))
+time.sleep({seconds})
+EOF"""
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
     if check and done.returncode != 0:
@@ -147,6 +172,8 @@ def remove_restricted_network(network: str) -> None:
             sh(tool, "-w", "-D", hook, "-i", bridge, "-j", chain, check=False)
         sh(tool, "-w", "-F", chain, check=False)
         sh(tool, "-w", "-X", chain, check=False)
+    # The connection bounds' nftables table (egress_bounds).
+    sh("nft", "delete", "table", "ip", "smcp_egress_" + network.rsplit("-", 1)[-1], check=False)
     # The folder the deployment's processes shared (egress_squid.folder_root).
     shutil.rmtree(f"/run/sandbox-mcp/egress-{network.rsplit('-', 1)[-1]}", ignore_errors=True)
 

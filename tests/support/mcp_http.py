@@ -8,6 +8,7 @@ a half-sent request) write it out themselves.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -202,3 +203,23 @@ async def write_file(
         "write_sandbox_file",
         {"experiment_id": experiment, "path": path, "content": content},
     )
+
+
+async def read_when_written(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    path: str,
+    *,
+    within_s: float = 60.0,
+) -> dict[str, Any]:
+    """``read_sandbox_file`` of ``path`` once a background command wrote it (bounded:
+    polled every half second for ``within_s``); the last answer, an error if never."""
+    read = {"experiment_id": experiment, "path": path}
+    for _ in range(int(within_s * 2)):
+        answer = await tool(http, server, token, "read_sandbox_file", read)
+        if not answer["is_error"]:
+            return answer
+        await asyncio.sleep(0.5)
+    return answer

@@ -63,3 +63,24 @@ async def test_notices_wait_for_their_container_once_and_the_cap_is_flipped_once
     assert taken[0].text == "host0.example:443: no"
     assert await counting.take_notices("c1") == [], "told once"
     assert await running.load(["e"]) == {"e": Usage(10, True, 5)}
+
+
+async def test_a_sandbox_day_adds_up_across_experiments_and_a_new_day_starts_afresh(
+    engine: AsyncEngine,
+) -> None:
+    now = [1_000 * 86_400 + 10.0]
+    counting = EgressUsageStore(engine, clock=lambda: now[0])
+    running = EgressUsageStore(engine, clock=lambda: now[0])
+    await counting.record({"e1": 100}, sandboxes={"sbx-a": 100})
+    await counting.record({"e2": 40, "e3": 2}, sandboxes={"sbx-a": 40, "sbx-b": 2})
+    assert await running.sandbox_days(["sbx-a", "sbx-b", "sbx-c"]) == {"sbx-a": 140, "sbx-b": 2}
+    flips = await asyncio.gather(
+        counting.mark_budget_spent("sbx-a", ["c1", "c2"]),
+        running.mark_budget_spent("sbx-a", ["c1"]),
+    )
+    assert sorted(flips) == [False, True], "one of them stopped it"
+    assert [n.kind for n in await running.take_notices("c1")] == ["budget"]
+    assert [n.kind for n in await running.take_notices("c2")] == ["budget"]
+    now[0] += 86_400  # the next day (UTC)
+    assert await running.sandbox_days(["sbx-a"]) == {}
+    assert await counting.mark_budget_spent("sbx-a") is True

@@ -122,6 +122,8 @@ async def test_the_log_reaching_the_cap_blocks_records_and_cuts(
         "blocked": True,
         "container": "c1",
         "experiment": "exp_1",
+        "sandbox": "",
+        "signin": "",
     }
     assert meter.folder.read_state()["172.30.0.3"]["blocked"] is False
     assert cuts == ["172.30.0.2"]
@@ -146,11 +148,14 @@ class FailingOnce(MemoryUsage):
         notices: Sequence[Notice] = (),
         *,
         max_pending: int = 20,
+        sandboxes: Mapping[str, int] | None = None,
     ) -> dict[str, Usage]:
         if self.fail:
             self.fail = False
             raise DatabaseUnavailable("the database is restarting")
-        return await super().record(moved, refused, notices, max_pending=max_pending)
+        return await super().record(
+            moved, refused, notices, max_pending=max_pending, sandboxes=sandboxes
+        )
 
 
 async def test_bytes_counted_while_the_database_is_down_are_recorded_later(

@@ -104,6 +104,11 @@ def test_squid_refuses_by_default_and_checks_addresses_after_the_names(tmp_path:
     lines = conf.splitlines()
     access = [line for line in lines if line.startswith("http_access")]
     assert access == [
+        # What Squid would answer itself (its manager, internal pages, TRACE, OPTIONS).
+        "http_access deny manager",
+        "http_access deny cache_object",
+        "http_access deny squid_internal",
+        "http_access deny self_answered",
         "http_access deny CONNECT !https_port",
         "http_access deny !CONNECT !http_port",
         "http_access deny !ceiling",
@@ -169,7 +174,8 @@ def test_each_refusal_gets_its_reason(tmp_path: Path) -> None:
         "pypi.org:443: it resolves to an address that is not public (loopback, private, "
         "link-local or metadata, shared, or this server)",
         "pypi.org:22: only https on port 443 and http on port 80 go through the proxy",
-        "pypi.org:443: this experiment has used its egress byte cap",
+        "pypi.org:443: this experiment has used its egress byte cap, or its sandbox its "
+        "daily egress budget",
     ]
     assert done.reasons == ["not_allowed", "not_public", "port", "not_allowed", "cap"]
     assert done.bytes == 20_500
