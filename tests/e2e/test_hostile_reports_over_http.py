@@ -18,7 +18,7 @@ import pytest
 from e2e_server import start_server, stop_server
 from mcp_http import tool
 from oauth_browser import new_users
-from thread_flood import honest_workspace, percentiles, read_small
+from thread_flood import SERVER_ENV, honest_workspace, percentiles, read_small
 
 pytestmark = pytest.mark.e2e
 
@@ -55,13 +55,8 @@ def peak_rss_mb(pid: int) -> float:
 async def test_two_hostile_reports_at_once_leave_the_memory_and_another_tenant_alone(
     tmp_path: Path,
 ) -> None:
-    server = start_server(
-        tmp_path / "state",
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="3",
-        SANDBOX_MCP_QUEUE_WAIT_S="0",
-        SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
-    )
+    # The thread flood's server, with a third slot: two of mallory's sandboxes, alice's.
+    server = start_server(tmp_path / "state", **{**SERVER_ENV, "SANDBOX_MCP_POOL_SIZE": "3"})
     try:
         async with httpx2.AsyncClient(timeout=300) as http:
             mallory, alice = await new_users(http, server.base_url, 2)
