@@ -31,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("sizes") / "state",
         SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_POOL_SIZE="3",  # a sandbox for each of the three tests
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
     yield running
@@ -147,7 +147,9 @@ async def test_the_logs_resource_keeps_its_newest_jobs_within_its_cap(
     # Every job keeps up to 1 MB of stdout and of stderr, and an experiment runs any
     # number of jobs over its life: the logs resource joined them all in one string.
     token = await new_user(http, server.base_url)
-    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    created = await tool(http, server, token, "create_experiment", {})
+    assert not created["is_error"], created
+    exp = created["experiment_id"]
     loud = "head -c 1000000 /dev/zero | tr '\\0' a; head -c 1000000 /dev/zero | tr '\\0' b >&2"
     jobs = 4
     for _ in range(jobs):
