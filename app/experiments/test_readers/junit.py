@@ -12,11 +12,10 @@ naming the cap. Its memory is the report's bytes, the open elements (at most
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from defusedxml import DefusedXmlException
+from defusedxml import DefusedXmlException, DTDForbidden
 from defusedxml.ElementTree import DefusedXMLParser
 
 from app.experiments.test_readers._common import Inputs, Tally, Unreadable, _num
@@ -28,8 +27,6 @@ MAX_ELEMENTS = 500_000
 MAX_TEST_CASES = 100_000
 FEED_BYTES = 64 * 1024
 
-_XML_REFUSED = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
-_XML_REFUSED_BYTES = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _OUTCOMES = frozenset({"failure", "error", "skipped"})
 
 
@@ -51,11 +48,10 @@ def junit_in_output(inputs: Inputs) -> Tally | None:
 
 
 def junit_text(text: str | bytes, runner: str) -> Tally:
-    # The report comes from a hostile container: no DTD is accepted at all (refused
-    # unread here), and defusedxml refuses a DTD, entities and external references again.
-    refused = _XML_REFUSED_BYTES if isinstance(text, bytes) else _XML_REFUSED
-    if refused.search(text):  # type: ignore[arg-type]  # the pattern matches the text's type
-        raise Unreadable("the JUnit XML declares a DOCTYPE or ENTITY; refused it unread")
+    # The report comes from a hostile container: no DTD is accepted at all, so no entity
+    # either (one can only be declared in a DTD). A DOCTYPE comes before the root, so it
+    # is refused before anything else is read. (A regular expression over the whole
+    # report, as before, held the GIL 50-70 ms for 15 MB.)
     reader = _Reader(Tally(runner))
     parser = DefusedXMLParser(target=reader, forbid_dtd=True)
     try:
@@ -64,6 +60,8 @@ def junit_text(text: str | bytes, runner: str) -> Tally:
         parser.close()
     except _Capped as capped:
         reader.tally.notes.append(f"the JUnit XML {capped}; read it up to there")
+    except DTDForbidden:
+        raise Unreadable("the JUnit XML declares a DOCTYPE or ENTITY; refused it unread") from None
     except DefusedXmlException as exc:
         raise Unreadable(f"the JUnit XML was refused ({type(exc).__name__})") from None
     except ET.ParseError as exc:
