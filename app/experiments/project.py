@@ -138,13 +138,13 @@ def project_map(workspace: Path) -> ProjectMap:
     )
 
 
-def read_report(workspace: Path, report_path: str | None) -> str | None:
-    """A test report file written by the runner in the container (through the jail)."""
+def read_report(workspace: Path, report_path: str | None) -> bytes | None:
+    """A test report file written by the runner in the container (through the jail), as
+    bytes: the readers decode it as they parse."""
     if report_path is None:
         return None
     try:
         with Jail.open(workspace) as jail:
-            data = jail.read_bytes(report_path, max_bytes=20 * 1024 * 1024)
+            return jail.read_bytes(report_path, max_bytes=20 * 1024 * 1024)
     except JailError:
         return None
-    return data.decode("utf-8", "replace")

@@ -96,7 +96,7 @@ def explain(files: WorkspaceFacts) -> list[str]:
 
 
 def parse(
-    runner: str, stdout: str, stderr: str, report: str | None, exit_code: int | None
+    runner: str, stdout: str, stderr: str, report: bytes | str | None, exit_code: int | None
 ) -> TestSummary:
     """Read a run of ``runner`` (a ``TestPlan.runner``); never raises, whatever the input."""
     readers = p.READERS.get(runner)

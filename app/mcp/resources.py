@@ -11,6 +11,11 @@ from app.experiments.manager import ExperimentManager
 from app.mcp.runner import ToolRunner
 from jail import CallContext
 
+# The logs resource is every job's command and output (up to 2 MB a job, and an
+# experiment runs any number of jobs over its life: 500 of them made a 1 GB string).
+# It keeps the newest jobs that fit in this many characters, read newest first.
+MAX_LOG_CHARS = 4 * 1_048_576
+
 
 def register_resources(server: MCPServer, runner: ToolRunner, manager: ExperimentManager) -> None:
     """The sandbox:// resources; every one is scoped to the caller's sandbox key."""
@@ -33,15 +38,7 @@ def register_resources(server: MCPServer, runner: ToolRunner, manager: Experimen
     @server.resource("sandbox://experiments/{experiment_id}/logs", mime_type="text/plain")
     async def logs(experiment_id: str) -> str:
         async def work(call: CallContext) -> str:
-            view = await manager.get(call, experiment_id)
-            parts = []
-            for job in view.jobs:
-                result = await manager.job_record(call, job.job_id)
-                parts.append(
-                    f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
-                    f"[{result.status}, exit {result.exit_code}]\n"
-                )
-            return "\n".join(parts)
+            return await experiment_log(manager, call, experiment_id)
 
         return await runner.read("resource:sandbox://experiments/{id}/logs", work)
 
@@ -71,3 +68,27 @@ def register_resources(server: MCPServer, runner: ToolRunner, manager: Experimen
             return data
 
         return await runner.read("resource:sandbox://experiments/{id}/artifacts/{artifact}", work)
+
+
+async def experiment_log(manager: ExperimentManager, call: CallContext, experiment_id: str) -> str:
+    """The experiment's jobs, oldest first: the newest that fit in ``MAX_LOG_CHARS`` (the
+    newest always fits: its command and output are at most 2.1 MB), and a line saying how
+    many older ones were left out."""
+    jobs = (await manager.get(call, experiment_id)).jobs
+    parts: list[str] = []
+    room = MAX_LOG_CHARS
+    for shown, job in enumerate(reversed(jobs)):
+        result = await manager.job_record(call, job.job_id)
+        part = (
+            f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
+            f"[{result.status}, exit {result.exit_code}]\n"
+        )
+        if len(part) > room:
+            parts.append(
+                f"[{len(jobs) - shown} earlier jobs not shown: this log keeps its last "
+                f"{MAX_LOG_CHARS // 1_048_576} MB; get_job_result reads any job]\n"
+            )
+            break
+        room -= len(part)
+        parts.append(part)
+    return "\n".join(reversed(parts))

@@ -63,10 +63,10 @@ from app.runtime.backend import (
 from app.runtime.egress_proxy import SIGNIN_LABEL, EgressProxy
 from app.runtime.errors import ImageNotAllowed, RuntimeFailure
 from app.runtime.fast_exec import ExecPath
-from app.runtime.git_egress import GIT_NETWORK
+from app.runtime.git_egress import GIT_NETWORK, clone_resolver
 from app.runtime.hardening import CAPABILITIES, applied_isolation
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
-from auth.safe_fetch import AddressPolicy, Resolver, is_public_address, system_resolver
+from auth.safe_fetch import AddressPolicy, Resolver, is_public_address
 from pool.slots import SlotsRoot
 
 __all__ = [
@@ -148,7 +148,7 @@ class DockerBackend:
         egress_network: str = "bridge",
         allow_git_egress: bool = False,
         git_network: str = GIT_NETWORK,
-        resolve: Resolver = system_resolver,
+        resolve: Resolver = clone_resolver,
         git_address_policy: AddressPolicy = is_public_address,
         git_image: str | None = None,
         label_prefix: str = "io.sandbox-mcp",

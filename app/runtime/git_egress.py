@@ -23,7 +23,10 @@ details) would make it a port prober. So, as for client metadata documents
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
+import socket
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -31,18 +34,30 @@ import docker
 import docker.errors
 
 from app.runtime.errors import GitSourceRefused
-from auth.safe_fetch import AddressPolicy, IPAddress, Resolver, is_public_address, system_resolver
+from auth.safe_fetch import AddressPolicy, IPAddress, Resolver, is_public_address
 
 GIT_NETWORK: Final = "sandbox-mcp-git"
 HTTPS_PORT: Final = 443
 RESOLVE_TIMEOUT_S: Final = 10.0
 _NOT_PUBLIC: Final = "its host does not resolve to a public address"
+# getaddrinfo blocks its thread for as long as the tenant's nameserver makes it (the
+# timeout above stops the waiting, not the lookup). A clone's lookups run on threads
+# of their own: a tenant's slow names never hold the four that sign-ins' metadata
+# documents are looked up on (auth.safe_fetch), nor the default executor.
+_DNS_THREADS: Final = ThreadPoolExecutor(max_workers=4, thread_name_prefix="git-dns")
+
+
+async def clone_resolver(host: str, port: int) -> list[str]:
+    """``host``'s addresses, looked up on the clones' own threads."""
+    lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    infos = await asyncio.get_running_loop().run_in_executor(_DNS_THREADS, lookup)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 async def pin_remote(
     url: str,
     *,
-    resolve: Resolver = system_resolver,
+    resolve: Resolver = clone_resolver,
     allow: AddressPolicy = is_public_address,
 ) -> str:
     """The ``http.curloptResolve`` entry (``host:443:address``) a clone of ``url`` must use.
@@ -130,11 +145,16 @@ _KNOWN: Final = (
     ("the requested url returned error: 5", "the server failed the request (HTTP 5xx)"),
 )
 _UNREACHABLE: Final = "the server could not be reached over https, or the clone failed"
+# git's failure is its last lines. The rest is the remote's to fill (``remote:`` lines,
+# up to the 1 MB output cap): matched line by line on the event loop, 1 MB of short
+# lines took 1.2-1.8 s there.
+MAX_SCANNED_CHARS: Final = 16 * 1024
 
 
 def tenant_error(stderr: str) -> str:
-    """One fixed sentence for a failed remote clone; never git's own words."""
-    text = stderr.lower()
+    """One fixed sentence for a failed remote clone; never git's own words. Only the last
+    ``MAX_SCANNED_CHARS`` are read."""
+    text = stderr[-MAX_SCANNED_CHARS:].lower()
     for line in text.splitlines():
         for piece, sentence in _KNOWN:
             if piece in line:

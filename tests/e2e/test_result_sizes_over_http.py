@@ -7,6 +7,7 @@ log most. The whole recorded output stays readable, page by page.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user
+
+from app.mcp.resources import MAX_LOG_CHARS
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("sizes") / "state",
         SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_POOL_SIZE="3",  # a sandbox for each of the three tests
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
     yield running
@@ -136,3 +139,40 @@ async def test_every_tool_result_fits_even_when_asked_for_a_lot(
         assert not result.get("isError"), (name, result)
         notes = result["structuredContent"]["notes"]
         assert any("cut to fit the client's window" in note for note in notes), (name, notes)
+
+
+async def test_the_logs_resource_keeps_its_newest_jobs_within_its_cap(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    # Every job keeps up to 1 MB of stdout and of stderr, and an experiment runs any
+    # number of jobs over its life: the logs resource joined them all in one string.
+    token = await new_user(http, server.base_url)
+    created = await tool(http, server, token, "create_experiment", {})
+    assert not created["is_error"], created
+    exp = created["experiment_id"]
+    loud = "head -c 1000000 /dev/zero | tr '\\0' a; head -c 1000000 /dev/zero | tr '\\0' b >&2"
+    jobs = 4
+    for _ in range(jobs):
+        ran = await tool(
+            http, server, token, "execute_experiment", {"experiment_id": exp, "command": loud}
+        )
+        assert ran["status"] == "completed", ran
+    await tool(
+        http, server, token, "execute_experiment", {"experiment_id": exp, "command": "echo last"}
+    )
+    uri = f"sandbox://experiments/{exp}/logs"
+    response = await post_rpc(
+        http, server.mcp_url, "resources/read", {"uri": uri}, token=token, name=uri
+    )
+    body = read_jsonrpc(response)
+    assert "result" in body, body
+    text = body["result"]["contents"][0]["text"]
+
+    print(f"\nthe logs of {jobs} jobs of 2 MB and one short one: {len(text):,} characters")
+    assert len(text) <= MAX_LOG_CHARS, len(text)
+    assert text.endswith("$ echo last\nlast\n[completed, exit 0]\n"), text[-200:]
+    # The newest first, as many as fit; the first line counts the ones left out.
+    left_out = re.match(r"\[(\d+) earlier jobs not shown: ", text)
+    assert left_out, text[:200]
+    assert int(left_out[1]) + text.count(f"$ {loud}\n") == jobs, text[:200]
+    assert text.count(f"$ {loud}\n") >= 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TypeVar
 
 from app.experiments.test_readers._common import Inputs, Reader, Tally, TestSummary, Unreadable
 from app.experiments.test_readers.cargo import cargo_text
@@ -42,6 +43,8 @@ __all__ = [
     "prepare",
     "summarize",
 ]
+
+T = TypeVar("T", str, bytes)
 
 MAX_FAILING = 200
 MAX_NAME_CHARS = 500
@@ -79,16 +82,20 @@ MAX_INPUT_CHARS = 20 * 1024 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def prepare(stdout: str, stderr: str, report: str | None, notes: list[str]) -> Inputs:
-    """Cap each text and drop colour codes from the terminal streams."""
+def prepare(stdout: str, stderr: str, report: bytes | str | None, notes: list[str]) -> Inputs:
+    """Cap each text and drop colour codes from the terminal streams. The report stays
+    bytes (the parsers decode it): as text one non-Latin character makes it 4 bytes a
+    character."""
 
-    def cap(text: str, what: str) -> str:
+    def cap(text: T, what: str) -> T:
         if len(text) <= MAX_INPUT_CHARS:
             return text
         notes.append(f"{what} is over {MAX_INPUT_CHARS // 2**20} MB; read its start only")
         return text[:MAX_INPUT_CHARS]
 
     stdout, stderr = _ANSI.sub("", cap(stdout, "stdout")), _ANSI.sub("", cap(stderr, "stderr"))
+    if isinstance(report, str):
+        report = report.encode("utf-8", "replace")
     report = cap(report, "the report") if report is not None else None
     return Inputs(stdout, stderr, report, f"{stdout}\n{stderr}")
 
@@ -149,7 +156,7 @@ def summarize(
         errors=tally.errors,
         total=total,
         failing_tests=names[:MAX_FAILING],
-        failing_tests_truncated=len(names) > MAX_FAILING,
+        failing_tests_truncated=len(names) > MAX_FAILING or tally.failing_cut,
         duration_s=round(tally.duration_s, 3) if tally.duration_s is not None else None,
         notes=notes,
     )

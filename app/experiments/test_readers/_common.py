@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 WORKSPACE = "/workspace/"
+# More failing names than the summary shows (200) are not kept: a report of a million
+# failing cases costs its counts only.
+MAX_KEPT_FAILING = 1000
 _SKIPPED = frozenset({"pending", "skipped", "todo", "disabled"})
 
 
@@ -43,6 +46,7 @@ class Tally:
     skipped: int = 0
     errors: int = 0
     failing: list[str] = field(default_factory=list)
+    failing_cut: bool = False  # more failed than ``failing`` names
     duration_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -60,14 +64,17 @@ class Tally:
             self.errors += 1
         else:
             self.failed += 1
-        self.failing.append(name)
+        if len(self.failing) < MAX_KEPT_FAILING:
+            self.failing.append(name)
+        else:
+            self.failing_cut = True
 
 
 @dataclass(frozen=True)
 class Inputs:
     stdout: str
     stderr: str
-    report: str | None
+    report: bytes | None  # the runner's report file, as read (kept as bytes: 20 MB at most)
     text: str  # stdout and stderr together, for runners that split their output between them
 
 
@@ -75,6 +82,18 @@ Reader = Callable[[Inputs], Tally | None]
 
 
 # --- small helpers for untrusted JSON ---------------------------------------------------------
+
+# A JSON document's values cost ~20 times their text (``[{},{},...]``: 4 MiB of it took
+# 81 MB), so a 20 MB report could take 400 MB. Every value but a container's first
+# follows a comma, every key too, so this many commas and brackets bound what json.loads
+# builds (about 35 MB). jest's own report has about 35 a test (the fixture's): past
+# 14,000 tests the reading falls back to jest's text summary, which has the counts.
+MAX_JSON_VALUES = 500_000
+
+
+def json_values_over_cap(text: bytes) -> bool:
+    """Whether ``text`` may hold more than ``MAX_JSON_VALUES`` values (counted, not parsed)."""
+    return text.count(b",") + text.count(b"[") + text.count(b"{") > MAX_JSON_VALUES
 
 
 def _dict(value: object) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.experiments.test_readers._common import (
     _SKIPPED,
+    MAX_JSON_VALUES,
     Inputs,
     Tally,
     Unreadable,
@@ -19,6 +20,7 @@ from app.experiments.test_readers._common import (
     _num,
     _rel,
     _str,
+    json_values_over_cap,
 )
 
 # --- jest --json and vitest --reporter=json (the same shape) -----------------------------------
@@ -43,6 +45,11 @@ def _js_report(inputs: Inputs, runner: str) -> Tally | None:
     if inputs.report is None:
         data = _json_at(inputs.stdout, "numTotalTests")
         return _js_tally(data, runner) if data is not None else None
+    if json_values_over_cap(inputs.report):
+        raise Unreadable(
+            f"the {runner} JSON report holds more than {MAX_JSON_VALUES:,} values "
+            "(cap MAX_JSON_VALUES); not read"
+        )
     try:
         data = json.loads(inputs.report)
     except (ValueError, RecursionError) as exc:

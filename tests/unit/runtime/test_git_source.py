@@ -6,8 +6,12 @@ The real helper is exercised in tests/integration/runtime/test_docker_git.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,7 @@ from app.runtime.errors import (
     GitSourceRefused,
     WorkspaceRefused,
 )
-from app.runtime.git_egress import pin_remote, tenant_error
+from app.runtime.git_egress import MAX_SCANNED_CHARS, pin_remote, tenant_error
 from auth.safe_fetch import system_resolver
 from pool.slots import SlotsAt
 
@@ -726,3 +730,55 @@ def test_each_failure_is_one_fixed_sentence(stderr: str, said: str) -> None:
     sentence = tenant_error(stderr)
     assert said in sentence
     assert "https://h" not in sentence
+
+
+def test_a_remote_s_flood_of_lines_is_read_from_its_tail_only() -> None:
+    # The tenant's own https server fills stderr with ``remote:`` lines up to the 1 MB
+    # output cap; matched line by line on the event loop, that took 1.2-1.8 s.
+    flood = "remote: x\n" * (1_048_576 // 10)
+    fatal = "fatal: repository 'https://h/o/r/' not found"
+    stderr = flood + fatal
+
+    def fastest(text: str) -> float:
+        took = []
+        for _ in range(3):
+            started = time.perf_counter()
+            tenant_error(text)
+            took.append(time.perf_counter() - started)
+        return min(took)
+
+    floor, whole = fastest(stderr[-MAX_SCANNED_CHARS:]), fastest(stderr)
+    print(f"\n1 MB of remote lines: {whole * 1000:.1f} ms; its last 16 KB: {floor * 1000:.1f} ms")
+    assert "was not found" in tenant_error(stderr)
+    # A sentence only before the tail is never read, and reading costs what the tail does.
+    assert tenant_error(fatal + "\n" + flood) == tenant_error("")
+    assert whole < 10 * floor + 0.005, (whole, floor)
+
+
+async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A tenant's nameserver that never answers holds each lookup's thread long after
+    # pin_remote stops waiting; the clone used the four threads sign-ins look up on.
+    release, entered = threading.Event(), threading.Semaphore(0)
+
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host.endswith(".slow.example"):
+            entered.release()
+            release.wait(120)
+            raise socket.gaierror("no answer")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    clones = [asyncio.create_task(pin_remote(f"https://h{n}.slow.example/r")) for n in range(8)]
+    try:
+        for _ in range(4):  # four lookups are blocked in their threads
+            assert await asyncio.to_thread(entered.acquire, timeout=60)
+        signin = asyncio.create_task(system_resolver("client.example", 443))
+        done, _ = await asyncio.wait({signin, *clones}, timeout=60, return_when="FIRST_COMPLETED")
+        assert done == {signin}, "the sign-in's lookup waited behind the clones'"
+        assert signin.result() == ["93.184.216.34"]
+    finally:
+        release.set()
+        results = await asyncio.gather(*clones, return_exceptions=True)
+    assert all(isinstance(r, GitSourceRefused) for r in results), results
