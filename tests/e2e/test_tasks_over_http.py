@@ -159,8 +159,9 @@ async def test_a_command_becomes_a_task_that_runs_past_the_sync_wait(
 ) -> None:
     token, experiment = signed_in
     started = time.monotonic()
-    handle = await execute(http, server, token, experiment, "sleep 3; echo done")
-    assert time.monotonic() - started < 2.5  # answered at once, not after the command
+    handle = await execute(http, server, token, experiment, "sleep 5; echo done")
+    # Answered at once, not after the command's 5 s (a busy machine may take a few).
+    assert time.monotonic() - started < 4
     task_id = assert_task_handle(handle)
     task, seen = await poll(http, server, token, task_id)
     assert seen[0] == "working"
