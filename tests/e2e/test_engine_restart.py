@@ -30,12 +30,21 @@ HARDENING = (*HOST_HARDENING, "Mounts")  # the same container: its very mounts t
 IMAGE = "sandbox-mcp/python:3"
 
 
+SHARED_PID_FILE = Path("/var/run/docker.pid")  # the machine's dockerd (services.sh)
+
+
+def _shared_pid() -> str | None:
+    return SHARED_PID_FILE.read_text().strip() if SHARED_PID_FILE.exists() else None
+
+
 @pytest.fixture
 def dockerd(tmp_path: Path) -> Iterator[PrivateDockerd]:
     work = tmp_path / "dockerd"
     work.mkdir()
+    shared = _shared_pid()
     with private_dockerd(work, images=(IMAGE,)) as daemon:
         yield daemon
+    assert _shared_pid() == shared, "the machine's shared dockerd was restarted"
 
 
 @pytest.fixture
