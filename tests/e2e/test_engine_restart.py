@@ -4,9 +4,9 @@ same containers (so hardened exactly as before), a job that died with the engine
 reported lost with the reason, and nothing refused during the outage counts against
 the live-experiment limit.
 
-DISRUPTIVE: it stops the real dockerd, so every container on this engine stops for
-a while; CI runs tests one after the other, other test runs on the same machine
-must not run at the same time (tests/support/dockerd_control.py).
+The daemon that stops is a real dockerd of the test's own (its own socket, data root
+and containerd: tests/support/dockerd_control.py), never the machine's shared one:
+other work on the machine keeps its engine and its containers.
 """
 
 from __future__ import annotations
@@ -19,20 +19,41 @@ from typing import Any
 import docker
 import httpx2
 import pytest
-from docker_testkit import HOST_HARDENING, docker_client
-from dockerd_control import daemon_outage
+from docker_testkit import HOST_HARDENING
+from dockerd_control import PrivateDockerd, private_dockerd
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 
 pytestmark = pytest.mark.e2e
 
 HARDENING = (*HOST_HARDENING, "Mounts")  # the same container: its very mounts too
+IMAGE = "sandbox-mcp/python:3"
+
+
+SHARED_PID_FILE = Path("/var/run/docker.pid")  # the machine's dockerd (services.sh)
+
+
+def _shared_pid() -> str | None:
+    return SHARED_PID_FILE.read_text().strip() if SHARED_PID_FILE.exists() else None
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def dockerd(tmp_path: Path) -> Iterator[PrivateDockerd]:
+    work = tmp_path / "dockerd"
+    work.mkdir()
+    shared = _shared_pid()
+    with private_dockerd(work, images=(IMAGE,)) as daemon:
+        yield daemon
+    assert _shared_pid() == shared, "the machine's shared dockerd was restarted"
+
+
+@pytest.fixture
+def server(tmp_path: Path, dockerd: PrivateDockerd) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path / "state",
+        DOCKER_HOST=dockerd.host,
+        SANDBOX_MCP_DEFAULT_IMAGE=IMAGE,
+        SANDBOX_MCP_IMAGES=IMAGE,
         SANDBOX_MCP_MAX_EXPERIMENTS="2",
         SANDBOX_MCP_PROCESS_STALE_S="3",  # a recovery round every half second
         SANDBOX_MCP_SYNC_WAIT_S="5",
@@ -62,7 +83,7 @@ async def eventually(check: Any, timeout_s: float, what: str) -> Any:
 
 
 async def test_live_experiments_survive_a_docker_daemon_restart(
-    http: httpx2.AsyncClient, server: RunningServer, tmp_path: Path
+    http: httpx2.AsyncClient, server: RunningServer, dockerd: PrivateDockerd
 ) -> None:
     created = await tool(
         http,
@@ -73,9 +94,9 @@ async def test_live_experiments_survive_a_docker_daemon_restart(
     )
     assert not created["is_error"], created
     exp = created["experiment_id"]
-    engine = docker_client()
+    engine = dockerd.client()
     try:
-        await outage_and_return(http, server, tmp_path, engine, exp)
+        await outage_and_return(http, server, dockerd, engine, exp)
     finally:
         engine.close()  # its pooled sockets broke with the daemon
 
@@ -83,7 +104,7 @@ async def test_live_experiments_survive_a_docker_daemon_restart(
 async def outage_and_return(
     http: httpx2.AsyncClient,
     server: RunningServer,
-    tmp_path: Path,
+    dockerd: PrivateDockerd,
     engine: docker.DockerClient,
     exp: str,
 ) -> None:
@@ -96,7 +117,7 @@ async def outage_and_return(
 
     await eventually(started, 30, "the job never started")
 
-    with daemon_outage(tmp_path / "dockerd.log", leave_stopped={before["Id"]}):
+    with dockerd.outage():
         # The job died with its container: lost, with the reason, not "failed".
         async def settled() -> dict[str, Any] | None:
             status = await tool(http, server, "", "get_job_status", {"job_id": job["job_id"]})

@@ -22,10 +22,13 @@ from mcp_http import call_tool
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from auth.config import AuthConfig
+
 pytestmark = pytest.mark.e2e
 
 SIGNINS_PER_MINUTE = 3
 REGISTRATIONS_PER_MINUTE = 6  # of which one address may spend 2
+VERIFIED_CACHE_S = AuthConfig(issuer="https://unused").verified_cache_s  # the server's own
 
 
 @dataclass
@@ -192,7 +195,9 @@ async def test_a_token_revoked_on_one_process_is_refused_by_another_within_secon
     )
     assert revoked.status_code == 200
     started = time.monotonic()
+    slowest_round = 0.0
     while True:
+        round_started = time.monotonic()
         status = (
             await call_tool(http, cluster.servers[0].base_url, pair["access_token"])
         ).status_code
@@ -201,9 +206,16 @@ async def test_a_token_revoked_on_one_process_is_refused_by_another_within_secon
         assert status == 200
         assert time.monotonic() - started < 20, "still accepted 20 s after the revocation"
         await asyncio.sleep(0.25)
+        slowest_round = max(slowest_round, time.monotonic() - round_started)
     elapsed = time.monotonic() - started
-    print(f"revocation on process 1 refused on process 0 after {elapsed:.1f} s")
-    assert elapsed < 7, "the verified-token cache holds a token 5 s at most"
+    print(
+        f"revocation on process 1 refused on process 0 after {elapsed:.1f} s "
+        f"(slowest poll round {slowest_round:.2f} s)"
+    )
+    # The floor, measured here: the cache's 5 s, and the poll rounds around its end
+    # (the refusal can come a round after the expiry, which a call can also straddle).
+    bound = VERIFIED_CACHE_S + 2 * slowest_round + 1
+    assert elapsed < bound, f"the verified-token cache holds a token {VERIFIED_CACHE_S} s at most"
 
 
 async def test_the_signin_burst_is_one_budget_for_all_processes(

@@ -5,9 +5,13 @@ WORKSPACE_UNAVAILABLE, never an empty workspace, and the experiments are not fai
 for the outage.
 
 DISRUPTIVE: it restarts the machine's zfs-fuse (as .ci/lib/services.sh starts it),
-so every ZFS mount is dead for a few seconds, whoever uses it; run it alone (CI
-runs tests one after the other). The datasets mounted before are mounted and
-sealed again afterwards.
+so every ZFS mount is dead for a few seconds, whoever uses it. A zfs-fuse of the
+test's own cannot be had beside it: the daemon and every `zfs`/`zpool` command meet
+at one socket compiled in (/var/run/zfs/zfs_socket), and a second one in a mount
+namespace of its own would hide its mounts from the shared dockerd that runs the
+containers. So the test runs last in the session (the ``restarts_shared_daemon``
+mark, tests/conftest.py), and leaves the daemon as it found it: the datasets mounted
+before are mounted and sealed again afterwards, which the test checks.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import httpx2
 import pytest
 from e2e_server import stop_server
 from mcp_http import tool
-from zfs_control import restore_others, zfs_fuse_restart
+from zfs_control import restore_others, zfs_fuse_restart, zfs_mounts
 from zfs_slot_server import (
     assert_back_sealed,
     assert_kept_while_away,
@@ -32,7 +36,7 @@ from zfs_slot_server import (
 
 from pool.mount_flags import missing_flags
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.restarts_shared_daemon]
 
 __all__ = ["dataset"]  # the fixture, shared with the remount tests
 
@@ -64,5 +68,6 @@ async def test_live_experiments_come_back_after_a_zfs_fuse_restart(
             await assert_back_sealed(http, server, experiment, "a.txt b.txt")
         finally:
             restore_others(before)
+        assert zfs_mounts() == before, "zfs-fuse's mounts are not as the test found them"
     finally:
         stop_server(server)

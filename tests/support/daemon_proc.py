@@ -1,6 +1,6 @@
 """A real daemon's process, for the fault tests that stop one and start it again
-exactly as it was (dockerd_control, zfs_control): how it was started (read from
-/proc), how to start it again detached, and the services.sh pid files naming it."""
+exactly as it was (zfs_control): how it was started (read from /proc), how to start
+it again detached, and the services.sh pid files naming it; and ``wait_until``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Restarting the real zfs-fuse under a running server (fault tests).
 
-DISRUPTIVE: every ZFS mount is dead while the daemon is down, whoever uses it; run
-such tests alone (CI runs tests one after the other).
+DISRUPTIVE: every ZFS mount is dead while the daemon is down, whoever uses it
+(zfs-fuse is one daemon per machine: its socket is compiled in); such tests carry
+the ``restarts_shared_daemon`` mark, which runs them last in the session.
 
 ``zfs_fuse_restart`` stops the zfs-fuse serving this machine (found by its process),
 lazily unmounts the FUSE mounts it leaves dead (deepest first), and starts it again

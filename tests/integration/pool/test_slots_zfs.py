@@ -179,7 +179,11 @@ async def test_reset_empties_5000_files(parent: str) -> None:
 
     assert list(slot.root.iterdir()) == []  # visible-empty as soon as reset returns
     assert stat.S_IMODE(slot.root.lstat().st_mode) == 0o700
-    assert elapsed < 5, f"rollback took {elapsed:.2f} s"
+    # Generous: it guards a reset that hangs, not its speed. A rollback first syncs what
+    # was written; on zfs-fuse that took 0.7 to 5.8 s for these 5,000 files on a busy
+    # machine, about as long as deleting them one by one, so no floor can tell the two
+    # apart by the clock (the snapshot itself is what makes it a rollback).
+    assert elapsed < 60, f"rollback took {elapsed:.2f} s"
     (slot.root / "again").write_text("usable after reset")
     await store.reset(slot)
     assert list(slot.root.iterdir()) == []

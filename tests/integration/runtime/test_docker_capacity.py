@@ -7,13 +7,14 @@ removed by the fixtures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import docker
 import pytest
-from docker_testkit import RUN, backend_on_engine, labelled, new_workspace
+from docker_testkit import RUN, backend_on_engine, docker_client, labelled, new_workspace
 
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, Limits
@@ -105,9 +106,22 @@ async def silent_jobs(
         )
         for i in range(count)
     ]
-    await asyncio.sleep(3)  # their streams are open and waiting
+    # Their streams are open once their commands run (exec start attaches first): seen
+    # from the host (docker top), not by a command that would take a stream itself.
+    deadline = asyncio.get_running_loop().time() + 60
+    while await asyncio.to_thread(_sleeping, box.container_id) < count:
+        assert not any(task.done() for task in tasks), [t for t in tasks if t.done()]
+        assert asyncio.get_running_loop().time() < deadline, "the silent jobs never all ran"
+        await asyncio.sleep(0.2)
     assert not any(task.done() for task in tasks)
     return tasks
+
+
+def _sleeping(container_id: str) -> int:
+    """How many ``sleep 300`` run in the container."""
+    with contextlib.closing(docker_client()) as engine:
+        top = engine.api.top(container_id, ps_args="-eo pid,args")
+    return sum(1 for proc in top["Processes"] if proc[-1] == "sleep 300")
 
 
 async def stop(backend: DockerBackend, box: Container, tasks: list[asyncio.Task[object]]) -> None:

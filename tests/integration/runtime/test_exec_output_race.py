@@ -80,7 +80,7 @@ def _answers_read_late(marker: bytes) -> Iterator[list[int]]:
 
     def getresponse(self: Any, *args: Any, **kwargs: Any) -> Any:
         sock: socket.socket = self.sock
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # generous: an echo's output, on a busy machine
         while time.monotonic() < deadline:
             seen = sock.recv(1 << 16, socket.MSG_PEEK)
             if not seen.startswith(UPGRADED):

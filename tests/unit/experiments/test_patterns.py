@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 import re2
+from timing import fastest
 
 from app.experiments import files
 from app.experiments.patterns import (
@@ -23,33 +23,25 @@ from app.experiments.patterns import (
 CATASTROPHIC = [r"(a+)+$", r"(a|aa)+$", r"(a|a?)+$", r"(.*a){25}$", r"^(\w+\s?)*$", r"(x+x+)+y"]
 
 
-def elapsed(action: object) -> float:
-    assert callable(action)
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
-
-
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
 def test_catastrophic_regexes_take_milliseconds_on_long_lines(pattern: str) -> None:
     matcher = compile_search(pattern)
     for subject in ("a" * 100_000 + "!", "x" * 100_000, "ab " * 30_000 + "!"):
-        assert elapsed(lambda s=subject: matcher.search(s)) < 0.25, (pattern, subject[:10])
+        assert fastest(lambda s=subject: matcher.search(s), runs=3) < 0.25, (pattern, subject[:10])
 
 
 def test_search_over_a_file_with_the_attack_line_is_prompt(tmp_path: Path) -> None:
     (tmp_path / "evil.txt").write_text("a" * 200_000 + "!\n" + "aaaa\n")
-    started = time.perf_counter()
     result = files.search(tmp_path, r"(a+)+$")
-    assert time.perf_counter() - started < 1.0
     assert [(m.path, m.line) for m in result.matches] == [("evil.txt", 2)]
+    assert fastest(lambda: files.search(tmp_path, r"(a+)+$"), runs=3) < 1.0
 
 
 def test_catastrophic_globs_take_milliseconds_on_long_names() -> None:
     glob = "*a" * 12 + "*b"
     name = "a" * 4_000
     matcher = compile_glob(glob)
-    assert elapsed(lambda: matcher.fullmatch(name)) < 0.05
+    assert fastest(lambda: matcher.fullmatch(name), runs=3) < 0.05
     assert not matcher.fullmatch(name)
     assert matcher.fullmatch("a" * 12 + "b")
     assert compile_glob("**/" * 100 + "x").fullmatch("d/" * 2_000 + "x")

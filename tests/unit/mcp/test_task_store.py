@@ -3,9 +3,8 @@ while after the task ends."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from timing import fastest
 
 from app.mcp.task_store import TaskStore
 
@@ -162,10 +161,8 @@ def test_a_look_up_costs_little_with_the_store_full(clock: Clock) -> None:
         record = tasks.open("alice", "run_tests")
         assert record is not None
         tasks.finish(record, "completed", result={})
-    started = time.perf_counter()
-    for _ in range(1000):
-        tasks.get("bob", "no-such-task")
-    assert (time.perf_counter() - started) / 1000 < 0.001  # far below a millisecond
+    # The fastest of 1,000 look-ups: a scan of the 100,000 tasks is slow on every one.
+    assert fastest(lambda: tasks.get("bob", "no-such-task"), runs=1000) < 0.001
 
 
 def test_an_open_costs_little_with_the_store_full_of_single_tasks(clock: Clock) -> None:
@@ -175,7 +172,8 @@ def test_an_open_costs_little_with_the_store_full_of_single_tasks(clock: Clock) 
         record = tasks.open(f"sandbox-{n}", "run_tests")
         assert record is not None
         tasks.finish(record, "failed", message="NOT_FOUND")
-    started = time.perf_counter()
-    for _ in range(100):
+
+    def refused() -> None:
         assert tasks.open("alice", "run_tests") is None  # no share larger than hers would be
-    assert (time.perf_counter() - started) / 100 < 0.002  # about 60 µs here
+
+    assert fastest(refused, runs=100) < 0.002  # about 60 µs here
