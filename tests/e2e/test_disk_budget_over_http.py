@@ -83,12 +83,14 @@ async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path
             assert ran["stdout"] == "bob\n", ran
             assert (await http.get(f"{server.base_url}/health")).status_code == 200
 
-            # Destroying frees the space; then one fallocate past the budget, at once,
-            # is caught by the measurement after the command.
+            # Destroying frees the space; then one command past the budget, at once,
+            # is caught by the measurement after the command (two files: one file stops
+            # at the budget, and fallocate is refused: test_disk_budget_fallocate_over_http).
             gone = await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
             assert not gone["is_error"], gone
             exp = await create(http, server, alice)
-            big = await run_command(http, server, alice, exp, "fallocate -l 48M f && echo ok")
+            twice = "head -c 24M /dev/zero > f && head -c 24M /dev/zero > g && echo ok"
+            big = await run_command(http, server, alice, exp, twice)
             assert big["stdout"] == "ok\n", big
             refused = await run_command(http, server, alice, exp, "echo again")
             assert code_of(refused) == "QUOTA_EXCEEDED", refused
