@@ -36,12 +36,13 @@ PAUSE_S = 3.0  # six check intervals: the sandbox shows no growth, then it grows
 
 
 def escape(pause_s: float) -> str:
-    """A writer detached from the job that waits ``pause_s`` then writes WRITE_MB, then
-    the job's supervisor W (the command's parent) killed: the job ends at once, the
-    writer runs on under the container's PID 1."""
+    """A writer detached from the job that waits ``pause_s`` then writes WRITE_MB (a file
+    a MB: RLIMIT_FSIZE stops only one file at the budget), then the job's supervisor W
+    (the command's parent) killed: the job ends at once, the writer runs on under the
+    container's PID 1."""
     return (
         f"( sleep {pause_s}; i=0; while [ $i -lt {WRITE_MB} ]; do "
-        "head -c 1048576 /dev/zero >> big; i=$((i+1)); sleep 0.05; done; touch done ) "
+        "head -c 1048576 /dev/zero > f$i; i=$((i+1)); sleep 0.05; done; touch done ) "
         "</dev/null >/dev/null 2>&1 & sleep 0.2; kill -9 $PPID"
     )
 
