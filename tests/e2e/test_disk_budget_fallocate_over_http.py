@@ -11,20 +11,23 @@ at the budget (app/runtime/seccomp.py, app/runtime/hardening.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import start_server, stop_server
-from mcp_http import run_command, tool, write_file
+from disk_budget_testkit import (
+    BUDGET_MB,
+    SLACK_MB,
+    code_of,
+    new_experiment,
+    slots_mb,
+    start_budget_server,
+)
+from e2e_server import stop_server
+from mcp_http import run_command, write_file
 from oauth_browser import new_user
-
-from app.experiments.disk_budget import measure_tree
 
 pytestmark = pytest.mark.e2e
 
-BUDGET_MB = 32
-SLACK_MB = 64  # as tests/e2e/test_disk_budget_over_http.py
 RESERVE = 1 << 30  # 1 GiB, 32 times the budget
 # util-linux's fallocate creates the file only in the plain mode
 KEEP_SIZE = f"touch kept && fallocate --keep-size -l {RESERVE} kept; ls -ls kept"
@@ -36,29 +39,13 @@ POSIX = (
 )
 
 
-def slots_mb(state: Path) -> float:
-    return measure_tree(state / "slots", 1_000_000).bytes / 1_048_576
-
-
-def code_of(result: dict[str, Any]) -> str | None:
-    return result.get("error", {}).get("code") if result["is_error"] else None
-
-
 async def test_one_fallocate_cannot_reserve_past_the_budget(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    server = start_server(
-        state,
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="2",
-        SANDBOX_MCP_DIR_SLOT_BUDGET_MB=str(BUDGET_MB),
-        SANDBOX_MCP_DISK_CHECK_INTERVAL_S="0.5",
-    )
+    server = start_budget_server(state, pool_size=2)
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             mallory = await new_user(http, server.base_url)
-            created = await tool(http, server, mallory, "create_experiment", {"name": "f"})
-            assert not created["is_error"], created
-            exp = str(created["experiment_id"])
+            exp = await new_experiment(http, server, mallory)
 
             # Blocks beyond the end of the file: refused, nothing reserved.
             kept = await run_command(http, server, mallory, exp, KEEP_SIZE)

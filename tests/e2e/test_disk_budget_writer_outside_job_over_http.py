@@ -19,17 +19,20 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import start_server, stop_server
+from disk_budget_testkit import (
+    BUDGET_MB,
+    SLACK_MB,
+    code_of,
+    new_experiment,
+    slots_mb,
+    start_budget_server,
+)
+from e2e_server import stop_server
 from mcp_http import run_command, tool, write_file
 from oauth_browser import new_user
 
-from app.experiments.disk_budget import measure_tree
-
 pytestmark = pytest.mark.e2e
 
-BUDGET_MB = 32
-INTERVAL_S = 0.5
-SLACK_MB = 64  # as tests/e2e/test_disk_budget_over_http.py
 WRITE_MB = 160  # at about 20 MB/s: 8 s, sixteen check intervals
 QUIET_S = 4.0  # eight check intervals without growth: the writer is stopped
 PAUSE_S = 3.0  # six check intervals: the sandbox shows no growth, then it grows
@@ -47,25 +50,13 @@ def escape(pause_s: float) -> str:
     )
 
 
-def slots_mb(state: Path) -> float:
-    return measure_tree(state / "slots", 1_000_000).bytes / 1_048_576
-
-
 async def escape_and_watch(tmp_path: Path, pause_s: float) -> None:
     state = tmp_path / "state"
-    server = start_server(
-        state,
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="2",
-        SANDBOX_MCP_DIR_SLOT_BUDGET_MB=str(BUDGET_MB),
-        SANDBOX_MCP_DISK_CHECK_INTERVAL_S=str(INTERVAL_S),
-    )
+    server = start_budget_server(state, pool_size=2)
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             mallory = await new_user(http, server.base_url)
-            created = await tool(http, server, mallory, "create_experiment", {"name": "x"})
-            assert not created["is_error"], created
-            exp = str(created["experiment_id"])
+            exp = await new_experiment(http, server, mallory)
             ran = await run_command(http, server, mallory, exp, escape(pause_s))
             assert ran["status"] in ("completed", "failed"), ran  # the job is over
             status = await tool(http, server, mallory, "get_job_status", {"job_id": ran["job_id"]})
@@ -100,8 +91,7 @@ async def escape_and_watch(tmp_path: Path, pause_s: float) -> None:
             )
             assert done["is_error"], "the writer outside any job wrote all it meant to"
             refused = await write_file(http, server, mallory, exp, "more", "x")
-            assert refused["is_error"], refused
-            assert refused["error"]["code"] == "QUOTA_EXCEEDED", refused
+            assert code_of(refused) == "QUOTA_EXCEEDED", refused
     finally:
         stop_server(server)
 
