@@ -323,8 +323,10 @@ class DiskBudget:
 
     def _refusal(self, usage: Usage) -> QuotaExceeded:
         limit_mb = self.limit_bytes // 1_048_576
-        if usage.truncated:
+        if usage.truncated and usage.entries > self._max_entries:
             what = f"more than {self._max_entries} files and folders"
+        elif usage.truncated:  # stopped at a folder it could not reach (measure_tree)
+            what = "folders nested too deep to measure (paths past 4095 bytes)"
         else:
             what = f"{usage.bytes // 1_048_576} MB"
         return QuotaExceeded(

@@ -12,11 +12,14 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+from deep_trees import build_deep_tree
 from runtime_fakes import FakeBackend
 
-from app.experiments.disk_budget import KILL_ALL, DiskBudget
+from app.experiments.disk_budget import KILL_ALL, DiskBudget, QuotaExceeded
 from app.experiments.jobs import JobRegistry
 from app.runtime.backend import ExecResult
+from jail.tree_delete import delete_tree
 
 MB = 1_048_576
 KEY = "sandbox"
@@ -57,7 +60,7 @@ class World:
         return 0
 
 
-def a_world(tmp_path: Path, limit_mb: int = 8) -> tuple[World, DiskBudget]:
+def a_world(tmp_path: Path, limit_mb: int = 8, max_entries: int = 1000) -> tuple[World, DiskBudget]:
     world = World(tmp_path)
     budget = DiskBudget(
         slot_root_of=lambda key: tmp_path,
@@ -66,7 +69,7 @@ def a_world(tmp_path: Path, limit_mb: int = 8) -> tuple[World, DiskBudget]:
         jobs=JobRegistry(),
         backend=world.backend,
         limit_bytes=limit_mb * MB,
-        max_entries=1000,
+        max_entries=max_entries,
         interval_s=0.5,
     )
     return world, budget
@@ -146,3 +149,13 @@ async def test_a_sandbox_still_growing_after_its_stop_is_stopped_again(tmp_path:
     world.grow(2)  # something of it survived the stop
     await budget.check_once()
     assert world.backend.kills == 2
+
+
+async def test_a_tree_too_deep_to_measure_is_refused_as_such(tmp_path: Path) -> None:
+    _, budget = a_world(tmp_path, max_entries=10_000)
+    build_deep_tree(tmp_path, 2100, bottom_file=("big", b"x"))  # "d/" * 2100: past PATH_MAX
+    try:
+        with pytest.raises(QuotaExceeded, match="nested too deep"):
+            await budget.before("write_sandbox_file", KEY)
+    finally:
+        delete_tree(tmp_path / "d")  # pytest's own clean-up would recurse
