@@ -8,29 +8,31 @@ the budget is kept by accounting, which works wherever the server runs:
   so a sparse file counts what it really holds and a hard link counts once:
   workspaces, baselines and copies) plus the sandbox's artifacts on the shelf;
 - **when**: after every call that writes (file writes, commands, new
-  experiments), every ``interval_s`` while one of the sandbox's jobs runs, and
-  every ``interval_s`` after that too, for as long as its containers live and
-  each measurement finds more bytes than the one before: a command that kills
-  its job's supervisor leaves the rest of its tree running under the container's
-  PID 1, outside any job (app/runtime/_jobs.py), so a job's end is not the end of
-  its writing. A sandbox is let go at the first measurement that shows no growth
-  (idle sandboxes cost one walk after their last writing call or job); the walk
-  is iterative, runs in a thread and stops at ``max_entries`` (past it the slot
-  counts as over: millions of empty files exhaust inodes);
+  experiments), and every ``interval_s`` while the sandbox has a running job or a
+  live container: a command that kills its job's supervisor leaves the rest of its
+  tree running under the container's PID 1, outside any job
+  (app/runtime/_jobs.py), and it may pause before it writes, so neither a job's
+  end nor a measurement without growth is the end of its writing. An idle sandbox
+  with live containers costs one walk per interval (about 2 to 9 microseconds an
+  entry; bounded by ``max_entries``), in its own share of the tenants' threads; one
+  whose containers are gone costs a look at its records. The walk
+  (``measure_tree``) is iterative, opens every folder through the jail without
+  following a link, and stops at ``max_entries`` (past it the slot counts as
+  over: millions of empty files exhaust inodes);
 - **over the budget**: calls that write are refused with ``QUOTA_EXCEEDED``
   (destroying an experiment, reading, listing and the slot's reset still work),
   the sandbox's running jobs are cancelled and every process of the sandbox user
   in its containers is killed: once, unless the sandbox still grows afterwards or
-  a kill failed (then again at the next interval, and the sandbox stays followed).
+  a kill failed (then again at the next interval).
 
-A writer outside any job that pauses for longer than one interval is let go at
-the pause; its next writing is measured at the sandbox's next writing call or
-job, or ends with the sandbox (the idle watchdog removes its containers).
-
-It is a soft bound: a command may write for up to one interval (plus one walk)
-past the budget before it is stopped, at whatever speed the disk allows. So a
-server anyone can reach still refuses dir slots on the database's filesystem
-(app/slot_storage.py) unless told otherwise; ZFS slots have a hard quota.
+Bytes come only as fast as they are written: the containers of dir slots refuse
+the ``fallocate`` modes that reserve blocks at once and cap every file at the
+budget (``RLIMIT_FSIZE``; app/runtime/seccomp.py, app/runtime/hardening.py). So it
+is a soft bound: a sandbox may write for up to one interval (plus one walk and the
+kill) past the budget before it is stopped, at whatever speed the disk allows. A
+server anyone can reach therefore still refuses dir slots on the database's
+filesystem (app/slot_storage.py) unless told otherwise; a hosted deployment that
+wants a hard bound uses ZFS slots, which have a kernel quota.
 """
 
 from __future__ import annotations
@@ -53,8 +55,11 @@ from app.experiments.records import Experiment
 from app.experiments.tenant_threads import TenantThreads
 from app.runtime.backend import SandboxBackend
 from app.runtime.errors import ContainerGone
+from jail import Jail, JailError
 
 log = structlog.get_logger(__name__)
+
+_O_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 # The calls that can add bytes to a slot; the others are never refused.
 WRITING_TOOLS = frozenset(
@@ -94,31 +99,50 @@ class Usage:
 
 
 def measure_tree(root: Path, max_entries: int) -> Usage:
-    """Bytes allocated under ``root`` (blocking; iterative, links never followed)."""
+    """Bytes allocated under ``root`` (blocking; iterative, links never followed).
+
+    Each folder is opened beneath ``root`` through the jail, its last step never a
+    link: a folder swapped for a link after it was listed is skipped, never followed
+    (out of the slot, or around it). A folder too deep to open by path (``PATH_MAX``)
+    counts the slot as over, as past ``max_entries``: its bytes must not hide.
+    """
     total = entries = 0
     seen: set[tuple[int, int]] = set()
-    pending = [str(root)]
-    while pending:
-        folder = pending.pop()
-        try:
-            with os.scandir(folder) as found:
-                for entry in found:
-                    entries += 1
-                    if entries > max_entries:
-                        return Usage(total, entries, truncated=True)
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue  # gone meanwhile
-                    if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-                        if (st.st_dev, st.st_ino) in seen:
-                            continue
-                        seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
-                    if stat.S_ISDIR(st.st_mode):
-                        pending.append(entry.path)
-        except OSError:
-            continue  # unreadable or removed: a tenant cannot hide bytes from root this way
+    try:
+        tree = Jail.open(root)
+    except JailError:
+        return Usage(0, 0, truncated=False)  # gone (the slot was reset meanwhile)
+    with tree:
+        pending = ["."]
+        while pending:
+            folder = pending.pop()
+            try:
+                fd = tree.open_fd(folder, _O_LIST)
+            except JailError as exc:
+                if exc.code == "INVALID_PATH":
+                    return Usage(total, entries, truncated=True)
+                continue  # removed, or swapped for a link, since it was listed
+            try:
+                with os.scandir(fd) as found:
+                    for entry in found:
+                        entries += 1
+                        if entries > max_entries:
+                            return Usage(total, entries, truncated=True)
+                        try:
+                            st = entry.stat(follow_symlinks=False)  # fstatat beneath fd
+                        except OSError:
+                            continue  # gone meanwhile
+                        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                            if (st.st_dev, st.st_ino) in seen:
+                                continue
+                            seen.add((st.st_dev, st.st_ino))
+                        total += st.st_blocks * 512
+                        if stat.S_ISDIR(st.st_mode):
+                            pending.append(f"{folder}/{entry.name}")
+            except OSError:
+                continue  # unreadable or removed: a tenant cannot hide bytes from root this way
+            finally:
+                os.close(fd)
     return Usage(total, entries, truncated=False)
 
 
@@ -174,9 +198,6 @@ class DiskBudget:
         self._last: dict[str, tuple[float, Usage]] = {}
         self._measuring: dict[str, asyncio.Task[Usage]] = {}
         self._watched: set[str] = set()  # wrote since their slot was leased
-        # Wrote, perhaps outside any job (see the module docstring): the bytes each held
-        # at its last measurement, followed every interval until it stops growing.
-        self._following: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
         # Stopped, not yet back under the budget: the bytes each held when it was.
@@ -302,8 +323,10 @@ class DiskBudget:
 
     def _refusal(self, usage: Usage) -> QuotaExceeded:
         limit_mb = self.limit_bytes // 1_048_576
-        if usage.truncated:
+        if usage.truncated and usage.entries > self._max_entries:
             what = f"more than {self._max_entries} files and folders"
+        elif usage.truncated:  # stopped at a folder it could not reach (measure_tree)
+            what = "folders nested too deep to measure (paths past 4095 bytes)"
         else:
             what = f"{usage.bytes // 1_048_576} MB"
         return QuotaExceeded(
@@ -320,36 +343,12 @@ class DiskBudget:
         self._last.pop(sandbox_key, None)
         self._over.pop(sandbox_key, None)
         self._watched.discard(sandbox_key)
-        self._following.pop(sandbox_key, None)
 
-    # -- after a call or a job -------------------------------------------------------
+    # -- after a call, and while its processes may write ------------------------------
 
     async def _follow_from(self, sandbox_key: str) -> None:
-        """Enforce after a writing call, and follow the sandbox from what it holds now:
-        the call may have run a job whose tree writes on (see the module docstring)."""
-        usage = await self.enforce(sandbox_key)
-        if usage is not None and sandbox_key in self._watched:
-            self._following[sandbox_key] = usage.bytes
-
-    async def _follow(self, sandbox_key: str) -> None:
-        """One interval's check of a sandbox with no running job that was still growing."""
-        before = self._following.get(sandbox_key)
-        if before is None:
-            return
-        if not list(await self._containers_of(sandbox_key)):
-            self._following.pop(sandbox_key, None)  # its processes went with its containers
-            return
-        usage = await self.enforce(sandbox_key)
-        if usage is None:
-            self._following.pop(sandbox_key, None)
-            return
-        stop_owed = usage.over(self.limit_bytes) and sandbox_key not in self._over
-        if usage.bytes > before or stop_owed:
-            self._following[sandbox_key] = usage.bytes
-        else:
-            self._following.pop(sandbox_key, None)  # nothing of it writes any more
-
-    # -- while jobs run ---------------------------------------------------------------
+        """Enforce after a writing call (it may have started what writes on)."""
+        await self.enforce(sandbox_key)
 
     def start(self) -> None:
         self._loop = asyncio.create_task(self.run(), name="disk-budget-watch")
@@ -361,18 +360,16 @@ class DiskBudget:
             await self.check_once()
 
     async def check_once(self) -> None:
-        """One interval's checks: every sandbox with a running job, and every one still
-        growing after its last writing call or job; the others cost nothing."""
+        """One interval's checks: every sandbox written to since its lease that may
+        still write, that is with a running job or a live container (a process that
+        left its job writes on under the container's PID 1, and may pause first: see
+        the module docstring). The others cost nothing but a look at their records."""
         for key in list(self._watched):
             try:
                 if self._slot_root_of(key) is None:
                     self._forget(key)  # emptied: its next lease starts at zero
-                elif self._jobs.is_busy(key):
-                    usage = await self.enforce(key)
-                    if usage is not None:
-                        self._following[key] = usage.bytes  # followed past the job's end
-                else:
-                    await self._follow(key)
+                elif self._jobs.is_busy(key) or list(await self._containers_of(key)):
+                    await self.enforce(key)
             except Exception:  # one sandbox's failure must not end the checks of all
                 log.exception("disk.budget_check_failed")
 

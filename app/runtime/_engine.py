@@ -104,6 +104,8 @@ class Engine:
         host_paths: (as this process sees it, as the engine sees it): bind-mount
             sources are the engine's paths, which differ when this server runs in a
             container (None: the same).
+        dir_budget_bytes: The slots' measured byte budget when they have no kernel
+            quota (dir slots; see ``hardened_host_config``), else None.
 
     Raises:
         ConfigurationError: a root user, a home that is not a folder of
@@ -121,12 +123,14 @@ class Engine:
         user_ids: tuple[int, int],
         home: str,
         host_paths: tuple[Path, Path] | None = None,
+        dir_budget_bytes: int | None = None,
     ) -> None:
         if user_ids[0] == 0:
             raise ConfigurationError("The sandbox user must be uid:gid of a non-root user.")
         if not home.startswith("/") or home.rstrip("/") in ("", WORKSPACE, TMP):
             raise ConfigurationError("home must be an absolute path other than / and /tmp.")
         self._host_paths = host_paths
+        self._dir_budget_bytes = dir_budget_bytes
         self._client_factory = client_factory
         self._offload = offload
         self._slots = slots
@@ -275,6 +279,7 @@ class Engine:
             home=self.home,
             uid=self._uid,
             gid=self._gid,
+            dir_budget_bytes=self._dir_budget_bytes,
         )
         # Defence in depth: whatever the code above became, never the engine's socket.
         await self._offload.call(refuse_docker_socket_in, host_config)

@@ -106,6 +106,9 @@ def build_backend(
         allow_git_egress=settings.egress.allow_git,
         egress_proxy=egress,
         client_factory=docker_client,
+        dir_budget_bytes=(
+            pool.dir_slot_budget_mb * 1_048_576 if pool.slot_backend == "dir" else None
+        ),
     )
 
 

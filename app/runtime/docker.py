@@ -129,6 +129,8 @@ class DockerBackend:
         exec_path: ``auto``: commands go through each container's executor when it is
             ready (:mod:`app.runtime.fast_exec`), else ``docker exec``;
             ``docker-exec``: always ``docker exec``.
+        dir_budget_bytes: dir slots' measured byte budget (None: the slots have a
+            kernel quota); bounds what one call may allocate (``hardened_host_config``).
     """
 
     def __init__(
@@ -160,6 +162,7 @@ class DockerBackend:
         kill_grace_s: float = 15.0,
         egress_proxy: EgressProxy | None = None,
         exec_path: ExecPath = "auto",
+        dir_budget_bytes: int | None = None,
     ) -> None:
         if not allowed_images:
             raise ConfigurationError("At least one image must be allowed.")
@@ -181,6 +184,7 @@ class DockerBackend:
             user_ids=user_ids,
             home=home,
             host_paths=host_paths,
+            dir_budget_bytes=dir_budget_bytes,
         )
         self._labels = self._engine.labels
         self._user = user = self._engine.user

@@ -42,6 +42,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from app.runtime._workspace import DOCKER_SOCKETS, refuse_docker_socket
 from app.runtime.backend import WORKSPACE, Isolation, Limits, NetworkMode
+from app.runtime.seccomp import no_preallocation_profile
 
 log = structlog.get_logger(__name__)
 
@@ -60,9 +61,22 @@ def hardened_host_config(
     home: str,
     uid: int,
     gid: int,
+    dir_budget_bytes: int | None = None,
 ) -> dict[str, Any]:
-    """The host configuration of every container we create (experiments and helpers)."""
+    """The host configuration of every container we create (experiments and helpers).
+
+    ``dir_budget_bytes``: the slots have no kernel quota, only this measured budget
+    (dir slots): allocating ``fallocate`` is refused (app/runtime/seccomp.py) and no
+    process may grow a file past the budget (``RLIMIT_FSIZE``), so one call can add
+    no more than the budget, and bytes come only as fast as they are written.
+    """
     memory = limits.memory_mb * 1024 * 1024
+    security_opt = ["no-new-privileges:true"]
+    # Core dumps would land in the workspace and eat its quota.
+    ulimits = [Ulimit(name="core", soft=0, hard=0)]
+    if dir_budget_bytes is not None:
+        security_opt.append(f"seccomp={no_preallocation_profile()}")
+        ulimits.append(Ulimit(name="fsize", soft=dir_budget_bytes, hard=dir_budget_bytes))
     tmpfs_opts = "rw,exec,nosuid,nodev"
     config: dict[str, Any] = api.create_host_config(
         mounts=mounts,
@@ -70,7 +84,7 @@ def hardened_host_config(
         privileged=False,
         cap_drop=["ALL"],
         cap_add=list(CAPABILITIES),
-        security_opt=["no-new-privileges:true"],
+        security_opt=security_opt,
         pids_limit=limits.pids,
         mem_limit=memory,
         memswap_limit=memory,
@@ -81,8 +95,7 @@ def hardened_host_config(
             home: f"{tmpfs_opts},size={limits.tmp_mb}m,uid={uid},gid={gid},mode=0700",
         },
         init=True,
-        # Core dumps would land in the workspace and eat its quota.
-        ulimits=[Ulimit(name="core", soft=0, hard=0)],
+        ulimits=ulimits,
         # Under host memory pressure, a sandbox dies before the server does.
         oom_score_adj=500,
         log_config=LogConfig(type=LogConfig.types.NONE),

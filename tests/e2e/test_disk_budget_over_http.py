@@ -10,50 +10,32 @@ QUOTA_EXCEEDED, while other tenants and the database carry on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx2
-from e2e_server import start_server, stop_server
+from disk_budget_testkit import (
+    BUDGET_MB,
+    SLACK_MB,
+    code_of,
+    new_experiment,
+    slots_mb,
+    start_budget_server,
+)
+from e2e_server import stop_server
 from mcp_http import run_command, tool, write_file
 from oauth_browser import new_users
 
-from app.experiments.disk_budget import measure_tree
-
-BUDGET_MB = 32
-# The writer below adds about 20 MB/s; one check interval (0.5 s) plus one walk and
-# the kill leaves room for a few more seconds of writing on a loaded machine. (A
-# process detached from its job with setsid dies with the job: app/runtime/_jobs.py.)
-SLACK_MB = 64
-WRITER = "while :; do head -c 1048576 /dev/zero >> {name}; sleep 0.05; done"
-
-
-def slots_mb(state: Path) -> float:
-    return measure_tree(state / "slots", 1_000_000).bytes / 1_048_576
-
-
-async def create(http: httpx2.AsyncClient, server: Any, token: str) -> str:
-    created = await tool(http, server, token, "create_experiment", {"name": "disk"})
-    assert not created["is_error"], created
-    return str(created["experiment_id"])
-
-
-def code_of(result: dict[str, Any]) -> str | None:
-    return result.get("error", {}).get("code") if result["is_error"] else None
+# About 20 MB/s, a file a MB (RLIMIT_FSIZE stops one file at the budget). (A process
+# detached from its job with setsid dies with the job: app/runtime/_jobs.py.)
+WRITER = "i=0; while :; do head -c 1048576 /dev/zero > {name}$i; i=$((i+1)); sleep 0.05; done"
 
 
 async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    server = start_server(
-        state,
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="3",
-        SANDBOX_MCP_DIR_SLOT_BUDGET_MB=str(BUDGET_MB),
-        SANDBOX_MCP_DISK_CHECK_INTERVAL_S="0.5",
-    )
+    server = start_budget_server(state, pool_size=3)
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             alice, bob = await new_users(http, server.base_url, 2)
-            exp = await create(http, server, alice)
+            exp = await new_experiment(http, server, alice)
 
             # A sparse file holds nothing: it is not counted (and from_experiment keeps it so).
             sparse = await run_command(http, server, alice, exp, "truncate -s 10G sparse; echo ok")
@@ -78,17 +60,19 @@ async def test_a_tenant_filling_its_dir_slot_is_stopped_near_its_budget(tmp_path
             assert code_of(refused) == "QUOTA_EXCEEDED", refused
 
             # Another tenant and the database carry on meanwhile.
-            other = await create(http, server, bob)
+            other = await new_experiment(http, server, bob)
             ran = await run_command(http, server, bob, other, "echo bob")
             assert ran["stdout"] == "bob\n", ran
             assert (await http.get(f"{server.base_url}/health")).status_code == 200
 
-            # Destroying frees the space; then one fallocate past the budget, at once,
-            # is caught by the measurement after the command.
+            # Destroying frees the space; then one command past the budget, at once,
+            # is caught by the measurement after the command (two files: one file stops
+            # at the budget, and fallocate is refused: test_disk_budget_fallocate_over_http).
             gone = await tool(http, server, alice, "destroy_experiment", {"experiment_id": exp})
             assert not gone["is_error"], gone
-            exp = await create(http, server, alice)
-            big = await run_command(http, server, alice, exp, "fallocate -l 48M f && echo ok")
+            exp = await new_experiment(http, server, alice)
+            twice = "head -c 24M /dev/zero > f && head -c 24M /dev/zero > g && echo ok"
+            big = await run_command(http, server, alice, exp, twice)
             assert big["stdout"] == "ok\n", big
             refused = await run_command(http, server, alice, exp, "echo again")
             assert code_of(refused) == "QUOTA_EXCEEDED", refused

@@ -3,10 +3,12 @@
 A command that kills its own supervisor W by pid ends its job at once and hands what
 it still runs to the container's PID 1, where no job tracks it (app/runtime/_jobs.py).
 The disk budget (app/experiments/disk_budget.py) therefore does not stop measuring a
-sandbox when its jobs end: it follows it every DISK_CHECK_INTERVAL_S while its
-containers live and it keeps growing, and past the budget kills every process of the
-sandbox user in them, so the writer outside any job is stopped near the budget
-instead of filling the host's filesystem until the idle timeout.
+sandbox when its jobs end: it measures it every DISK_CHECK_INTERVAL_S while its
+containers live, and past the budget kills every process of the sandbox user in them,
+so the writer outside any job is stopped near the budget instead of filling the
+host's filesystem until the idle timeout. Before, the sandbox was let go at its first
+measurement without growth: a writer that paused for one interval, then wrote, was
+never measured again while only read-only calls followed (issue 23, finding 6).
 """
 
 from __future__ import annotations
@@ -17,58 +19,55 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import start_server, stop_server
+from disk_budget_testkit import (
+    BUDGET_MB,
+    SLACK_MB,
+    code_of,
+    new_experiment,
+    slots_mb,
+    start_budget_server,
+)
+from e2e_server import stop_server
 from mcp_http import run_command, tool, write_file
 from oauth_browser import new_user
 
-from app.experiments.disk_budget import measure_tree
-
 pytestmark = pytest.mark.e2e
 
-BUDGET_MB = 32
-SLACK_MB = 64  # as tests/e2e/test_disk_budget_over_http.py
 WRITE_MB = 160  # at about 20 MB/s: 8 s, sixteen check intervals
-# A writer detached from the job, then the job's supervisor W (the command's parent)
-# killed: the job ends at once, the writer runs on under the container's PID 1.
-ESCAPE = (
-    f"( i=0; while [ $i -lt {WRITE_MB} ]; do head -c 1048576 /dev/zero >> big; "
-    "i=$((i+1)); sleep 0.05; done; touch done ) </dev/null >/dev/null 2>&1 & "
-    "sleep 0.2; kill -9 $PPID"
-)
 QUIET_S = 4.0  # eight check intervals without growth: the writer is stopped
+PAUSE_S = 3.0  # six check intervals: the sandbox shows no growth, then it grows
 
 
-def slots_mb(state: Path) -> float:
-    return measure_tree(state / "slots", 1_000_000).bytes / 1_048_576
-
-
-async def test_a_writer_that_leaves_its_job_is_still_stopped_near_the_budget(
-    tmp_path: Path,
-) -> None:
-    state = tmp_path / "state"
-    server = start_server(
-        state,
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="2",
-        SANDBOX_MCP_DIR_SLOT_BUDGET_MB=str(BUDGET_MB),
-        SANDBOX_MCP_DISK_CHECK_INTERVAL_S="0.5",
+def escape(pause_s: float) -> str:
+    """A writer detached from the job that waits ``pause_s`` then writes WRITE_MB (a file
+    a MB: RLIMIT_FSIZE stops only one file at the budget), then the job's supervisor W
+    (the command's parent) killed: the job ends at once, the writer runs on under the
+    container's PID 1."""
+    return (
+        f"( sleep {pause_s}; i=0; while [ $i -lt {WRITE_MB} ]; do "
+        "head -c 1048576 /dev/zero > f$i; i=$((i+1)); sleep 0.05; done; touch done ) "
+        "</dev/null >/dev/null 2>&1 & sleep 0.2; kill -9 $PPID"
     )
+
+
+async def escape_and_watch(tmp_path: Path, pause_s: float) -> None:
+    state = tmp_path / "state"
+    server = start_budget_server(state, pool_size=2)
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             mallory = await new_user(http, server.base_url)
-            created = await tool(http, server, mallory, "create_experiment", {"name": "x"})
-            assert not created["is_error"], created
-            exp = str(created["experiment_id"])
-            ran = await run_command(http, server, mallory, exp, ESCAPE)
+            exp = await new_experiment(http, server, mallory)
+            ran = await run_command(http, server, mallory, exp, escape(pause_s))
             assert ran["status"] in ("completed", "failed"), ran  # the job is over
             status = await tool(http, server, mallory, "get_job_status", {"job_id": ran["job_id"]})
             assert status["status"] != "running", status
 
             # Bounded wait: until the writer says it finished, or the slot has not grown
-            # for QUIET_S (a stopped writer never finishes). Reading is no writing call:
-            # it measures nothing.
-            last, quiet_since = slots_mb(state), time.monotonic()
-            for _ in range(120):
+            # for QUIET_S after it started to (a stopped writer never finishes). Reading
+            # is no writing call: it measures nothing.
+            start_mb = last = slots_mb(state)
+            quiet_since = time.monotonic()
+            for _ in range(240):
                 done = await tool(
                     http,
                     server,
@@ -81,17 +80,29 @@ async def test_a_writer_that_leaves_its_job_is_still_stopped_near_the_budget(
                 now_mb = slots_mb(state)
                 if now_mb != last:
                     last, quiet_since = now_mb, time.monotonic()
-                elif time.monotonic() - quiet_since >= QUIET_S:
+                elif last > start_mb and time.monotonic() - quiet_since >= QUIET_S:
                     break
                 await asyncio.sleep(0.5)
             used = slots_mb(state)
+            print(f"slot after the writer: {used:.1f} MB, budget {BUDGET_MB} MB")
             assert used < BUDGET_MB + SLACK_MB, (
                 f"the slot holds {used:.0f} MB against a budget of {BUDGET_MB} MB: "
                 "the writer outside any job was never measured or stopped"
             )
             assert done["is_error"], "the writer outside any job wrote all it meant to"
             refused = await write_file(http, server, mallory, exp, "more", "x")
-            assert refused["is_error"], refused
-            assert refused["error"]["code"] == "QUOTA_EXCEEDED", refused
+            assert code_of(refused) == "QUOTA_EXCEEDED", refused
     finally:
         stop_server(server)
+
+
+async def test_a_writer_that_leaves_its_job_is_still_stopped_near_the_budget(
+    tmp_path: Path,
+) -> None:
+    await escape_and_watch(tmp_path, pause_s=0)
+
+
+async def test_a_writer_that_leaves_its_job_and_pauses_is_still_stopped_near_the_budget(
+    tmp_path: Path,
+) -> None:
+    await escape_and_watch(tmp_path, pause_s=PAUSE_S)

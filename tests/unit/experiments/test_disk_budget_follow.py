@@ -1,9 +1,9 @@
-"""The disk budget follows a sandbox after its writing call or job while it grows.
+"""The disk budget follows a sandbox after its writing call or job while it may write.
 
 A job's end is not the end of its writing (a command that kills its supervisor leaves
-its tree under the container's PID 1): each interval's check measures a sandbox that
-grew since its last measurement, stops it past the budget, retries a failed kill at
-the next interval, and lets it go once it stops growing or its containers are gone.
+its tree under the container's PID 1, which may pause before it writes): each
+interval's check measures a sandbox with live containers, stops it past the budget,
+retries a failed kill at the next interval, and lets it go once its containers are gone.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+from deep_trees import build_deep_tree
 from runtime_fakes import FakeBackend
 
-from app.experiments.disk_budget import KILL_ALL, DiskBudget
+from app.experiments.disk_budget import KILL_ALL, DiskBudget, QuotaExceeded
 from app.experiments.jobs import JobRegistry
 from app.runtime.backend import ExecResult
+from jail.tree_delete import delete_tree
 
 MB = 1_048_576
 KEY = "sandbox"
@@ -57,7 +60,7 @@ class World:
         return 0
 
 
-def a_world(tmp_path: Path, limit_mb: int = 8) -> tuple[World, DiskBudget]:
+def a_world(tmp_path: Path, limit_mb: int = 8, max_entries: int = 1000) -> tuple[World, DiskBudget]:
     world = World(tmp_path)
     budget = DiskBudget(
         slot_root_of=lambda key: tmp_path,
@@ -66,7 +69,7 @@ def a_world(tmp_path: Path, limit_mb: int = 8) -> tuple[World, DiskBudget]:
         jobs=JobRegistry(),
         backend=world.backend,
         limit_bytes=limit_mb * MB,
-        max_entries=1000,
+        max_entries=max_entries,
         interval_s=0.5,
     )
     return world, budget
@@ -77,9 +80,7 @@ async def after_a_writing_call(budget: DiskBudget) -> None:
     await asyncio.gather(*budget._background)  # the measurement the call started
 
 
-async def test_a_sandbox_growing_after_its_job_is_stopped_and_then_let_go(
-    tmp_path: Path,
-) -> None:
+async def test_a_sandbox_growing_after_its_job_is_stopped_once(tmp_path: Path) -> None:
     world, budget = a_world(tmp_path)
     await after_a_writing_call(budget)  # its job ended with the call; its writer did not
     for _ in range(3):
@@ -89,21 +90,28 @@ async def test_a_sandbox_growing_after_its_job_is_stopped_and_then_let_go(
     world.grow(4)
     await budget.check_once()
     assert world.backend.kills == 1  # 10 MB: stopped
-    walks = world.walks
-    await budget.check_once()  # no growth since: let go
+    await budget.check_once()  # no growth since: measured, not stopped again
     await budget.check_once()
-    await budget.check_once()
-    assert world.walks == walks + 1
     assert world.backend.kills == 1
 
 
-async def test_a_sandbox_that_stops_growing_costs_one_walk(tmp_path: Path) -> None:
+async def test_a_writer_that_pauses_past_an_interval_is_still_stopped(tmp_path: Path) -> None:
+    world, budget = a_world(tmp_path)
+    await after_a_writing_call(budget)
+    for _ in range(4):  # quiet for four intervals, no call in between
+        await budget.check_once()
+    world.grow(10)
+    await budget.check_once()
+    assert world.backend.kills == 1
+
+
+async def test_a_sandbox_with_live_containers_costs_one_walk_an_interval(tmp_path: Path) -> None:
     world, budget = a_world(tmp_path)
     world.grow(1)
     await after_a_writing_call(budget)
     for _ in range(4):
         await budget.check_once()
-    assert world.walks == 2  # after the call, then once more to see it stopped
+    assert world.walks == 5  # after the call, then once each interval
 
 
 async def test_a_sandbox_whose_containers_are_gone_is_let_go_unmeasured(tmp_path: Path) -> None:
@@ -141,3 +149,13 @@ async def test_a_sandbox_still_growing_after_its_stop_is_stopped_again(tmp_path:
     world.grow(2)  # something of it survived the stop
     await budget.check_once()
     assert world.backend.kills == 2
+
+
+async def test_a_tree_too_deep_to_measure_is_refused_as_such(tmp_path: Path) -> None:
+    _, budget = a_world(tmp_path, max_entries=10_000)
+    build_deep_tree(tmp_path, 2100, bottom_file=("big", b"x"))  # "d/" * 2100: past PATH_MAX
+    try:
+        with pytest.raises(QuotaExceeded, match="nested too deep"):
+            await budget.before("write_sandbox_file", KEY)
+    finally:
+        delete_tree(tmp_path / "d")  # pytest's own clean-up would recurse
