@@ -7,6 +7,7 @@ log most. The whole recorded output stays readable, page by page.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user
+from stated_limits import stated
 
 pytestmark = pytest.mark.e2e
 
@@ -136,3 +138,41 @@ async def test_every_tool_result_fits_even_when_asked_for_a_lot(
         assert not result.get("isError"), (name, result)
         notes = result["structuredContent"]["notes"]
         assert any("cut to fit the client's window" in note for note in notes), (name, notes)
+
+
+def record_size(structured: dict[str, Any]) -> int:
+    """Characters of a result's record, as the server measures it: without the envelope
+    it adds afterwards (the notes saying what was cut, the idle expiry)."""
+    record = {k: v for k, v in structured.items() if k not in ("notes", "idle_expiry_s")}
+    return len(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+
+
+async def test_a_result_is_cut_at_the_bound_the_docs_state(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    """The 24,000 characters of docs/limits.md, over HTTP: a read just under it comes
+    whole; a read far over it is cut to it, not far below, and says so."""
+    bound = stated("STRUCTURED_BUDGET")  # docs/limits.md, "Any result": 24,000
+    token = await new_user(http, server.base_url)
+    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    under, over = bound - 2_000, bound * 4
+    command = f"head -c {under} /dev/zero | tr '\\0' a > under.txt; head -c {over} /dev/zero | tr '\\0' b > over.txt"  # noqa: E501
+    made = await tool(
+        http, server, token, "execute_experiment", {"experiment_id": exp, "command": command}
+    )
+    assert made["exit_code"] == 0, made
+
+    read = {"experiment_id": exp, "max_bytes": 1_048_576}
+    _, whole = await raw_call(
+        http, server, token, "read_sandbox_file", {**read, "path": "under.txt"}
+    )
+    content = whole["structuredContent"]
+    assert content["content"] == "a" * under
+    assert not any("cut to fit" in note for note in content["notes"]), content["notes"]
+
+    _, cut = await raw_call(http, server, token, "read_sandbox_file", {**read, "path": "over.txt"})
+    content = cut["structuredContent"]
+    size = record_size(content)
+    assert bound - 1_000 < size <= bound, (size, bound)
+    assert any("cut to fit the client's window" in note for note in content["notes"])
+    print(f"a {over}-character read answered with a {size}-character record (bound {bound})")

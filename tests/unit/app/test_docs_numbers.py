@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stated_limits import UNIT, number, stated_pairs
 
 from app.mcp.fit import STRUCTURED_BUDGET
 from app.runtime.egress_connlimit import MAX_CONNECTIONS as EGRESS_CONNECTIONS
@@ -33,48 +34,6 @@ CONSTANTS: dict[str, int] = {
     "connlimit": EGRESS_CONNECTIONS,  # connections one container holds to the proxy
     "STRUCTURED_BUDGET": STRUCTURED_BUDGET,  # characters of one result's structured content
 }
-
-UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 1024,  # Squid's KB, and the docs', are 1024 bytes
-    "KiB": 1024,
-    "MiB": 1024**2,
-    "GiB": 1024**3,
-    "s": 1,
-    "second": 1,
-    "seconds": 1,
-    "minute": 60,
-    "minutes": 60,
-    "hour": 3600,
-    "hours": 3600,
-    "day": 86400,
-    "days": 86400,
-}
-UNIT = r"(?:KiB|MiB|GiB|KB|B|seconds?|minutes?|hours?|days?|s)"
-VALUE = rf"(?:\d[\d,]*(?::\d+)?(?:\s+{UNIT})?|an?\s+(?:second|minute|hour|day))"
-# "`NAME` (VALUE" : the value ends the bracket or is followed by ',' or ';'.
-NAME_THEN_VALUE = re.compile(rf"`(?:{ENV_PREFIX})?([A-Za-z][A-Za-z0-9_]*)` \(({VALUE})(?=[),;])")
-# "VALUE ... (`NAME`" : the value, a few words without a comma, a number or another
-# name, then the name (or several, comma-separated, that share the value).
-NAMES = rf"`(?:{ENV_PREFIX})?[A-Za-z][A-Za-z0-9_]*`(?:, `(?:{ENV_PREFIX})?[A-Za-z][A-Za-z0-9_]*`)*"
-VALUE_THEN_NAME = re.compile(
-    rf"(?<![\w.,/-])({VALUE})(?:\s+[a-z][a-zA-Z /]*?(?:/\d+)?)?\s+\(({NAMES})[),;]"
-)
-
-
-def number(text: str) -> int | str:
-    """A stated value in base units (bytes, seconds), or as written when it is not a
-    quantity (`1000:1000`)."""
-    text = " ".join(text.split())
-    if ":" in text:
-        return text
-    article = re.fullmatch(r"an? (\w+)", text)
-    if article:
-        return UNITS[article.group(1)]
-    match = re.fullmatch(rf"(\d[\d,]*)(?: ({UNIT}))?", text)
-    assert match, text
-    return int(match.group(1).replace(",", "")) * UNITS[match.group(2) or ""]
 
 
 def squid_directives() -> dict[str, int]:
@@ -123,16 +82,6 @@ def agrees(stated: int | str, actual: int | str) -> bool:
     if isinstance(actual, str) and isinstance(stated, int):
         return actual.split(":")[0] == str(stated)
     return stated == actual
-
-
-def stated_pairs(text: str) -> list[tuple[str, str]]:
-    """(name, value as written) for every pair of either shape in ``text``."""
-    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)  # not in code blocks
-    pairs = [(m.group(1), m.group(2)) for m in NAME_THEN_VALUE.finditer(text)]
-    for match in VALUE_THEN_NAME.finditer(text):
-        for name in re.findall(r"`([^`]+)`", match.group(2)):
-            pairs.append((name.removeprefix(ENV_PREFIX), match.group(1)))
-    return pairs
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
