@@ -10,13 +10,11 @@ and this bound is how long each one may sit unused.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import start_server, stop_server
-from egress_testkit import OutsideWorld, remove_restricted_network
+from egress_testkit import OutsideWorld, restricted_server
 from mcp_http import run_command, tool
 from oauth_browser import new_user
 from stated_limits import stated
@@ -56,17 +54,7 @@ async def test_an_unused_connection_is_closed_at_the_documented_time(
 ) -> None:
     no_request = stated("request_start_timeout", EGRESS_PAGE)
     idle = stated("client_idle_pconn_timeout", EGRESS_PAGE)
-    server = start_server(
-        tmp_path / "state",
-        SANDBOX_MCP_AUTH="oauth",
-        **world.server_env(),
-        SANDBOX_MCP_POOL_SIZE="1",
-    )
-    network = None
-    try:
-        found = re.search(r'"network": "(sandbox-mcp-restricted-[^"]+)"', server.log())
-        assert found is not None, server.log()[-2000:]
-        network = found[1]
+    with restricted_server(tmp_path / "state", world, SANDBOX_MCP_POOL_SIZE="1") as server:
         async with httpx2.AsyncClient(timeout=120) as http:
             token = await new_user(http, server.base_url)
             made = await tool(http, server, token, "create_experiment", {"network": "restricted"})
@@ -90,7 +78,3 @@ async def test_an_unused_connection_is_closed_at_the_documented_time(
             # few seconds late on a loaded machine.
             assert no_request - 1 <= kept["no-request"] <= no_request + 10, kept
             assert idle - 1 <= kept["after-request"] <= idle + 10, kept
-    finally:
-        stop_server(server)
-        if network is not None:
-            remove_restricted_network(network)
