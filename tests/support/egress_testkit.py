@@ -139,14 +139,19 @@ def restricted_server(state: Path, world: OutsideWorld, **env: str) -> Iterator[
     server = start_server(state, SANDBOX_MCP_AUTH="oauth", **world.server_env(), **env)
     network = None
     try:
-        found = re.search(r'"network": "(sandbox-mcp-restricted-[^"]+)"', server.log())
-        assert found is not None, server.log()[-2000:]
-        network = found[1]
+        network = restricted_network_of(server)
         yield server
     finally:
         stop_server(server)
         if network is not None:
             remove_restricted_network(network)
+
+
+def restricted_network_of(server: RunningServer) -> str:
+    """The Docker network of the server's restricted experiments, as its log names it."""
+    found = re.search(r'"network": "(sandbox-mcp-restricted-[^"]+)"', server.log())
+    assert found is not None, server.log()[-2000:]
+    return found[1]
 
 
 def remove_restricted_network(network: str) -> None:
