@@ -117,10 +117,14 @@ def start_as_the_readme_says(tmp_path: Path, state: Path, port: int) -> ReadmeSe
         env=env,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group: a stuck start is ended whole
     )
     assert shell.stdout is not None
     ready, _, _ = select.select([shell.stdout], [], [], 300)
-    assert ready, "the start block printed nothing in 300 s"
+    if not ready:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
+        raise AssertionError("the start block printed nothing in 300 s")
     printed, _, pid = shell.stdout.readline().rpartition("PID=")
     log = tmp_path / "server.log"
     server = RunningServer(f"http://127.0.0.1:{port}", shell, log)  # type: ignore[arg-type]
