@@ -1,11 +1,11 @@
 # The server's own image. It talks to the host's Docker engine through the
 # socket mounted at run time (never baked in, never passed on to a sandbox).
-#   docker build -t sandbox-mcp .
-#   docker run -v /var/run/docker.sock:/var/run/docker.sock -v /srv/sandbox-mcp:/state \
-#     -e SANDBOX_MCP_HOST_STATE_DIR=/srv/sandbox-mcp ... sandbox-mcp   (README: Deploying)
-# BASE can name any Debian 12 image with python3 (3.11), e.g. a locally built one
-# where no registry is reachable: --build-arg BASE=sandbox-mcp/python:3
-ARG BASE=python:3.11-slim-bookworm
+#   deploy/build-base-image python && docker build -t sandbox-mcp .
+# and the README's "In Docker" gives the docker run (tests/e2e/test_server_image.py
+# runs it as written). The base is the locally built sandbox-mcp/python:3, so the
+# build needs no registry but PyPI; --build-arg BASE=IMAGE names any other Debian 12
+# image with python3 (3.11) and venv, e.g. python:3.11-slim-bookworm.
+ARG BASE=sandbox-mcp/python:3
 
 # Build stage: uv resolves the locked dependencies into /opt/sandbox-mcp. The
 # dependencies are their own layer, so a code change does not download them again.

@@ -21,6 +21,7 @@ import httpx2
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, rpc_request
 from oauth_browser import ManualClient
+from stated_limits import stated
 
 
 def _listen_request(token: str) -> dict[str, Any]:
@@ -125,5 +126,53 @@ async def test_a_shutdown_ends_open_listen_streams(tmp_path: Path) -> None:
                 assert "Application shutdown complete" in server.log()
                 assert time.monotonic() - started < 20
             assert "mcp.listen_streams_closed" in server.log()
+    finally:
+        stop_server(server)
+
+
+async def test_the_default_caps_are_the_documented_ones(tmp_path: Path) -> None:
+    """The caps docs/limits.md states, as shipped (no listen setting given; only the
+    sign-in budgets are raised, so one address can make the 256 sandboxes that hold 1024
+    streams): the fifth stream of a sandbox and the 1025th of the server are refused."""
+    server = start_server(
+        tmp_path / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_SIGNINS_PER_MINUTE="1000",
+        SANDBOX_MCP_SANDBOXES_PER_ADDRESS="1000",
+        SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR="1000",
+    )
+    per_sandbox = stated("MAX_LISTEN_STREAMS_PER_SANDBOX")  # docs/limits.md: 4
+    server_wide = stated("MAX_LISTEN_STREAMS")  # 1024
+    limits = httpx2.Limits(max_connections=server_wide + 64, max_keepalive_connections=32)
+    try:
+        async with (
+            httpx2.AsyncClient(timeout=120, limits=limits) as http,
+            contextlib.AsyncExitStack() as stack,
+        ):
+            client = await ManualClient.register(http, server.base_url)
+            tokens = [await client.access_token(http) for _ in range(server_wide // per_sandbox)]
+            kept: list[Stream] = []
+            for _ in range(per_sandbox):
+                assert _is_ack(await open_or_error(http, server, tokens[0], stack, kept))
+            fifth = await open_or_error(http, server, tokens[0], stack, kept)
+            assert fifth["error"]["data"]["limit"] == "per_sandbox", fifth
+            assert fifth["error"]["data"]["value"] == per_sandbox, fifth
+
+            opened = await asyncio.gather(
+                *(
+                    open_or_error(http, server, token, stack, kept)
+                    for token in tokens[1:]
+                    for _ in range(per_sandbox)
+                )
+            )
+            assert all(_is_ack(message) for message in opened), [
+                m for m in opened if not _is_ack(m)
+            ][:3]
+            latecomer = await client.access_token(http)
+            full = await open_or_error(http, server, latecomer, stack, kept)
+            assert "error" in full, f"stream {server_wide + 1} was opened: {full}"
+            assert full["error"]["data"]["limit"] == "server", full
+            assert full["error"]["data"]["value"] == server_wide, full
     finally:
         stop_server(server)

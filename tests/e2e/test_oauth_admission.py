@@ -20,6 +20,7 @@ import httpx2
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
+from stated_limits import stated
 
 pytestmark = pytest.mark.e2e
 
@@ -267,3 +268,26 @@ async def test_real_ipv6_peers_in_one_64_share_one_budget(ipv6_peers: None, tmp_
         assert await press_from(NEXT_64) == 303
     finally:
         stop_server(server)
+
+
+async def test_the_default_sign_in_budgets_are_the_documented_ones(start: Start) -> None:
+    """SIGNINS_PER_MINUTE (10 per address) and NEW_SANDBOXES_PER_HOUR (200) as shipped,
+    read from docs/limits.md: each of 20 addresses signs in 10 times and is refused the
+    11th; then a new address is refused by the hourly cap. The proxy is trusted so the
+    test can speak for several addresses; no budget is set."""
+    per_minute = stated("SIGNINS_PER_MINUTE")
+    per_hour = stated("NEW_SANDBOXES_PER_HOUR")
+    per_address = stated("SANDBOXES_PER_ADDRESS")
+    assert per_minute <= per_address  # else the per-address cap would refuse first
+    server = start(SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1")
+    async with httpx2.AsyncClient(timeout=60) as http:
+        client = await ManualClient.register(http, server.base_url)
+        for n in range(per_hour // per_minute):
+            address = f"198.51.{n // 200}.{n % 200 + 1}"
+            codes = await presses(http, client, [address] * (per_minute + 1))
+            assert codes == [303] * per_minute + [429], (address, codes)
+        refused = await press(http, client, "203.0.113.1")
+        assert refused.status_code == 429
+        assert f"at most {per_hour} new sandboxes an hour" in refused.text
+    limits = [line for line in server.log().splitlines() if "oauth.signin_refused" in line]
+    assert len(limits) == per_hour // per_minute + 1, limits[-3:]

@@ -20,8 +20,15 @@ from pathlib import Path
 import httpx2
 import pytest
 from e2e_server import start_server, stop_server
-from egress_testkit import OutsideWorld, remove_restricted_network
+from egress_testkit import (
+    OutsideWorld,
+    remove_restricted_network,
+    restricted_network_of,
+    restricted_server,
+)
 from mcp_http import run_command, tool
+from oauth_browser import new_user
+from stated_limits import stated
 
 from app.runtime.egress_squid import SquidFolder, folder_root
 
@@ -29,15 +36,19 @@ pytestmark = pytest.mark.e2e
 
 REQUESTS = 10_000
 ROTATE_BYTES = 64 * 1024
+
+
 # Refused requests (a name on no allow-list) as fast as Squid answers them, reusing a
 # connection while Squid keeps it open.
-FLOOD = f"""python3 - <<'EOF'
+def flood(requests: int) -> str:
+    """A command making ``requests`` refused requests; it prints how many it sent."""
+    return f"""python3 - <<'EOF'
 import os, socket
 from urllib.parse import urlsplit
 proxy = urlsplit(os.environ["http_proxy"])
 request = b"GET http://refused.test/ HTTP/1.1\\r\\nHost: refused.test\\r\\n\\r\\n"
 sent, s = 0, None
-while sent < {REQUESTS}:
+while sent < {requests}:
     if s is None:
         s = socket.create_connection((proxy.hostname, proxy.port), timeout=5)
         f = s.makefile("rb")
@@ -59,6 +70,9 @@ while sent < {REQUESTS}:
         s.close(); s = None
 print("sent", sent)
 EOF"""
+
+
+FLOOD = flood(REQUESTS)
 
 
 def log_folder_bytes(folder: SquidFolder) -> int:
@@ -117,3 +131,41 @@ async def test_counted_proxy_log_is_rotated_without_losing_a_line(
         stop_server(server)
         if network is not None:
             remove_restricted_network(network)
+
+
+async def test_the_log_is_rotated_at_the_documented_default(
+    tmp_path: Path, world: OutsideWorld
+) -> None:
+    """EGRESS_LOG_ROTATE_BYTES as shipped (docs/limits.md: 4 MiB): a log of counted lines
+    just under it stays where it is; past it, it is moved aside."""
+    threshold = stated("EGRESS_LOG_ROTATE_BYTES")
+    with restricted_server(tmp_path / "state", world, SANDBOX_MCP_POOL_SIZE="1") as server:
+        tag = restricted_network_of(server).rsplit("-", 1)[-1]
+        folder = SquidFolder(folder_root(tag))
+        async with httpx2.AsyncClient(timeout=300) as http:
+            token = await new_user(http, server.base_url)
+            restricted = {"network": "restricted"}
+            created = await tool(http, server, token, "create_experiment", restricted)
+            assert not created["is_error"], created
+            experiment = str(created["experiment_id"])
+
+            async def send(requests: int) -> None:
+                # In batches the size of the test above, each within one synchronous call.
+                for batch in [REQUESTS] * (requests // REQUESTS) + [requests % REQUESTS]:
+                    ran = await run_command(http, server, token, experiment, flood(batch))
+                    assert ran["stdout"].strip() == f"sent {batch}", ran
+
+            await send(1_000)  # how long one line is, in this log
+            line = folder.access_log.stat().st_size / 1_000
+            await send(int(threshold * 0.9 / line) - 1_000)
+            under = folder.access_log.stat().st_size
+            await asyncio.sleep(3)  # three of the meter's polls: every line is counted
+            assert "egress.log_rotated" not in server.log(), f"rotated at {under:,} bytes"
+            assert threshold * 0.85 < under < threshold, (under, threshold)
+            await send(int(threshold * 0.2 / line))
+            for _ in range(100):  # the meter's next polls, every second
+                if "egress.log_rotated" in server.log():
+                    break
+                await asyncio.sleep(0.2)
+            print(f"\nnot rotated at {under:,} bytes; rotated past {threshold:,}")
+            assert "egress.log_rotated" in server.log()

@@ -7,6 +7,7 @@ log most. The whole recorded output stays readable, page by page.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user
+from stated_limits import stated
 
 from app.mcp.resources import MAX_LOG_CHARS
 
@@ -31,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("sizes") / "state",
         SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="3",  # a sandbox for each of the three tests
+        SANDBOX_MCP_POOL_SIZE="4",  # a sandbox for each of the four tests
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
     yield running
@@ -176,3 +178,39 @@ async def test_the_logs_resource_keeps_its_newest_jobs_within_its_cap(
     assert left_out, text[:200]
     assert int(left_out[1]) + text.count(f"$ {loud}\n") == jobs, text[:200]
     assert text.count(f"$ {loud}\n") >= 1
+def record_size(structured: dict[str, Any]) -> int:
+    """Characters of a result's record, as the server measures it: without the envelope
+    it adds afterwards (the notes saying what was cut, the idle expiry)."""
+    record = {k: v for k, v in structured.items() if k not in ("notes", "idle_expiry_s")}
+    return len(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+
+
+async def test_a_result_is_cut_at_the_bound_the_docs_state(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    """The 24,000 characters of docs/limits.md, over HTTP: a read just under it comes
+    whole; a read far over it is cut to it, not far below, and says so."""
+    bound = stated("STRUCTURED_BUDGET")  # docs/limits.md, "Any result": 24,000
+    token = await new_user(http, server.base_url)
+    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    under, over = bound - 2_000, bound * 4
+    command = f"head -c {under} /dev/zero | tr '\\0' a > under.txt; head -c {over} /dev/zero | tr '\\0' b > over.txt"  # noqa: E501
+    made = await tool(
+        http, server, token, "execute_experiment", {"experiment_id": exp, "command": command}
+    )
+    assert made["exit_code"] == 0, made
+
+    read = {"experiment_id": exp, "max_bytes": 1_048_576}
+    _, whole = await raw_call(
+        http, server, token, "read_sandbox_file", {**read, "path": "under.txt"}
+    )
+    content = whole["structuredContent"]
+    assert content["content"] == "a" * under
+    assert not any("cut to fit" in note for note in content["notes"]), content["notes"]
+
+    _, cut = await raw_call(http, server, token, "read_sandbox_file", {**read, "path": "over.txt"})
+    content = cut["structuredContent"]
+    size = record_size(content)
+    assert bound - 1_000 < size <= bound, (size, bound)
+    assert any("cut to fit the client's window" in note for note in content["notes"])
+    print(f"a {over}-character read answered with a {size}-character record (bound {bound})")

@@ -1,17 +1,19 @@
 """The server's own image (Dockerfile): built here, run as documented, an experiment through it.
 
-No registry is reachable, so the image is built FROM the locally built
-``sandbox-mcp/python:3`` (``deploy/build-base-image``; the Dockerfile takes any
-Debian 12 image with python3 as BASE). Its dependencies come from PyPI during the
-build (``--network host``: the build steps use the host's network, as `pip` on
-the host does); a thin layer adds the host's CA bundle, because PyPI may be
-reached through a TLS-inspecting proxy that only the host trusts.
+No registry is reachable, and none is needed: the Dockerfile's default BASE is the
+locally built ``sandbox-mcp/python:3`` (``deploy/build-base-image``), and the image is
+built FROM that default. Its dependencies come from PyPI during the build
+(``--network host``: the build steps use the host's network, as `pip` on the host
+does); a thin layer over the default base adds the host's CA bundle, because PyPI
+may be reached through a TLS-inspecting proxy that only the host trusts.
 
-Then the image runs as the README says (non-root, the state dir mounted from a
-host folder under another path, SANDBOX_MCP_HOST_STATE_DIR, the Docker socket),
-and an agent signs in and runs a command in an experiment the containerized
-server creates: the docker-out-of-docker paths and the file ownership are what
-this proves.
+Then the README's ``docker run`` block runs as it is written (only the port, the
+state folder, the container's name and the image's tag are the test's own): on
+loopback, non-root, the state dir mounted from a host folder under another path,
+SANDBOX_MCP_HOST_STATE_DIR, the Docker socket. An agent signs in through the
+published port and runs a command in an experiment the containerized server
+creates (the docker-out-of-docker paths and the file ownership), and Claude Code,
+added as the README says, reports it connected.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -29,6 +33,7 @@ import docker
 import httpx2
 import pytest
 from bytecode_probe import UNCOMPILED_MODULES
+from claude_code import ClaudeCode
 from e2e_server import RunningServer, free_port
 from mcp_http import run_command, tool, write_file
 from oauth_browser import new_user
@@ -36,7 +41,7 @@ from oauth_browser import new_user
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-BASE_IMAGE = "sandbox-mcp/python:3"
+README_RUN = "<!-- tests/e2e/test_server_image.py runs this block as it is -->"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TAG = "sandbox-mcp:e2e-image"
 
@@ -59,19 +64,52 @@ def sh(*args: str, timeout: float = 900) -> str:
     return done.stdout
 
 
+def default_base() -> str:
+    """The BASE the Dockerfile builds from when none is given."""
+    [base] = re.findall(r"^ARG BASE=(\S+)$", (REPO / "Dockerfile").read_text(), re.M)
+    return base
+
+
+def readme_block(marker: str) -> str:
+    """The README's fenced block after ``marker`` (or the block that opens with it)."""
+    text = (REPO / "README.md").read_text()
+    match = re.search(re.escape(marker) + r"\n```\w*\n(.*?)\n```", text, re.S) or re.search(
+        r"^```\w*\n(" + re.escape(marker) + r".*?)\n```", text, re.S | re.M
+    )
+    assert match, f"no code block after {marker!r} in the README"
+    return match.group(1)
+
+
+def listed(output: str, name: str, url: str) -> str:
+    """The status `claude mcp list` printed for ``name``."""
+    match = re.search(rf"^{re.escape(name)}: {re.escape(url)} \(HTTP\) - (.+)$", output, re.M)
+    assert match, output
+    return match.group(1).strip()
+
+
+def once(pattern: str, replacement: str, text: str) -> str:
+    changed, count = re.subn(pattern, replacement, text, flags=re.M)
+    assert count == 1, f"{pattern!r} is in the README's docker run {count} times, not once"
+    return changed
+
+
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    base_image = default_base()
     client = docker.from_env()
     try:
-        client.images.get(BASE_IMAGE)
+        client.images.get(base_image)
     except docker.errors.ImageNotFound:
-        pytest.fail(f"{BASE_IMAGE} is missing: run deploy/build-base-image (.ci/run does)")
+        pytest.fail(
+            f"the Dockerfile's default BASE {base_image} is not on this host, and no "
+            "registry is reachable: `docker build -t sandbox-mcp .` fails here"
+        )
     finally:
         client.close()
     base = tmp_path_factory.mktemp("ca-base")
     shutil.copy(CA_BUNDLE, base / "ca-certificates.crt")
     (base / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\n"
+        f"FROM {base_image}\n"
         "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
         "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt "
         "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt UV_NATIVE_TLS=1\n"
@@ -88,24 +126,21 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def served(image: str, tmp_path: Path) -> Iterator[RunningServer]:
-    """The image, run as the README says; the host's state folder is not /state."""
+    """The README's docker run, as written; the host's state folder is not /state."""
     if os.geteuid() != 0:
         pytest.fail("this test hands a folder to uid 10001: run it as root (CI does)")
     state = tmp_path / "host-state"
-    state.mkdir()
-    os.chown(state, 10001, 10001)
-    state.chmod(0o700)
     port = free_port()
-    socket_gid = os.stat("/var/run/docker.sock").st_gid
-    container_id = sh(
-        "docker", "run", "-d", "--network", "host",
-        "-e", "SANDBOX_MCP_HOST=127.0.0.1", "-e", f"SANDBOX_MCP_PORT={port}",
-        "-e", f"SANDBOX_MCP_PUBLIC_URL=http://127.0.0.1:{port}",
-        "-e", "SANDBOX_MCP_POOL_SIZE=2",
-        "-v", f"{state}:/state", "-e", f"SANDBOX_MCP_HOST_STATE_DIR={state}",
-        "-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", str(socket_gid),
-        image,
-    ).strip()  # fmt: skip
+    name = f"sandbox-mcp-e2e-{port}"
+    script = readme_block(README_RUN)
+    script = once(
+        r"^export SANDBOX_MCP_PORT=\d+ STATE=\S+$",
+        f"export SANDBOX_MCP_PORT={port} STATE={state}",
+        script,
+    )
+    script = once(r"--name sandbox-mcp ", f"--name {name} ", script)
+    script = once(r" sandbox-mcp$", f" {image}", script)  # the image's tag, last
+    container_id = sh("bash", "-c", script).strip().splitlines()[-1]
     server = RunningServer(f"http://127.0.0.1:{port}", None, state / "unused.log")  # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 60
@@ -203,3 +238,30 @@ async def test_an_agent_runs_a_command_through_the_containerized_server(
         assert "Permission denied" in done.stderr, done
     assert (state / "token-hmac.key").exists()
     assert list((state / "slots").glob("slot-*/exp-*")) == [], "the 10002-owned tree was deleted"
+
+
+async def test_claude_code_connects_to_the_readme_docker_run(
+    served: RunningServer, tmp_path: Path
+) -> None:
+    """The README's `claude mcp add` against its docker run: before sign-in Claude Code
+    is told to authenticate (the server answered, not a 421 for a foreign Host), and
+    with a token it is connected."""
+    [line] = [
+        line
+        for line in readme_block("claude mcp add").splitlines()
+        if line.startswith("claude mcp add")
+    ]
+    port = served.base_url.rpartition(":")[2]
+    args = shlex.split(line.split("#")[0].replace("$SANDBOX_MCP_PORT", port))[1:]
+    assert served.mcp_url in args, args
+    async with httpx2.AsyncClient(timeout=120) as http:
+        token = await new_user(http, served.base_url)
+    claude = ClaudeCode.in_dir(tmp_path / "claude")
+    for extra in ([], ["--header", f"Authorization: Bearer {token}"]):
+        named = [*args[:-2], "signed-in" if extra else args[-2], args[-1], *extra]
+        added = await asyncio.to_thread(claude.run, *named)
+        assert added.returncode == 0, added.stderr + added.stdout
+    shown = await asyncio.to_thread(claude.run, "mcp", "list")
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    assert listed(shown.stdout, "sandbox", served.mcp_url) == "! Needs authentication"
+    assert listed(shown.stdout, "signed-in", served.mcp_url) == "✔ Connected"

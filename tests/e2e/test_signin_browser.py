@@ -43,6 +43,10 @@ pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO_ROOT / "artifacts" / "screenshots" / "signin.png"
+# The README's picture: this test makes it afresh as README_SHOT; docs/signin.png is
+# that file, copied (cp artifacts/screenshots/readme-signin.png docs/signin.png).
+README_PICTURE = REPO_ROOT / "docs" / "signin.png"
+README_SHOT = SCREENSHOT.with_name("readme-signin.png")
 CREATED = "oauth.sandbox_created"  # the server's log event for a new sandbox
 
 
@@ -91,14 +95,19 @@ def assert_real_code(server: RunningServer, auth: Authorization, code: str) -> N
     assert tokens["refresh_token"].startswith("smcp_rt_")
 
 
-def assert_png(path: Path) -> None:
+def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     assert data[12:16] == b"IHDR"
+    assert len(data) > 5_000, f"{path} is only {len(data)} bytes: a blank page?"
     width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def assert_png(path: Path) -> None:
+    width, height = png_size(path)
     assert width >= 800, (width, height)
     assert height >= 400, (width, height)
-    assert len(data) > 5_000, f"{path} is only {len(data)} bytes: a blank page?"
 
 
 def wait_until(page: Page, condition: Callable[[], bool], timeout_ms: int = 5_000) -> None:
@@ -108,6 +117,26 @@ def wait_until(page: Page, condition: Callable[[], bool], timeout_ms: int = 5_00
             return
         page.wait_for_timeout(20)
     assert condition(), "timed out"
+
+
+def test_the_readme_picture_is_the_sign_in_page_as_claude_code_sees_it(
+    server: RunningServer, browser: Browser, site: LoopbackSite
+) -> None:
+    """The picture the README opens with: the page Claude Code's `claude mcp login`
+    opens, its button and the name the client gave. A change of the page's layout
+    changes its size, and then docs/signin.png is stale: copy README_SHOT over it."""
+    auth = authorization(server, site.url("/callback"), client_name="Claude Code")
+    context = browser.new_context(viewport={"width": 760, "height": 480})
+    try:
+        page = context.new_page()
+        page.goto(auth.url)
+        expect(page.get_by_role("button", name=BUTTON)).to_be_visible()
+        expect(page.locator("p.who")).to_contain_text("Claude Code")
+        README_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=README_SHOT, full_page=True)
+    finally:
+        context.close()
+    assert png_size(README_PICTURE) == png_size(README_SHOT)
 
 
 # -- (a) the sign-in -------------------------------------------------------------------

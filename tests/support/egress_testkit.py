@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e_server import RunningServer, start_server, stop_server
 from tls_testkit import make_ca
 
 REGISTRY_SCRIPT = Path(__file__).with_name("egress_registry.py")
@@ -153,6 +155,28 @@ def outside_world(work: Path) -> Iterator[OutsideWorld]:
                 process.stdout.close()
         sh("ip", "netns", "del", namespace, check=False)
         sh("ip", "link", "del", outer, check=False)
+
+
+@contextlib.contextmanager
+def restricted_server(state: Path, world: OutsideWorld, **env: str) -> Iterator[RunningServer]:
+    """A real server offering network "restricted" (hosted mode); stopped afterwards,
+    and its restricted network removed with it."""
+    server = start_server(state, SANDBOX_MCP_AUTH="oauth", **world.server_env(), **env)
+    network = None
+    try:
+        network = restricted_network_of(server)
+        yield server
+    finally:
+        stop_server(server)
+        if network is not None:
+            remove_restricted_network(network)
+
+
+def restricted_network_of(server: RunningServer) -> str:
+    """The Docker network of the server's restricted experiments, as its log names it."""
+    found = re.search(r'"network": "(sandbox-mcp-restricted-[^"]+)"', server.log())
+    assert found is not None, server.log()[-2000:]
+    return found[1]
 
 
 def remove_restricted_network(network: str) -> None:

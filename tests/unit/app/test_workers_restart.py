@@ -5,6 +5,7 @@ the test's, and each step waits for the real child's exit, not for wall-clock ti
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import sys
@@ -129,3 +130,70 @@ def test_no_child_is_started_once_the_supervisor_is_stopping(
     clock.now += 60
     workers.tick()
     assert workers.children[0] is child
+
+
+SECONDS = {"second": 1, "minute": 60, "hour": 3600}
+
+
+def documented_schedule() -> tuple[list[float], float, float]:
+    """docs/several-processes.md's promise: the first pauses, the cap, and the uptime
+    after which the count starts over."""
+    text = " ".join(
+        (Path(__file__).parents[3] / "docs" / "several-processes.md").read_text().split()
+    )
+    steps = re.search(r"restarted after (\d+) s, then ([\d, ]+), \.\.\. up to once an? (\w+)", text)
+    reset = re.search(r"one that served an? (\w+) starts the count over", text)
+    assert steps, "docs/several-processes.md no longer states the restart pauses"
+    assert reset, "docs/several-processes.md no longer states when the count starts over"
+    first = [float(steps.group(1)), *(float(n) for n in steps.group(2).split(", "))]
+    return first, float(SECONDS[steps.group(3)]), float(SECONDS[reset.group(1)])
+
+
+def test_the_default_schedule_is_the_documented_one(sock: socket.socket, tmp_path: Path) -> None:
+    """The supervisor as shipped (no policy given): a child dying at start-up is started
+    again after the documented pauses, doubling to the cap; one that served the
+    documented time starts over at the first pause."""
+    first, cap, stable = documented_schedule()
+    clock = Clock()
+    marker = tmp_path / "healthy"
+    workers = Supervisor(sock, 1, [sys.executable, "-c", CHILD, str(marker)], clock=clock)
+    expected = [*first]
+    while expected[-1] * 2 < cap:
+        expected.append(expected[-1] * 2)
+    expected += [cap, cap]
+    with capture_logs() as logs:
+        workers.start_all()
+        for n, pause in enumerate(expected):
+            child = workers.children[0]
+            assert child.wait(timeout=30) == 3
+            workers.tick()
+            assert deaths(logs)[-1]["restart_in_s"] == pause, [
+                d["restart_in_s"] for d in deaths(logs)
+            ]
+            if n == len(expected) - 1:
+                marker.touch()  # the next child stays up
+            clock.now += pause
+            workers.tick()
+            assert workers.children[0] is not child
+        healthy = workers.children[0]
+        clock.now += stable - 1
+        workers.tick()
+        assert healthy.poll() is None
+        healthy.send_signal(signal.SIGKILL)
+        healthy.wait(timeout=30)
+        workers.tick()
+        assert deaths(logs)[-1]["restart_in_s"] == expected[-1], "reset before the stable time"
+        clock.now += expected[-1]
+        workers.tick()
+        steady = workers.children[0]
+        clock.now += stable
+        workers.tick()
+        steady.send_signal(signal.SIGKILL)
+        steady.wait(timeout=30)
+        workers.tick()
+        assert deaths(logs)[-1]["restart_in_s"] == first[0], "no reset after the stable time"
+        clock.now += first[0]
+        workers.tick()
+        workers.children[0].kill()
+        workers.children[0].wait(timeout=30)
+    print("pauses:", [d["restart_in_s"] for d in deaths(logs)])
