@@ -95,8 +95,9 @@ def build_auth(
     documents = (
         ClientDocuments(
             PublicFetcher(user_agent=f"sandbox-mcp/{service_version()}"),
-            fetches_per_minute=auth.client_document_fetches_per_minute,
-            budget=shared.budget("client_documents", auth.client_document_fetches_per_minute),
+            budget=shared.budget(
+                "client_documents", auth.client_document_fetches_per_minute, config.shares
+            ),
         )
         if auth.client_metadata_documents
         else None
@@ -111,6 +112,6 @@ def build_auth(
             config, ClientDirectory(store, documents), hasher, sealer, remember_email=remember
         ),
         tokens=TokenService(config, store, hasher, sealer),
-        registrations=shared.budget("register", config.registrations_per_minute),
+        registrations=shared.budget("register", config.registrations_per_minute, config.shares),
         ask_email=mailer.enabled,
     )

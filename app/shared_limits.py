@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.rate_store import SqlRateLedger
-from auth.ratelimit import SharedPrefixedBudget
+from auth.ratelimit import SharedPrefixedBudget, Shares
 
 if TYPE_CHECKING:
     from app.ready_relay import PgReadyRelay
@@ -41,8 +41,8 @@ class SharedLimits:
         """One of the ``mails_per_hour`` every process together may send."""
         return await self.ledger.take([("mail", self.mails_per_hour)], 3600, time.time()) == 0
 
-    def budget(self, name: str, per_minute: int) -> SharedPrefixedBudget:
-        return SharedPrefixedBudget(self.ledger, name, per_minute, 60)
+    def budget(self, name: str, per_minute: int, shares: Shares) -> SharedPrefixedBudget:
+        return SharedPrefixedBudget(self.ledger, name, per_minute, 60, shares=shares)
 
     async def housekeeping(self) -> None:
         """Forget events no window reaches; once a minute, not on every watchdog tick."""

@@ -63,8 +63,12 @@ class IssuedCode:
 class SigninCounts:
     """What the admission caps are decided on, read under the lock that serializes them."""
 
+    prefix: str | None  # whose press it is
     prefix_recent: list[float]  # when each code from the prefix since ``burst_since`` was made
-    everyone_recent: list[float]  # when each code from anyone since ``hourly_since`` was made
+    # The hour's new sandboxes, from anyone: for each code made since ``hourly_since``
+    # that was redeemed or may still be, (until when it counts, its prefix). A redeemed
+    # code counts for the hour; one not redeemed only until it expires.
+    hourly: list[tuple[float, str | None]]
     live_expiries: list[float]  # the prefix's live grants and unredeemed codes: when each ends
 
 

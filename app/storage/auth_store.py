@@ -225,15 +225,26 @@ class SqlAuthStore:
         burst_since: float,
         hourly_since: float,
     ) -> SigninCounts:
-        everyone = list(
-            (
+        # Redeemed codes are the hour's new sandboxes; a code not yet redeemed holds a
+        # place while it may be (else codes handed out could overrun the cap), and one
+        # that expired unredeemed frees it.
+        hour_s = now - hourly_since
+        hourly = [
+            (created + hour_s if grant is not None else min(created + hour_s, expires), signin)
+            for created, signin, grant, expires in (
                 await session.execute(
-                    sa.select(OAuthCodeRow.created_at).where(OAuthCodeRow.created_at > hourly_since)
+                    sa.select(
+                        OAuthCodeRow.created_at,
+                        OAuthCodeRow.signin_prefix,
+                        OAuthCodeRow.grant_id,
+                        OAuthCodeRow.expires_at,
+                    ).where(OAuthCodeRow.created_at > hourly_since)
                 )
-            ).scalars()
-        )
+            ).all()
+            if grant is not None or expires > now
+        ]
         if prefix is None:
-            return SigninCounts([], sorted(everyone), [])
+            return SigninCounts(None, [], hourly, [])
         mine = (
             await session.execute(
                 sa.select(OAuthCodeRow.created_at, OAuthCodeRow.expires_at, OAuthCodeRow.grant_id)
@@ -244,7 +255,7 @@ class SqlAuthStore:
         live = await self._live_grant_expiries(session, prefix, now)
         live += [expires for _, expires, grant in mine if grant is None and expires > now]
         recent = sorted(created for created, _, _ in mine if created > burst_since)
-        return SigninCounts(recent, sorted(everyone), live)
+        return SigninCounts(prefix, recent, hourly, live)
 
     async def redeem_code(
         self, code_hash: str, grant: Grant, tokens: list[TokenRecord]
