@@ -150,11 +150,13 @@ class AuthStore(Protocol):
         ...
 
     async def revoke_grant(self, grant_id: str, revoked_at: float) -> None:
-        """Revoke a grant: every token of its family stops working."""
+        """Revoke a grant: every token of its family stops working, and every process
+        that cached one hears of it (``TokenService.forget``)."""
         ...
 
     async def delete_token(self, token_hash: str) -> None:
-        """Forget one token (RFC 7009 revocation of an access token)."""
+        """Forget one token (RFC 7009 revocation of an access token), telling every
+        process as ``revoke_grant`` does."""
         ...
 
     async def delete_expired(self, now: float) -> int:

@@ -26,6 +26,25 @@ from auth.store import (
 R = TypeVar("R")
 # pg_advisory_xact_lock key serializing the admission decisions of every process.
 _ADMISSION_LOCK = 0x736D_6370_6164_6D31  # "smcpadm1"
+# Where a revocation is announced on PostgreSQL (app.ready_relay.PgChannel), in the
+# transaction that makes it, so every process hears of it once it holds:
+# "grant:<grant id>" or "token:<token hash>".
+REVOKED_CHANNEL = "sandbox_mcp_revoked"
+
+
+def parse_revocation(payload: str) -> tuple[str | None, str | None]:
+    """The (grant id, token hash) a revocation notice names; one of them is None."""
+    kind, _, name = payload.partition(":")
+    return (name, None) if kind == "grant" else (None, name)
+
+
+async def _announce_revoked(session: AsyncSession, payload: str) -> None:
+    if session.get_bind().dialect.name == "postgresql":
+        # Delivered at commit, to every listening process (and only if it commits).
+        await session.execute(
+            sa.text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": REVOKED_CHANNEL, "payload": payload},
+        )
 
 
 class OAuthClientRow(Base):
@@ -350,12 +369,14 @@ class SqlAuthStore:
             await session.execute(
                 sa.delete(OAuthTokenRow).where(OAuthTokenRow.grant_id == grant_id)
             )
+            await _announce_revoked(session, f"grant:{grant_id}")
 
     async def delete_token(self, token_hash: str) -> None:
         async with self._transaction() as session:
             await session.execute(
                 sa.delete(OAuthTokenRow).where(OAuthTokenRow.token_hash == token_hash)
             )
+            await _announce_revoked(session, f"token:{token_hash}")
 
     async def delete_expired(self, now: float, *, keep_codes_s: float = 3600) -> int:
         """Also forgets codes that expired, once the hourly cap no longer counts them."""
