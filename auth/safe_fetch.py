@@ -294,8 +294,8 @@ def _not_a_domain_name(name: str) -> str | None:
     labels = name.lower().split(".")
     if _NUMERIC_LABEL.fullmatch(labels[-1]):
         return (
-            "is a number, not a domain name; an IPv4 address must be written as four "
-            "decimal numbers (such as 192.0.2.1), and private ones are never fetched."
+            "is a number, not a domain name (an IPv4 address is written as four decimal "
+            "numbers, such as 192.0.2.1), so it is never fetched."
         )
     if len(labels) < 2 or len(name) > 253 or not all(_LABEL.fullmatch(lab) for lab in labels):
         return "is not a public domain name, so it is never fetched."
