@@ -119,42 +119,38 @@ class SigninAdmission:
     def _hourly_refusal(self, counts: SigninCounts, now: float) -> Refusal | None:
         prefix = counts.prefix
         network = network_key(prefix) if prefix is not None else None
-        everyone = [until for until, _ in counts.hourly]
-        mine = [until for until, signin in counts.hourly if prefix and signin == prefix]
-        near = [
-            until
-            for until, signin in counts.hourly
-            if network and signin and network_key(signin) == network
-        ]
-        wait = _until_under(mine, self._hourly_per_prefix, now)
-        if wait:
-            return Refusal(
+        held = counts.hourly
+        limits = [
+            (
                 "hourly_address",
+                [until for until, signin in held if prefix and signin == prefix],
+                self._hourly_per_prefix,
                 "Too many new sandboxes from your address",
                 f"One network address may create at most {self._hourly_per_prefix} of this "
-                f"server's {self._hourly} new sandboxes an hour, and yours created that many "
-                f"in the last hour. Try again in {_wait(wait)}.",
-                wait,
-            )
-        wait = _until_under(near, self._hourly_per_network, now)
-        if wait:
-            return Refusal(
+                f"server's {self._hourly} new sandboxes an hour, and yours",
+            ),
+            (
                 "hourly_network",
+                [u for u, signin in held if network and signin and network_key(signin) == network],
+                self._hourly_per_network,
                 "Too many new sandboxes from your network",
                 f"One network ({network}) may create at most {self._hourly_per_network} of "
-                f"this server's {self._hourly} new sandboxes an hour, and yours created that "
-                f"many in the last hour. Try again in {_wait(wait)}.",
-                wait,
-            )
-        wait = _until_under(everyone, self._hourly, now)
-        if wait:
-            return Refusal(
+                f"this server's {self._hourly} new sandboxes an hour, and yours",
+            ),
+            (
                 "hourly",
+                [until for until, _ in held],
+                self._hourly,
                 "The server is full for now",
-                f"This server creates at most {self._hourly} new sandboxes an hour, "
-                f"and that many were created in the last hour. Try again in {_wait(wait)}.",
-                wait,
-            )
+                f"This server creates at most {self._hourly} new sandboxes an hour, and "
+                "everyone together",
+            ),
+        ]
+        for limit, untils, cap, title, who in limits:
+            wait = _until_under(untils, cap, now)
+            if wait:
+                message = f"{who} created that many in the last hour. Try again in {_wait(wait)}."
+                return Refusal(limit, title, message, wait)
         return None
 
     def _refusal(self, counts: SigninCounts, now: float) -> Refusal | None:

@@ -68,6 +68,25 @@ async def presses(
     return [(await press(http, client, address)).status_code for address in addresses]
 
 
+async def sign_in_from(
+    http: httpx2.AsyncClient, client: ManualClient, address: str
+) -> dict[str, str]:
+    """A whole sign-in from ``address``: the button pressed and its code redeemed."""
+    verifier, challenge = pkce_pair()
+    headers = {"x-forwarded-for": address}
+    page = read_page(await http.get(client.authorize_url(challenge), headers=headers))
+    answer = await http.post(
+        f"{client.base_url}/authorize",
+        data={"tx": page.tx, "csrf": page.csrf},
+        headers={"cookie": f"{page.cookie_name}={page.cookie}", **headers},
+    )
+    assert answer.status_code == 303, answer.text
+    code = query_of(answer.headers["location"])["code"]
+    tokens = await client.exchange(http, code, verifier)
+    assert tokens.status_code == 200, tokens.text
+    return dict(tokens.json())
+
+
 async def test_junk_posts_do_not_lock_out_an_honest_sign_in(start: Start) -> None:
     server = start(SANDBOX_MCP_SIGNINS_PER_MINUTE="3")
     url = f"{server.base_url}/authorize"
@@ -147,20 +166,7 @@ async def test_live_sandboxes_per_address_are_capped_until_one_is_signed_out(sta
     home = "198.51.100.5"
     async with httpx2.AsyncClient() as http:
         client = await ManualClient.register(http, server.base_url)
-        signed_in = []
-        for _ in range(2):
-            verifier, challenge = pkce_pair()
-            headers = {"x-forwarded-for": home}
-            page = read_page(await http.get(client.authorize_url(challenge), headers=headers))
-            answer = await http.post(
-                f"{server.base_url}/authorize",
-                data={"tx": page.tx, "csrf": page.csrf},
-                headers={"cookie": f"{page.cookie_name}={page.cookie}", **headers},
-            )
-            code = query_of(answer.headers["location"])["code"]
-            tokens = await client.exchange(http, code, verifier)
-            assert tokens.status_code == 200
-            signed_in.append(tokens.json())
+        signed_in = [await sign_in_from(http, client, home) for _ in range(2)]
         refused = await press(http, client, home)
         assert refused.status_code == 429
         assert "already has 2 signed-in sandboxes" in refused.text
@@ -172,21 +178,6 @@ async def test_live_sandboxes_per_address_are_capped_until_one_is_signed_out(sta
             data={"token": signed_in[0]["refresh_token"], "client_id": client.client_id},
         )
         assert await presses(http, client, [home]) == [303], "a place freed"
-
-
-async def sign_in_from(http: httpx2.AsyncClient, client: ManualClient, address: str) -> None:
-    """A whole sign-in from ``address``: the button pressed and its code redeemed."""
-    verifier, challenge = pkce_pair()
-    headers = {"x-forwarded-for": address}
-    page = read_page(await http.get(client.authorize_url(challenge), headers=headers))
-    answer = await http.post(
-        f"{client.base_url}/authorize",
-        data={"tx": page.tx, "csrf": page.csrf},
-        headers={"cookie": f"{page.cookie_name}={page.cookie}", **headers},
-    )
-    assert answer.status_code == 303, answer.text
-    code = query_of(answer.headers["location"])["code"]
-    assert (await client.exchange(http, code, verifier)).status_code == 200
 
 
 async def test_new_sandboxes_per_hour_are_capped_server_wide(start: Start) -> None:
@@ -251,9 +242,7 @@ async def test_many_networks_cannot_take_every_new_sandbox_of_the_hour(start: St
     )
     async with httpx2.AsyncClient() as http:
         client = await ManualClient.register(http, server.base_url)
-        flood = [
-            f"2001:db8:{network:x}:{host:x}::1" for network in range(9) for host in range(6)
-        ]
+        flood = [f"2001:db8:{network:x}:{host:x}::1" for network in range(9) for host in range(6)]
         statuses = await presses(http, client, [a for a in flood for _ in range(3)])
         assert len(statuses) == 162
         assert statuses.count(303) == 18, "nine networks, two places each"

@@ -203,6 +203,21 @@ def authorize_params(client_id: str) -> dict[str, str]:
     }
 
 
+async def signs_in_with_its_document(
+    server: RunningServer, ca: ThrowawayCA, address: str, name: str
+) -> tuple[str, list[str]]:
+    """The SDK client signs in with a new document called ``name``: the sign-in page
+    it saw, and the paths the document server was asked for."""
+    async with document_server(ca, address) as documents:
+        url = publish(documents, address, {"client_name": name, "redirect_uris": [REDIRECT]})
+        signin = sdk_signin(
+            server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+        )
+        async with httpx2.AsyncClient(auth=signin.provider, timeout=30) as http:
+            await sandbox_of(http, server)
+    return signin.pages[0], [seen.path for seen in documents.seen]
+
+
 async def test_a_flood_of_loopback_document_urls_spends_no_fetch_budget(
     tmp_path: Path, ca: ThrowawayCA, public_address: str
 ) -> None:
@@ -218,16 +233,8 @@ async def test_a_flood_of_loopback_document_urls_spends_no_fetch_budget(
                     assert page.status_code == 400
                     assert "private, loopback or link-local" in page.text
         # The minute's one fetch is still there for a real application.
-        async with document_server(ca, public_address) as documents:
-            url = publish(
-                documents, public_address, {"client_name": "Real", "redirect_uris": [REDIRECT]}
-            )
-            signin = sdk_signin(
-                server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
-            )
-            async with httpx2.AsyncClient(auth=signin.provider, timeout=30) as http:
-                await sandbox_of(http, server)
-        assert "Real" in signin.pages[0]
+        page, _ = await signs_in_with_its_document(server, ca, public_address, "Real")
+        assert "Real" in page
     finally:
         stop_server(server)
 
@@ -320,17 +327,9 @@ async def test_numeric_host_names_are_refused_without_spending_the_fetch_budget(
                 assert page.status_code == 400, (host, page.text)
                 assert "is never fetched" in page.text, (host, page.text)
                 assert "Too many new applications" not in page.text
-        async with document_server(ca, public_address) as documents:
-            url = publish(
-                documents, public_address, {"client_name": "Honest", "redirect_uris": [REDIRECT]}
-            )
-            signin = sdk_signin(
-                server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
-            )
-            async with httpx2.AsyncClient(auth=signin.provider, timeout=30) as http:
-                await sandbox_of(http, server)
-        assert "Honest" in signin.pages[0], "the minute's one fetch was still there"
-        assert [seen.path for seen in documents.seen] == [DOCUMENT_PATH]
+        page, fetched = await signs_in_with_its_document(server, ca, public_address, "Honest")
+        assert "Honest" in page, "the minute's one fetch was still there"
+        assert fetched == [DOCUMENT_PATH]
     finally:
         stop_server(server)
 
