@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,8 @@ Start = Callable[..., RunningServer]
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
-    """Starts servers with the given settings; stops them all at the end."""
+    """Starts servers with the given settings (and the production shares); stops them
+    all at the end."""
     started: list[RunningServer] = []
 
     def run(**env: str) -> RunningServer:
@@ -38,7 +39,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             tmp_path / f"state{len(started)}",
             SANDBOX_MCP_AUTH="oauth",
             SANDBOX_MCP_POOL_SIZE="2",
-            **env,
+            **{**DEFAULT_SHARES, **env},
         )
         started.append(running)
         return running

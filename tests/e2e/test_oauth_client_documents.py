@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from oauth_browser import pkce_pair
@@ -246,6 +246,7 @@ async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_re
     env = {
         "SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE": "3",
         "SANDBOX_MCP_TRUSTED_PROXIES": "127.0.0.1",
+        **DEFAULT_SHARES,
     }
     async with document_server(ca, public_address) as documents:
         url = publish(
@@ -344,6 +345,7 @@ async def test_many_networks_cannot_spend_every_document_fetch(
         ca,
         SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE="20",
         SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+        **DEFAULT_SHARES,
     )
     try:
         async with document_server(ca, public_address) as documents, httpx2.AsyncClient() as http:

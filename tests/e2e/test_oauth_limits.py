@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
 from oauth_browser import ManualClient, pkce_pair, press_button, read_page
 
 pytestmark = pytest.mark.e2e
@@ -21,6 +21,7 @@ def limited(tmp_path: Path) -> Iterator[RunningServer]:
         SANDBOX_MCP_POOL_SIZE="2",
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="5",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="3",
+        **DEFAULT_SHARES,
     )
     yield running
     stop_server(running)

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 import sqlalchemy as sa
 from db_testkit import fresh_postgres_blocking
-from e2e_server import RunningServer, free_port, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, free_port, start_server, stop_server
 from mcp_http import call_tool
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -58,6 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "SANDBOX_MCP_SIGNINS_PER_MINUTE": str(SIGNINS_PER_MINUTE),
             "SANDBOX_MCP_REGISTRATIONS_PER_MINUTE": str(REGISTRATIONS_PER_MINUTE),
             "SANDBOX_MCP_SANDBOXES_PER_ADDRESS": "1000",
+            **DEFAULT_SHARES,
         }
         servers: list[RunningServer] = []
         try:
