@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import Route
@@ -19,7 +20,7 @@ from app.errors import ConfigurationError
 from app.settings import Settings
 from app.shared_limits import SharedLimits
 from app.state_dir import prepare_state_dir
-from app.storage.auth_store import SqlAuthStore
+from app.storage.auth_store import SqlAuthStore, parse_revocation
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -35,6 +36,9 @@ from auth.signin import SigninFlow
 from auth.tokens import TokenHasher, load_or_create_key
 from pool.mailer import ReadyMailer
 
+if TYPE_CHECKING:  # asyncpg only where there is PostgreSQL (app.shared_limits)
+    from app.ready_relay import PgChannel
+
 KEY_FILE = "token-hmac.key"
 
 
@@ -49,6 +53,20 @@ class AuthParts:
     tokens: TokenService
     registrations: Budget  # /register's budget, shared by every process
     ask_email: bool = False  # the sign-in page offers the 'ready' e-mail
+    revocations: PgChannel | None = None  # revocations on every process (PostgreSQL)
+
+    async def open(self) -> None:
+        """Hear of revocations on other processes from now on."""
+        if self.revocations is not None:
+            await self.revocations.open(self._revoked, self.tokens.listening)
+
+    async def _revoked(self, payload: str) -> None:
+        grant_id, token_hash = parse_revocation(payload)
+        self.tokens.forget(grant_id=grant_id, token_hash=token_hash)
+
+    async def close(self) -> None:
+        if self.revocations is not None:
+            await self.revocations.close()
 
     async def housekeeping(self) -> None:
         now = time.time()
@@ -95,8 +113,9 @@ def build_auth(
     documents = (
         ClientDocuments(
             PublicFetcher(user_agent=f"sandbox-mcp/{service_version()}"),
-            fetches_per_minute=auth.client_document_fetches_per_minute,
-            budget=shared.budget("client_documents", auth.client_document_fetches_per_minute),
+            budget=shared.budget(
+                "client_documents", auth.client_document_fetches_per_minute, config.shares
+            ),
         )
         if auth.client_metadata_documents
         else None
@@ -110,7 +129,10 @@ def build_auth(
         flow=SigninFlow(
             config, ClientDirectory(store, documents), hasher, sealer, remember_email=remember
         ),
-        tokens=TokenService(config, store, hasher, sealer),
-        registrations=shared.budget("register", config.registrations_per_minute),
+        # With other processes, verified tokens are cached only while their revocations
+        # are heard (AuthParts.open).
+        tokens=TokenService(config, store, hasher, sealer, listening=shared.revocations is None),
+        registrations=shared.budget("register", config.registrations_per_minute, config.shares),
         ask_email=mailer.enabled,
+        revocations=shared.revocations,
     )

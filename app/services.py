@@ -88,6 +88,8 @@ class Services:
         await open_slots(self.store, self.settings)
         await self.pool.open()
         await self.mailer.open()  # hand-overs from other processes reach it from now on
+        if self.auth is not None:
+            await self.auth.open()  # and revocations
         await self.manager.recovery.registry.register()
         if self.egress is not None:
             await self.egress.start()  # before recovery: live containers get their lists
@@ -144,6 +146,8 @@ class Services:
             await self.egress.stop()
         await self.backend.aclose()
         await self.mailer.close()
+        if self.auth is not None:
+            await self.auth.close()
         await self.store.close()
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()

@@ -8,8 +8,15 @@ transaction check (a junk POST spends nobody's budget):
 - live sandboxes per address prefix: grants from that prefix that are not
   revoked and still hold an unexpired refresh token, plus the codes handed out
   but not yet redeemed, which have no grant yet;
-- new sandboxes per hour, server-wide (the pool is filled by many prefixes,
-  and an IPv6 attacker has many /64s).
+- new sandboxes per hour, server-wide (the pool is filled by many prefixes),
+  of which one network (IPv4 /24, IPv6 /48) and one address prefix may take
+  only their share (``auth.ratelimit.Shares``), so that a few networks cannot
+  spend the hour and turn every new user away.
+
+The hour counts codes redeemed (the sandboxes created) and codes that may still
+be redeemed: a code holds its place until it expires (``code_ttl_s``), since
+otherwise codes handed out and redeemed later could overrun the cap; a code
+that expired unredeemed created nothing and frees its place.
 
 All three are read from the database (the codes handed out are recorded there
 by hash) in one step every process serializes, so a restart forgets nothing
@@ -23,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from auth.client_address import network_key
 from auth.config import AuthConfig
 from auth.store import AuthStore, IssuedCode, SigninCounts
 
@@ -34,7 +42,7 @@ HOURLY_WINDOW_S = 3600
 class Refusal:
     """Shown on the sign-in page with HTTP 429 and ``Retry-After``."""
 
-    limit: str  # which one bit, for the log: burst, hourly or live
+    limit: str  # which one bit, for the log: burst, hourly_address, hourly_network, hourly, live
     title: str
     message: str
     retry_after_s: int
@@ -65,6 +73,14 @@ def _retry_after(events: list[float], limit: int, window_s: float, now: float) -
     return max(1, int(events[-limit] + window_s - now) + 1)
 
 
+def _until_under(untils: list[float], limit: int, now: float) -> int:
+    """0 if fewer than ``limit`` places are held, else the seconds until enough of them
+    (each held until its time in ``untils``) free one."""
+    if len(untils) < limit:
+        return 0
+    return max(1, int(sorted(untils)[len(untils) - limit] - now) + 1)
+
+
 class SigninAdmission:
     def __init__(
         self,
@@ -78,6 +94,7 @@ class SigninAdmission:
         self._live_cap = config.sandboxes_per_address
         self._burst = config.signins_per_address_per_minute
         self._hourly = config.new_sandboxes_per_hour
+        self._hourly_per_prefix, self._hourly_per_network = config.shares.of(self._hourly)
 
     async def admit(self, code: IssuedCode) -> Admitted | Refusal:
         """Record ``code`` if every limit agrees (or it was recorded before), else why not."""
@@ -99,6 +116,43 @@ class SigninAdmission:
         )
         return self._refusal(counts, now)
 
+    def _hourly_refusal(self, counts: SigninCounts, now: float) -> Refusal | None:
+        prefix = counts.prefix
+        network = network_key(prefix) if prefix is not None else None
+        held = counts.hourly
+        limits = [
+            (
+                "hourly_address",
+                [until for until, signin in held if prefix and signin == prefix],
+                self._hourly_per_prefix,
+                "Too many new sandboxes from your address",
+                f"One network address may create at most {self._hourly_per_prefix} of this "
+                f"server's {self._hourly} new sandboxes an hour, and yours",
+            ),
+            (
+                "hourly_network",
+                [u for u, signin in held if network and signin and network_key(signin) == network],
+                self._hourly_per_network,
+                "Too many new sandboxes from your network",
+                f"One network ({network}) may create at most {self._hourly_per_network} of "
+                f"this server's {self._hourly} new sandboxes an hour, and yours",
+            ),
+            (
+                "hourly",
+                [until for until, _ in held],
+                self._hourly,
+                "The server is full for now",
+                f"This server creates at most {self._hourly} new sandboxes an hour, and "
+                "everyone together",
+            ),
+        ]
+        for limit, untils, cap, title, who in limits:
+            wait = _until_under(untils, cap, now)
+            if wait:
+                message = f"{who} created that many in the last hour. Try again in {_wait(wait)}."
+                return Refusal(limit, title, message, wait)
+        return None
+
     def _refusal(self, counts: SigninCounts, now: float) -> Refusal | None:
         wait = _retry_after(counts.prefix_recent, self._burst, BURST_WINDOW_S, now)
         if wait:
@@ -109,21 +163,15 @@ class SigninAdmission:
                 f"minute. Try again in {_wait(wait)}.",
                 wait,
             )
-        wait = _retry_after(counts.everyone_recent, self._hourly, HOURLY_WINDOW_S, now)
-        if wait:
-            return Refusal(
-                "hourly",
-                "The server is full for now",
-                f"This server creates at most {self._hourly} new sandboxes an hour, "
-                f"and that many were created in the last hour. Try again in {_wait(wait)}.",
-                wait,
-            )
-        expiries = sorted(counts.live_expiries)
-        if len(expiries) < self._live_cap:
-            return None
+        hourly = self._hourly_refusal(counts, now)
+        if hourly is not None:
+            return hourly
+        expiries = counts.live_expiries
         # The place frees when enough of them expire to bring the count under the cap.
-        frees_at = expiries[len(expiries) - self._live_cap]
-        wait = max(1, int(frees_at - now) + 1)
+        wait = _until_under(expiries, self._live_cap, now)
+        if not wait:
+            return None
+        frees_at = now + wait
         when = datetime.fromtimestamp(frees_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return Refusal(
             "live",

@@ -18,7 +18,9 @@ a budget is counted, and a bad setting is refused at start.
 
 Budgets are counted per address *prefix*: an IPv4 address, or the /64 of an
 IPv6 address (one household or one server gets a /64, so counting single IPv6
-addresses would give each client 2^64 budgets).
+addresses would give each client 2^64 budgets). A /64 is still cheap (a free
+tunnel broker hands out a /48, 65,536 of them), so the global budgets also keep
+a share per *network*: the IPv4 /24 or the IPv6 /48 a prefix belongs to.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 ProxyHeader = Literal["x-forwarded-for", "forwarded"]
 IPV6_PREFIX = 64
+IPV4_NETWORK = 24
+IPV6_NETWORK = 48
 
 
 def parse_trusted_proxies(text: str) -> tuple[Network, ...]:
@@ -76,6 +80,17 @@ def prefix_key(address: Address) -> str:
     if isinstance(address, ipaddress.IPv6Address):
         return str(ipaddress.IPv6Network((address, IPV6_PREFIX), strict=False))
     return str(address)
+
+
+def network_key(prefix: str) -> str:
+    """The network a budget key belongs to: its IPv4 /24 or IPv6 /48; a key that names
+    no address (a Unix socket, "unknown") is its own network."""
+    try:
+        network = ipaddress.ip_network(prefix, strict=False)
+    except ValueError:
+        return prefix
+    length = IPV4_NETWORK if network.version == 4 else IPV6_NETWORK
+    return str(network.supernet(new_prefix=length)) if network.prefixlen > length else prefix
 
 
 def _split_outside_quotes(text: str, separator: str) -> list[str]:

@@ -12,9 +12,11 @@ Fetching goes through ``PublicFetcher`` (public addresses only, pinned, 5 KB,
 10 s, no redirects, port 443). Documents are cached as their ``Cache-Control``
 says (at most a day); failures are remembered briefly, concurrent requests for
 one URL share a fetch, and new fetches have a global budget (of which one
-address prefix may spend a third), so a flood of invented URLs costs the world
-outside at most that budget. URLs that can never be fetched (a loopback name, a
-private address literal) are refused before they spend anything. A flood cannot
+network and one address prefix may spend only their ``Shares``), so a flood of
+invented URLs costs the world outside at most that budget. URLs that can never
+be fetched (a loopback name, a private address literal, a number the resolver
+would read as an address, a name that is no domain name) are refused before
+they spend anything. A flood cannot
 lock out a client that signed in before: its document, kept a day past
 freshness, is served while the budget is spent or its host is unreachable, and
 after a restart ``ClientDirectory`` serves it from its stored row.
@@ -34,7 +36,7 @@ import structlog
 
 from auth.errors import OAuthError
 from auth.pending import ExpiringMap
-from auth.ratelimit import Budget, PrefixedBudget
+from auth.ratelimit import DEFAULT_SHARES, Budget, PrefixedBudget, Shares
 from auth.registration import check_client_metadata
 from auth.safe_fetch import FetchRefused, PublicFetcher
 from auth.store import Client
@@ -167,18 +169,19 @@ class ClientDocuments:
         stale_s: float = 86400.0,
         failure_ttl_s: float = 30.0,
         budget: Budget | None = None,
+        shares: Shares = DEFAULT_SHARES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``stale_s``: how long past its freshness a document may still be served when
         it cannot be fetched again for a reason that says nothing about it (the budget
         is spent, the host is down or slow). A refused document replaces it at once.
         ``budget``: where new fetches are counted (shared by every process); by default
-        in this process's memory, ``fetches_per_minute``."""
+        in this process's memory, ``fetches_per_minute`` with ``shares``."""
         self._fetcher = fetcher
-        # One budget for everyone, of which one network may spend a third: flooding
-        # it takes several networks, and a known client is served regardless (below,
-        # and from its stored row in ClientDirectory).
-        self._budget = budget or PrefixedBudget(fetches_per_minute, 60, clock=clock)
+        # One budget for everyone, of which one network and one address prefix may
+        # spend only their shares: flooding it takes many networks, and a known client
+        # is served regardless (below, and from its stored row in ClientDirectory).
+        self._budget = budget or PrefixedBudget(fetches_per_minute, 60, shares=shares, clock=clock)
         self._cache: ExpiringMap[_Good | _Refused] = ExpiringMap(cache_size, clock)
         self._inflight: dict[str, asyncio.Task[Client]] = {}
         self._default_ttl_s = default_ttl_s

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
 from auth.client_address import ProxyHeader
+from auth.ratelimit import DEFAULT_SHARES, Shares
 
 SCOPE = "sandbox"
 
@@ -18,6 +19,7 @@ class AuthConfig:
     issuer: str
     access_ttl_s: int = 3600
     refresh_ttl_s: int = 30 * 86400
+    # A code not yet redeemed holds a place among the hour's new sandboxes this long.
     code_ttl_s: int = 600
     signin_ttl_s: int = 600
     refresh_grace_s: int = 60
@@ -28,6 +30,8 @@ class AuthConfig:
     signins_per_address_per_minute: int = 10
     sandboxes_per_address: int = 20
     new_sandboxes_per_hour: int = 200
+    # What one network and one address prefix may spend of each global budget.
+    shares: Shares = DEFAULT_SHARES
     # Addresses and networks of the proxies whose forwarding header is believed.
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
     proxy_header: ProxyHeader = "x-forwarded-for"

@@ -36,9 +36,12 @@ class _Verified:
 
 class TokenService:
     """Owns the token lifecycle. Any number of processes may serve one database: all
-    they share is there (codes by hash, grants, tokens by hash), and what one process
-    caches (verified access tokens) it keeps for ``config.verified_cache_s`` at most, so
-    a revocation on any process holds on every one within that bound."""
+    they share is there (codes by hash, grants, tokens by hash). What one process
+    caches (verified access tokens) it keeps for ``config.verified_cache_s`` at most,
+    and only while it hears of revocations (``listening``): each revocation, on any
+    process, reaches every process (``forget``, from a PostgreSQL notification sent by
+    the revoking transaction), so it holds everywhere as soon as that arrives; while
+    a process may miss one (its listener is down) it caches nothing."""
 
     def __init__(
         self,
@@ -48,7 +51,11 @@ class TokenService:
         sealer: Sealer,
         clock: Callable[[], float] = time.time,
         cache_size: int = 10_000,
+        *,
+        listening: bool = True,
     ) -> None:
+        """``listening``: whether revocations elsewhere reach ``forget`` from the start
+        (one process: there is no elsewhere)."""
         self._config = config
         self._store = store
         self._hasher = hasher
@@ -57,6 +64,10 @@ class TokenService:
         # Verified access tokens by hash, so the bearer check costs no database trip.
         self._verified: OrderedDict[str, _Verified] = OrderedDict()
         self._cache_size = cache_size
+        self._listening = listening
+        # Counts the revocations heard: a verification that read the database before one
+        # arrived must not cache what it read (it may be the token just revoked).
+        self._heard = 0
 
     # -- /token ------------------------------------------------------------
 
@@ -235,12 +246,27 @@ class TokenService:
             await self.revoke_grant(grant.grant_id)
         else:
             await self._store.delete_token(token_hash)
-            self._verified.pop(token_hash, None)
+            self.forget(token_hash=token_hash)
 
     async def revoke_grant(self, grant_id: str) -> None:
         await self._store.revoke_grant(grant_id, self._clock())
-        for key in [k for k, v in self._verified.items() if v.grant_id == grant_id]:
-            del self._verified[key]
+        self.forget(grant_id=grant_id)
+
+    def forget(self, *, grant_id: str | None = None, token_hash: str | None = None) -> None:
+        """A revocation made here or on another process: drop what is cached of it."""
+        self._heard += 1
+        if token_hash is not None:
+            self._verified.pop(token_hash, None)
+        if grant_id is not None:
+            for key in [k for k, v in self._verified.items() if v.grant_id == grant_id]:
+                del self._verified[key]
+
+    def listening(self, heard: bool) -> None:
+        """Whether revocations on other processes reach ``forget`` from now on. While
+        they may not, nothing is cached (and what was is dropped: some may be missed)."""
+        self._listening = heard
+        self._heard += 1
+        self._verified.clear()
 
     # -- the bearer check ----------------------------------------------------
 
@@ -257,6 +283,7 @@ class TokenService:
             del self._verified[token_hash]  # stale: ask the database again
         if self._hasher.kind_of(token) != "at":
             return None  # refresh tokens, codes and foreign tokens are never bearer credentials
+        heard = self._heard
         found = await self._store.load_token(token_hash)
         if found is None:
             return None
@@ -275,9 +302,10 @@ class TokenService:
             # The budget key of the address that signed in: its sandboxes share limits.
             claims={SIGNIN_CLAIM: grant.signin_prefix} if grant.signin_prefix else None,
         )
-        # Kept for a few seconds at most: a revocation on another process holds here then.
-        until = min(record.expires_at, now + self._config.verified_cache_s)
-        self._verified[token_hash] = _Verified(access, grant.grant_id, until)
-        if len(self._verified) > self._cache_size:
-            self._verified.popitem(last=False)
+        if self._listening and heard == self._heard:
+            # Kept a few seconds at most, and dropped as soon as a revocation is heard.
+            until = min(record.expires_at, now + self._config.verified_cache_s)
+            self._verified[token_hash] = _Verified(access, grant.grant_id, until)
+            if len(self._verified) > self._cache_size:
+                self._verified.popitem(last=False)
         return access

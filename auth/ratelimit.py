@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
+
+from auth.client_address import network_key
 
 
 class RateLimiter:
@@ -64,40 +67,76 @@ class RateLimiter:
         return max(1, int(events[-self.limit] + self.window_s - self._clock()) + 1)
 
 
+@dataclass(frozen=True)
+class Shares:
+    """How much of a global budget one network and one address prefix may spend.
+
+    A budget for everyone is only as good as the number of networks it takes to
+    spend it: with a share per address prefix alone, a few /64s (cheap: a /48 holds
+    65,536) spent it all and locked out every new user (issue 23, finding 7). So
+    each global budget has two shares, in percent of it, rounded up (at least 1):
+    one *network* (an IPv4 /24, an IPv6 /48; ``auth.client_address.network_key``)
+    may spend ``network_percent``, one *address prefix* (an IPv4 address, an IPv6
+    /64) ``address_percent``. Spending it all then takes ``100 / network_percent``
+    networks (10 by default), and a network ``network_percent / address_percent``
+    addresses; a press, registration or fetch counts on all three at once, and only
+    when all three have room.
+    """
+
+    address_percent: int = 5
+    network_percent: int = 10
+
+    def of(self, limit: int) -> tuple[int, int]:
+        """What one address prefix and one network may spend of ``limit``."""
+        return _percent(limit, self.address_percent), _percent(limit, self.network_percent)
+
+
+DEFAULT_SHARES = Shares()
+
+
+def _percent(limit: int, percent: int) -> int:
+    return max(1, -(-limit * percent // 100))  # rounded up
+
+
 class PrefixedBudget:
-    """One budget for everyone (``limit`` per ``window_s``) of which a single address
-    prefix may spend at most a ``1/share`` part, so that one network alone cannot
-    spend it all and lock everyone else out."""
+    """One budget for everyone (``limit`` per ``window_s``) of which one network and
+    one address prefix may each spend at most their :class:`Shares`."""
 
     def __init__(
         self,
         limit: int,
         window_s: float,
         *,
-        share: int = 3,
+        shares: Shares = DEFAULT_SHARES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.per_prefix = max(1, -(-limit // share))  # ceil(limit / share)
+        self.per_prefix, self.per_network = shares.of(limit)
         self._everyone = RateLimiter(limit, window_s, clock=clock)
+        self._networks = RateLimiter(self.per_network, window_s, clock=clock)
         self._prefixes = RateLimiter(self.per_prefix, window_s, clock=clock)
 
     def retry_after_s(self, prefix: str) -> int:
         """0 if ``prefix`` may spend one more now, else the seconds until it may."""
-        return max(self._everyone.retry_after_s(), self._prefixes.retry_after_s(prefix))
+        return max(
+            self._everyone.retry_after_s(),
+            self._networks.retry_after_s(network_key(prefix)),
+            self._prefixes.retry_after_s(prefix),
+        )
 
     def charge(self, prefix: str) -> None:
         self._everyone.charge()
+        self._networks.charge(network_key(prefix))
         self._prefixes.charge(prefix)
 
     def allow(self, prefix: str) -> bool:
-        """Check and spend one in one step; False (nothing spent) when either is spent."""
+        """Check and spend one in one step; False (nothing spent) when any is spent."""
         if self.retry_after_s(prefix):
             return False
         self.charge(prefix)
         return True
 
     async def take(self, prefix: str) -> int:
-        """Spend one if both allow it (0), else the seconds to wait (nothing spent)."""
+        """Spend one if all three allow it (0), else the seconds to wait (nothing spent)."""
         wait = self.retry_after_s(prefix)
         if not wait:
             self.charge(prefix)
@@ -125,10 +164,10 @@ class SharedPrefixedBudget:
         limit: int,
         window_s: float,
         *,
-        share: int = 3,
+        shares: Shares = DEFAULT_SHARES,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.per_prefix = max(1, -(-limit // share))
+        self.per_prefix, self.per_network = shares.of(limit)
         self._ledger = ledger
         self._name = name
         self._limit = limit
@@ -136,8 +175,12 @@ class SharedPrefixedBudget:
         self._clock = clock
 
     async def take(self, prefix: str) -> int:
-        """Spend one if both allow it (0), else the seconds to wait (nothing spent)."""
-        budgets = [(self._name, self._limit), (f"{self._name}:{prefix}", self.per_prefix)]
+        """Spend one if all three allow it (0), else the seconds to wait (nothing spent)."""
+        budgets = [
+            (self._name, self._limit),
+            (f"{self._name}:net:{network_key(prefix)}", self.per_network),
+            (f"{self._name}:{prefix}", self.per_prefix),
+        ]
         return await self._ledger.take(budgets, self._window_s, self._clock())
 
 

@@ -41,7 +41,9 @@ def create_auth_routes(
         config, flow, addresses, SigninAdmission(config, store), ask_email=ask_email
     )
     register = RegistrationHandler(
-        registrar, addresses, registrations or PrefixedBudget(config.registrations_per_minute, 60)
+        registrar,
+        addresses,
+        registrations or PrefixedBudget(config.registrations_per_minute, 60, shares=config.shares),
     )
     return [
         Route("/.well-known/oauth-authorization-server", as_metadata.handle, methods=["GET"]),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
@@ -168,17 +169,21 @@ class PublicFetcher:
             raise FetchRefused("Only https URLs written in ASCII are fetched.")
         if self._ports is not None and port not in self._ports:
             raise FetchRefused("Documents are fetched only from the standard https port, 443.")
+        name = host.removesuffix(".")  # "localhost." is localhost too
         try:
-            literal = ipaddress.ip_address(host)
+            literal = ipaddress.ip_address(name)
         except ValueError:
             literal = None
         if (literal is not None and not self._allow(literal)) or (
-            host == "localhost" or host.endswith(".localhost")  # RFC 6761: always loopback
+            name == "localhost" or name.endswith(".localhost")  # RFC 6761: always loopback
         ):
             raise FetchRefused(
                 f"The host {host} is a private, loopback or link-local address, "
                 "which is never fetched."
             )
+        refusal = None if literal is not None else _not_a_domain_name(name)
+        if refusal:
+            raise FetchRefused(f"The host {host} {refusal}")
         return host, port
 
     async def get(self, url: str) -> Fetched:
@@ -269,6 +274,32 @@ class PublicFetcher:
 
     def _too_big(self) -> str:
         return f"The document is larger than {self.max_bytes} bytes."
+
+
+_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)")
+
+
+def _not_a_domain_name(name: str) -> str | None:
+    """Why ``name`` (not an IP address literal) cannot name a public host, or None.
+
+    Checked before any budget is spent, since the resolver would read some of these
+    as addresses: glibc's ``getaddrinfo`` takes ``127.1``, ``2130706433``,
+    ``0x7f.1`` and ``017700000001`` for 127.0.0.1 (inet_aton's shorthand forms),
+    and the WHATWG URL standard treats any host whose last label is a number the
+    same way. Only the canonical dotted quad is an IPv4 literal here; every other
+    name must be a domain name of LDH labels (RFC 1123) with at least one dot (a
+    single label resolves through the search domains, to the local network).
+    """
+    labels = name.lower().split(".")
+    if _NUMERIC_LABEL.fullmatch(labels[-1]):
+        return (
+            "is a number, not a domain name (an IPv4 address is written as four decimal "
+            "numbers, such as 192.0.2.1), so it is never fetched."
+        )
+    if len(labels) < 2 or len(name) > 253 or not all(_LABEL.fullmatch(lab) for lab in labels):
+        return "is not a public domain name, so it is never fetched."
+    return None
 
 
 def _short(exc: Exception) -> str:

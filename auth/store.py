@@ -63,8 +63,12 @@ class IssuedCode:
 class SigninCounts:
     """What the admission caps are decided on, read under the lock that serializes them."""
 
+    prefix: str | None  # whose press it is
     prefix_recent: list[float]  # when each code from the prefix since ``burst_since`` was made
-    everyone_recent: list[float]  # when each code from anyone since ``hourly_since`` was made
+    # The hour's new sandboxes, from anyone: for each code made since ``hourly_since``
+    # that was redeemed or may still be, (until when it counts, its prefix). A redeemed
+    # code counts for the hour; one not redeemed only until it expires.
+    hourly: list[tuple[float, str | None]]
     live_expiries: list[float]  # the prefix's live grants and unredeemed codes: when each ends
 
 
@@ -146,11 +150,13 @@ class AuthStore(Protocol):
         ...
 
     async def revoke_grant(self, grant_id: str, revoked_at: float) -> None:
-        """Revoke a grant: every token of its family stops working."""
+        """Revoke a grant: every token of its family stops working, and every process
+        that cached one hears of it (``TokenService.forget``)."""
         ...
 
     async def delete_token(self, token_hash: str) -> None:
-        """Forget one token (RFC 7009 revocation of an access token)."""
+        """Forget one token (RFC 7009 revocation of an access token), telling every
+        process as ``revoke_grant`` does."""
         ...
 
     async def delete_expired(self, now: float) -> int:

@@ -7,11 +7,12 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.settings.base import Group
 from auth.client_address import parse_trusted_proxies
 from auth.config import AuthConfig
+from auth.ratelimit import Shares
 
 
 class AuthSettings(Group):
@@ -54,6 +55,33 @@ class AuthSettings(Group):
         le=1_000_000,
         description="New sandboxes (sign-ins) the whole server accepts per hour.",
     )
+    network_share_percent: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description=(
+            "Percent of each global budget (new sandboxes, registrations, document "
+            "fetches) one network, an IPv4 /24 or IPv6 /48, may spend."
+        ),
+    )
+    address_share_percent: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description=(
+            "Percent of each global budget one address prefix, an IPv4 address or "
+            "IPv6 /64, may spend; at most the network share."
+        ),
+    )
+    code_ttl_s: int = Field(
+        default=600,
+        ge=5,
+        le=600,
+        description=(
+            "Seconds an authorization code may be redeemed; unredeemed, it holds a place "
+            "among the hour's new sandboxes that long."
+        ),
+    )
     trusted_proxies: str = Field(
         default="",
         description=(
@@ -81,6 +109,15 @@ class AuthSettings(Group):
         le=10_000,
         description="New client metadata documents fetched per minute, in all.",
     )
+
+    @model_validator(mode="after")
+    def _check_shares(self) -> AuthSettings:
+        if self.address_share_percent > self.network_share_percent:
+            raise ValueError(
+                "SANDBOX_MCP_ADDRESS_SHARE_PERCENT must not exceed "
+                "SANDBOX_MCP_NETWORK_SHARE_PERCENT: an address is part of its network"
+            )
+        return self
 
     @field_validator("token_key")
     @classmethod
@@ -122,6 +159,8 @@ class AuthSettings(Group):
             signins_per_address_per_minute=self.signins_per_minute,
             sandboxes_per_address=self.sandboxes_per_address,
             new_sandboxes_per_hour=self.new_sandboxes_per_hour,
+            shares=Shares(self.address_share_percent, self.network_share_percent),
+            code_ttl_s=self.code_ttl_s,
             trusted_proxies=self.trusted_proxy_networks,
             proxy_header=self.proxy_header,
             client_metadata_documents=self.client_metadata_documents,

@@ -26,6 +26,25 @@ from auth.store import (
 R = TypeVar("R")
 # pg_advisory_xact_lock key serializing the admission decisions of every process.
 _ADMISSION_LOCK = 0x736D_6370_6164_6D31  # "smcpadm1"
+# Where a revocation is announced on PostgreSQL (app.ready_relay.PgChannel), in the
+# transaction that makes it, so every process hears of it once it holds:
+# "grant:<grant id>" or "token:<token hash>".
+REVOKED_CHANNEL = "sandbox_mcp_revoked"
+
+
+def parse_revocation(payload: str) -> tuple[str | None, str | None]:
+    """The (grant id, token hash) a revocation notice names; one of them is None."""
+    kind, _, name = payload.partition(":")
+    return (name, None) if kind == "grant" else (None, name)
+
+
+async def _announce_revoked(session: AsyncSession, payload: str) -> None:
+    if session.get_bind().dialect.name == "postgresql":
+        # Delivered at commit, to every listening process (and only if it commits).
+        await session.execute(
+            sa.text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": REVOKED_CHANNEL, "payload": payload},
+        )
 
 
 class OAuthClientRow(Base):
@@ -225,15 +244,26 @@ class SqlAuthStore:
         burst_since: float,
         hourly_since: float,
     ) -> SigninCounts:
-        everyone = list(
-            (
+        # Redeemed codes are the hour's new sandboxes; a code not yet redeemed holds a
+        # place while it may be (else codes handed out could overrun the cap), and one
+        # that expired unredeemed frees it.
+        hour_s = now - hourly_since
+        hourly = [
+            (created + hour_s if grant is not None else min(created + hour_s, expires), signin)
+            for created, signin, grant, expires in (
                 await session.execute(
-                    sa.select(OAuthCodeRow.created_at).where(OAuthCodeRow.created_at > hourly_since)
+                    sa.select(
+                        OAuthCodeRow.created_at,
+                        OAuthCodeRow.signin_prefix,
+                        OAuthCodeRow.grant_id,
+                        OAuthCodeRow.expires_at,
+                    ).where(OAuthCodeRow.created_at > hourly_since)
                 )
-            ).scalars()
-        )
+            ).all()
+            if grant is not None or expires > now
+        ]
         if prefix is None:
-            return SigninCounts([], sorted(everyone), [])
+            return SigninCounts(None, [], hourly, [])
         mine = (
             await session.execute(
                 sa.select(OAuthCodeRow.created_at, OAuthCodeRow.expires_at, OAuthCodeRow.grant_id)
@@ -244,7 +274,7 @@ class SqlAuthStore:
         live = await self._live_grant_expiries(session, prefix, now)
         live += [expires for _, expires, grant in mine if grant is None and expires > now]
         recent = sorted(created for created, _, _ in mine if created > burst_since)
-        return SigninCounts(recent, sorted(everyone), live)
+        return SigninCounts(prefix, recent, hourly, live)
 
     async def redeem_code(
         self, code_hash: str, grant: Grant, tokens: list[TokenRecord]
@@ -339,12 +369,14 @@ class SqlAuthStore:
             await session.execute(
                 sa.delete(OAuthTokenRow).where(OAuthTokenRow.grant_id == grant_id)
             )
+            await _announce_revoked(session, f"grant:{grant_id}")
 
     async def delete_token(self, token_hash: str) -> None:
         async with self._transaction() as session:
             await session.execute(
                 sa.delete(OAuthTokenRow).where(OAuthTokenRow.token_hash == token_hash)
             )
+            await _announce_revoked(session, f"token:{token_hash}")
 
     async def delete_expired(self, now: float, *, keep_codes_s: float = 3600) -> int:
         """Also forgets codes that expired, once the hourly cap no longer counts them."""

@@ -23,9 +23,9 @@ MAX_BODY = 8 * 1024
 class RegistrationHandler:
     registrar: Registrar
     addresses: ClientAddresses
-    # One budget for everyone (Claude's users share a few egress addresses,
-    # claude-ai-mcp#1043), of which one address prefix may spend a third. Only valid
-    # registrations spend it: a body that is refused anyway costs nobody a place.
+    # One budget for everyone, of which one network and one address prefix may spend
+    # only their shares (auth.ratelimit.Shares), so a few networks cannot take it all.
+    # Only valid registrations spend it: a body refused anyway costs nobody a place.
     budget: Budget
 
     async def handle(self, request: Request) -> Response:

@@ -10,15 +10,17 @@ trusts 127.0.0.1 as its proxy and the test sends X-Forwarded-For as a proxy woul
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
 from stated_limits import stated
 
@@ -29,7 +31,8 @@ Start = Callable[..., RunningServer]
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
-    """Starts servers with the given settings; stops them all at the end."""
+    """Starts servers with the given settings (and the production shares); stops them
+    all at the end."""
     started: list[RunningServer] = []
 
     def run(**env: str) -> RunningServer:
@@ -37,7 +40,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             tmp_path / f"state{len(started)}",
             SANDBOX_MCP_AUTH="oauth",
             SANDBOX_MCP_POOL_SIZE="2",
-            **env,
+            **{**DEFAULT_SHARES, **env},
         )
         started.append(running)
         return running
@@ -65,6 +68,25 @@ async def presses(
     http: httpx2.AsyncClient, client: ManualClient, addresses: Sequence[str | None]
 ) -> list[int]:
     return [(await press(http, client, address)).status_code for address in addresses]
+
+
+async def sign_in_from(
+    http: httpx2.AsyncClient, client: ManualClient, address: str
+) -> dict[str, str]:
+    """A whole sign-in from ``address``: the button pressed and its code redeemed."""
+    verifier, challenge = pkce_pair()
+    headers = {"x-forwarded-for": address}
+    page = read_page(await http.get(client.authorize_url(challenge), headers=headers))
+    answer = await http.post(
+        f"{client.base_url}/authorize",
+        data={"tx": page.tx, "csrf": page.csrf},
+        headers={"cookie": f"{page.cookie_name}={page.cookie}", **headers},
+    )
+    assert answer.status_code == 303, answer.text
+    code = query_of(answer.headers["location"])["code"]
+    tokens = await client.exchange(http, code, verifier)
+    assert tokens.status_code == 200, tokens.text
+    return dict(tokens.json())
 
 
 async def test_junk_posts_do_not_lock_out_an_honest_sign_in(start: Start) -> None:
@@ -146,20 +168,7 @@ async def test_live_sandboxes_per_address_are_capped_until_one_is_signed_out(sta
     home = "198.51.100.5"
     async with httpx2.AsyncClient() as http:
         client = await ManualClient.register(http, server.base_url)
-        signed_in = []
-        for _ in range(2):
-            verifier, challenge = pkce_pair()
-            headers = {"x-forwarded-for": home}
-            page = read_page(await http.get(client.authorize_url(challenge), headers=headers))
-            answer = await http.post(
-                f"{server.base_url}/authorize",
-                data={"tx": page.tx, "csrf": page.csrf},
-                headers={"cookie": f"{page.cookie_name}={page.cookie}", **headers},
-            )
-            code = query_of(answer.headers["location"])["code"]
-            tokens = await client.exchange(http, code, verifier)
-            assert tokens.status_code == 200
-            signed_in.append(tokens.json())
+        signed_in = [await sign_in_from(http, client, home) for _ in range(2)]
         refused = await press(http, client, home)
         assert refused.status_code == 429
         assert "already has 2 signed-in sandboxes" in refused.text
@@ -177,12 +186,77 @@ async def test_new_sandboxes_per_hour_are_capped_server_wide(start: Start) -> No
     server = start(SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR="2", SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1")
     async with httpx2.AsyncClient() as http:
         client = await ManualClient.register(http, server.base_url)
-        assert await presses(http, client, ["198.51.100.1", "2001:db8:1::1"]) == [303, 303]
+        for address in ("198.51.100.1", "2001:db8:1::1"):
+            await sign_in_from(http, client, address)
         refused = await press(http, client, "203.0.113.1")
         assert refused.status_code == 429
         assert "at most 2 new sandboxes an hour" in refused.text
         assert "Try again in 60 minutes" in refused.text
         assert 3500 < int(refused.headers["retry-after"]) <= 3601
+
+
+async def test_a_code_never_redeemed_holds_its_place_only_while_it_may_be(start: Start) -> None:
+    """Issue 23, finding 7: an unredeemed code counted as a new sandbox for the hour."""
+    server = start(SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR="1", SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1")
+    async with httpx2.AsyncClient() as http:
+        client = await ManualClient.register(http, server.base_url)
+        assert await presses(http, client, ["198.51.100.1"]) == [303]  # never redeemed
+        refused = await press(http, client, "203.0.113.1")
+        assert refused.status_code == 429
+        assert "at most 1 new sandboxes an hour" in refused.text
+        # Held until the code expires (10 minutes), not for the hour.
+        assert 500 < int(refused.headers["retry-after"]) <= 601, refused.headers["retry-after"]
+        assert "Try again in 10 minutes" in refused.text
+
+
+async def test_an_expired_unredeemed_code_frees_its_place(start: Start) -> None:
+    code_ttl_s = 5
+    server = start(
+        SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR="2",
+        SANDBOX_MCP_CODE_TTL_S=str(code_ttl_s),
+        SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+    )
+    async with httpx2.AsyncClient() as http:
+        client = await ManualClient.register(http, server.base_url)
+        await sign_in_from(http, client, "198.51.100.1")  # redeemed: counts for the hour
+        assert await presses(http, client, ["192.0.2.1"]) == [303]  # never redeemed
+        assert await presses(http, client, ["203.0.113.1"]) == [429]
+        started = time.monotonic()
+        while (await press(http, client, "203.0.113.1")).status_code == 429:
+            assert time.monotonic() - started < 60, "the expired code still holds its place"
+            await asyncio.sleep(0.5)
+        # The redeemed one and the one just admitted hold the two places; the latter,
+        # unredeemed too, frees its place when it expires.
+        refused = await press(http, client, "2001:db8:3::1")
+        assert refused.status_code == 429
+        assert "The server is full for now" in refused.text
+        assert int(refused.headers["retry-after"]) <= code_ttl_s + 1
+
+
+async def test_many_networks_cannot_take_every_new_sandbox_of_the_hour(start: Start) -> None:
+    """Issue 23, finding 7: 167 sign-ins from 56 IPv6 /64s took all 200 places of the
+    hour and every new user was turned away. Each network (an IPv6 /48, an IPv4 /24)
+    may take 10% and each address (a /64) 5%: 20 places, 2 per network, 1 per /64."""
+    server = start(
+        SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR="20",
+        SANDBOX_MCP_SANDBOXES_PER_ADDRESS="100",
+        SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+    )
+    async with httpx2.AsyncClient() as http:
+        client = await ManualClient.register(http, server.base_url)
+        flood = [f"2001:db8:{network:x}:{host:x}::1" for network in range(9) for host in range(6)]
+        statuses = await presses(http, client, [a for a in flood for _ in range(3)])
+        assert len(statuses) == 162
+        assert statuses.count(303) == 18, "nine networks, two places each"
+        refused = await press(http, client, "2001:db8:0:9::1")
+        assert refused.status_code == 429
+        assert "Too many new sandboxes from your network" in refused.text
+        assert "2001:db8::/48" in refused.text
+        # Newcomers still sign in: the last two places of the hour.
+        assert await presses(http, client, ["2001:db8:99::1", "198.51.100.9"]) == [303, 303]
+        full = await press(http, client, "203.0.113.9")
+        assert full.status_code == 429
+        assert "The server is full for now" in full.text, "the global cap still holds"
 
 
 async def test_invalid_registrations_do_not_spend_the_registration_budget(start: Start) -> None:
@@ -201,9 +275,12 @@ async def test_invalid_registrations_do_not_spend_the_registration_budget(start:
         assert (await http.post(url, json=valid)).status_code == 201
 
 
-async def test_one_address_spends_a_third_of_the_registration_budget(start: Start) -> None:
+async def test_many_networks_cannot_take_every_registration(start: Start) -> None:
+    """Issue 23, finding 8: three /64s took the registration budget (a third each) and a
+    fourth /64's honest registration got 429. Of 20 a minute, one /64 may take 5% (1)
+    and one /48 (or IPv4 /24) 10% (2), so nine flooding networks leave two places."""
     server = start(
-        SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="6", SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1"
+        SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="20", SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1"
     )
     url = f"{server.base_url}/register"
     valid = {"redirect_uris": ["https://a.test/cb"]}
@@ -215,10 +292,15 @@ async def test_one_address_spends_a_third_of_the_registration_budget(start: Star
         return answer.status_code
 
     async with httpx2.AsyncClient() as http:
-        flood = [await register("198.51.100.1") for _ in range(4)]
-        assert flood == [201, 201, 429, 429]
-        others = [await register(f"203.0.113.{n}") for n in range(5)]
-        assert others == [201, 201, 201, 201, 429], "then the global budget of 6 is spent"
+        assert [await register("2001:db8:1:1::1") for _ in range(2)] == [201, 429]
+        assert [await register("2001:db8:1:2::1") for _ in range(2)] == [201, 429]
+        assert await register("2001:db8:1:3::1") == 429, "the /48's share is spent"
+        flood = [f"2001:db8:{n:x}:{h:x}::1" for n in range(2, 10) for h in range(4)]
+        statuses = [await register(address) for address in flood]
+        assert statuses.count(201) == 16, "eight more networks, two each"
+        assert await register("198.51.100.1") == 201, "a newcomer still registers"
+        assert await register("203.0.113.1") == 201
+        assert await register("192.0.2.1") == 429, "then the global budget of 20 is spent"
 
 
 # Three real IPv6 peers (documentation prefix, on lo for the module): two in one /64.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from oauth_browser import pkce_pair
@@ -203,6 +203,21 @@ def authorize_params(client_id: str) -> dict[str, str]:
     }
 
 
+async def signs_in_with_its_document(
+    server: RunningServer, ca: ThrowawayCA, address: str, name: str
+) -> tuple[str, list[str]]:
+    """The SDK client signs in with a new document called ``name``: the sign-in page
+    it saw, and the paths the document server was asked for."""
+    async with document_server(ca, address) as documents:
+        url = publish(documents, address, {"client_name": name, "redirect_uris": [REDIRECT]})
+        signin = sdk_signin(
+            server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
+        )
+        async with httpx2.AsyncClient(auth=signin.provider, timeout=30) as http:
+            await sandbox_of(http, server)
+    return signin.pages[0], [seen.path for seen in documents.seen]
+
+
 async def test_a_flood_of_loopback_document_urls_spends_no_fetch_budget(
     tmp_path: Path, ca: ThrowawayCA, public_address: str
 ) -> None:
@@ -218,16 +233,8 @@ async def test_a_flood_of_loopback_document_urls_spends_no_fetch_budget(
                     assert page.status_code == 400
                     assert "private, loopback or link-local" in page.text
         # The minute's one fetch is still there for a real application.
-        async with document_server(ca, public_address) as documents:
-            url = publish(
-                documents, public_address, {"client_name": "Real", "redirect_uris": [REDIRECT]}
-            )
-            signin = sdk_signin(
-                server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
-            )
-            async with httpx2.AsyncClient(auth=signin.provider, timeout=30) as http:
-                await sandbox_of(http, server)
-        assert "Real" in signin.pages[0]
+        page, _ = await signs_in_with_its_document(server, ca, public_address, "Real")
+        assert "Real" in page
     finally:
         stop_server(server)
 
@@ -239,6 +246,7 @@ async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_re
     env = {
         "SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE": "3",
         "SANDBOX_MCP_TRUSTED_PROXIES": "127.0.0.1",
+        **DEFAULT_SHARES,
     }
     async with document_server(ca, public_address) as documents:
         url = publish(
@@ -265,12 +273,13 @@ async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_re
                     )
 
                 # The budget is in the database (every process shares it, a restart
-                # keeps it): the first run's fetch spent one of the 3, two floods the rest.
-                for number in range(2):
+                # keeps it): the first run's fetch spent one of the 3, two floods (from
+                # two networks: each may spend one) the rest.
+                for number, network in enumerate(("198.51.100.1", "203.0.113.1")):
                     flood = f"https://{public_address}/flood-{number}.json"
-                    refused = await sign_in_page(flood, f"198.51.100.{number}")
-                    assert "HTTP 404" in refused.text, "fetched, and spent a third each"
-                spent = await sign_in_page(f"https://{public_address}/new.json", "203.0.113.1")
+                    refused = await sign_in_page(flood, network)
+                    assert "HTTP 404" in refused.text, "fetched, and spent its share"
+                spent = await sign_in_page(f"https://{public_address}/new.json", "192.0.2.1")
                 assert "Too many new applications" in spent.text
             again = sdk_signin(
                 server, client_name="cimd e2e", redirect_uri=REDIRECT, client_metadata_url=url
@@ -284,3 +293,83 @@ async def test_a_document_flood_does_not_lock_out_a_known_client_even_after_a_re
     fetched = [seen.path for seen in documents.seen]
     assert fetched.count(DOCUMENT_PATH) == 1, "the known client was not fetched again"
     assert len(fetched) == 3, "the budget of 3 held across the restart"
+
+
+# Host names glibc's getaddrinfo reads as 127.0.0.1 (inet_aton's shorthands), and names
+# that are no public domain name: each refused before the fetch budget is asked.
+NUMERIC_HOSTS = (
+    "127.10.0",
+    "2130706433",
+    "0x7f.1",
+    "017700000001",
+    "0177.0.0.1",
+    "127.1",
+    "0x7f000001",
+    "localhost.",
+    "intranet",
+    "a..b",
+)
+
+
+async def test_numeric_host_names_are_refused_without_spending_the_fetch_budget(
+    tmp_path: Path, ca: ThrowawayCA, public_address: str
+) -> None:
+    """Issue 23, finding 8: numeric names passed the no-network precheck and spent the
+    budget before the resolver's answer was refused; two or three locked new clients out."""
+    server = server_with(tmp_path, ca, SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE="1")
+    try:
+        async with httpx2.AsyncClient() as http:
+            for number in range(100):
+                host = NUMERIC_HOSTS[number % len(NUMERIC_HOSTS)]
+                page = await http.get(
+                    f"{server.base_url}/authorize",
+                    params=authorize_params(f"https://{host}/never-{number}.json"),
+                )
+                assert page.status_code == 400, (host, page.text)
+                assert "is never fetched" in page.text, (host, page.text)
+                assert "Too many new applications" not in page.text
+        page, fetched = await signs_in_with_its_document(server, ca, public_address, "Honest")
+        assert "Honest" in page, "the minute's one fetch was still there"
+        assert fetched == [DOCUMENT_PATH]
+    finally:
+        stop_server(server)
+
+
+async def test_many_networks_cannot_spend_every_document_fetch(
+    tmp_path: Path, ca: ThrowawayCA, public_address: str
+) -> None:
+    """Of 20 fetches a minute, one /64 may spend 5% (1) and one /48 10% (2): nine
+    flooding networks (27 /64s, 54 invented URLs) leave two fetches to everyone else."""
+    server = server_with(
+        tmp_path,
+        ca,
+        SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE="20",
+        SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+        **DEFAULT_SHARES,
+    )
+    try:
+        async with document_server(ca, public_address) as documents, httpx2.AsyncClient() as http:
+
+            async def sign_in_page(client_id: str, address: str) -> httpx2.Response:
+                return await http.get(
+                    f"{server.base_url}/authorize",
+                    params=authorize_params(client_id),
+                    headers={"x-forwarded-for": address},
+                )
+
+            answers = []
+            for number in range(54):
+                address = f"2001:db8:{number % 9:x}:{number % 27:x}::1"
+                flood = f"https://{public_address}/flood-{number}.json"
+                answers.append((await sign_in_page(flood, address)).text)
+            assert sum("HTTP 404" in text for text in answers) == 18, "fetched: 2 a network"
+            assert sum("Too many new applications" in text for text in answers) == 36
+            url = publish(
+                documents, public_address, {"client_name": "Fresh", "redirect_uris": [REDIRECT]}
+            )
+            fresh = await sign_in_page(url, "198.51.100.7")
+            assert fresh.status_code == 200, fresh.text
+            assert "Fresh" in fresh.text, "a new network's document is still fetched"
+            assert len(documents.seen) == 19
+    finally:
+        stop_server(server)

@@ -38,6 +38,11 @@ class RunningServer:
 
 
 PROBE_APP = Path(__file__).with_name("probe_app.py")
+# The production shares of every global budget, for the tests of the shares.
+DEFAULT_SHARES = {
+    "SANDBOX_MCP_NETWORK_SHARE_PERCENT": "10",
+    "SANDBOX_MCP_ADDRESS_SHARE_PERCENT": "5",
+}
 
 
 def start_server(
@@ -64,6 +69,11 @@ def start_server(
         "SANDBOX_MCP_AUTH": "none",
         # Warm containers only where a test asks for them (they are tests of their own).
         "SANDBOX_MCP_WARM_CONTAINERS": os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "0"),
+        # Every test client connects from 127.0.0.1, one address: the shares of the
+        # global budgets would make the whole suite one user (tests of their own set
+        # them: DEFAULT_SHARES).
+        "SANDBOX_MCP_NETWORK_SHARE_PERCENT": "100",
+        "SANDBOX_MCP_ADDRESS_SHARE_PERCENT": "100",
         **env,
     }
     with log_path.open("wb") as log, log_path.with_suffix(".stdout").open("wb") as out:

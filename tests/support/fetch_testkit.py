@@ -12,6 +12,7 @@ import httpcore2
 from tls_testkit import ThrowawayCA
 
 from auth.client_documents import ClientDocuments
+from auth.ratelimit import Shares
 from auth.safe_fetch import IPAddress, PublicFetcher, is_public_address
 
 
@@ -61,9 +62,19 @@ class Clock:
         return self.now
 
 
+WHOLE_BUDGET = Shares(100, 100)
+
+
 def documents(
-    ca: ThrowawayCA, clock: Clock, *, timeout_s: float = 10.0, **kw: float
+    ca: ThrowawayCA,
+    clock: Clock,
+    *,
+    timeout_s: float = 10.0,
+    shares: Shares = WHOLE_BUDGET,
+    **kw: float,
 ) -> ClientDocuments:
+    """Documents from ``client.test`` (on loopback); by default one caller may spend the
+    whole budget (the tests of the shares pass their own)."""
     fetcher = PublicFetcher(
         resolver=Resolver({"client.test": ["127.0.0.1"]}),
         allow=loopback_too,
@@ -72,4 +83,4 @@ def documents(
         ports=None,  # the test server listens on a random port
         timeout_s=timeout_s,
     )
-    return ClientDocuments(fetcher, clock=clock, **kw)  # type: ignore[arg-type]
+    return ClientDocuments(fetcher, clock=clock, shares=shares, **kw)  # type: ignore[arg-type]

@@ -139,8 +139,8 @@ async def test_the_burst_per_minute_is_per_prefix(tmp_path: Path) -> None:
 
 async def test_new_sandboxes_per_hour_are_capped_server_wide(tmp_path: Path) -> None:
     async for front in front_with(tmp_path, new_sandboxes_per_hour=3):
-        for number in range(3):
-            assert await front.press(f"198.51.100.{number}") is not None
+        for network in ("198.51.100.1", "192.0.2.1", "2001:db8:5::/64"):
+            await front.sign_in(network)
         refusal = await front.admission.check("203.0.113.1")
         assert refusal is not None
         assert "at most 3 new sandboxes an hour" in refusal.message
@@ -150,9 +150,39 @@ async def test_new_sandboxes_per_hour_are_capped_server_wide(tmp_path: Path) -> 
         assert await front.press("203.0.113.1") is not None
 
 
+async def test_a_code_not_redeemed_frees_its_place_in_the_hour_when_it_expires(
+    tmp_path: Path,
+) -> None:
+    async for front in front_with(tmp_path, new_sandboxes_per_hour=1):
+        assert await front.press(HOME) is not None
+        refusal = await front.admission.check(ELSEWHERE)
+        assert refusal is not None, "held while it may still be redeemed"
+        assert refusal.limit == "hourly"
+        assert 590 <= refusal.retry_after_s <= 601, "until the code expires, not for the hour"
+        front.clock.now += front.config.code_ttl_s + 1
+        assert await front.admission.check(ELSEWHERE) is None
+
+
+async def test_one_network_and_one_address_take_only_their_share_of_the_hour(
+    tmp_path: Path,
+) -> None:
+    async for front in front_with(tmp_path, new_sandboxes_per_hour=20):
+        # 20 an hour: one address may take 5% (1), one network 10% (2).
+        await front.sign_in("2001:db8:9:1::/64")
+        refusal = await front.admission.check("2001:db8:9:1::/64")
+        assert refusal is not None
+        assert refusal.limit == "hourly_address"
+        await front.sign_in("2001:db8:9:2::/64")
+        refusal = await front.admission.check("2001:db8:9:3::/64")
+        assert refusal is not None
+        assert refusal.limit == "hourly_network"
+        assert "2001:db8:9::/48" in refusal.message
+        assert await front.admission.check("2001:db8:a:1::/64") is None, "the next /48"
+
+
 async def test_a_refused_press_spends_nothing(tmp_path: Path) -> None:
     async for front in front_with(tmp_path, new_sandboxes_per_hour=1, sandboxes_per_address=1):
-        assert await front.press(HOME) is not None
+        await front.sign_in(HOME)
         for _ in range(5):
             assert await front.press(HOME) is None  # over the live cap
         front.clock.now += 601  # the code expired; the hour has not passed

@@ -20,6 +20,7 @@ from auth.client_documents import (
     check_client_id_url,
     parse_document,
 )
+from auth.ratelimit import Shares
 from auth.safe_fetch import PublicFetcher
 
 
@@ -195,17 +196,20 @@ async def test_new_fetches_have_a_global_budget_and_cached_documents_do_not_spen
     assert len(server.seen) == 2
 
 
-async def test_one_prefix_spends_at_most_a_third_of_the_budget(
+async def test_one_network_and_one_address_spend_only_their_share_of_the_budget(
     ca: ThrowawayCA, server: DocumentServer
 ) -> None:
-    docs = documents(ca, Clock(), fetches_per_minute=6)
-    flood = [publish(server, f"/flood{i}.json") for i in range(3)]
-    for url in flood[:2]:
-        await docs.client(url, prefix="2001:db8::/64")
+    # 20 a minute: one address may spend 5% (1), one network (an IPv6 /48) 10% (2).
+    docs = documents(ca, Clock(), fetches_per_minute=20, shares=Shares(5, 10))
+    flood = [publish(server, f"/flood{i}.json") for i in range(4)]
+    await docs.client(flood[0], prefix="2001:db8:0:1::/64")
     with pytest.raises(DocumentRefused, match="Too many new applications"):
-        await docs.client(flood[2], prefix="2001:db8::/64")
+        await docs.client(flood[1], prefix="2001:db8:0:1::/64")
+    await docs.client(flood[1], prefix="2001:db8:0:2::/64")
+    with pytest.raises(DocumentRefused, match="Too many new applications"):
+        await docs.client(flood[2], prefix="2001:db8:0:3::/64")  # the same /48
     honest = publish(server, "/honest.json")
-    assert (await docs.client(honest, prefix="203.0.113.9")).client_id == honest
+    assert (await docs.client(honest, prefix="2001:db8:1:1::/64")).client_id == honest
     assert len(server.seen) == 3
 
 
@@ -218,6 +222,12 @@ async def test_one_prefix_spends_at_most_a_third_of_the_budget(
         "https://localhost/meta.json",
         "https://app.localhost/meta.json",
         "https://169.254.169.254/latest/meta-data",
+        # Numbers getaddrinfo reads as 127.0.0.1 (issue 23, finding 8).
+        "https://127.1/meta.json",
+        "https://2130706433/meta.json",
+        "https://0x7f.1/meta.json",
+        "https://017700000001/meta.json",
+        "https://localhost./meta.json",
     ],
 )
 async def test_urls_that_can_never_be_fetched_spend_no_budget(url: str) -> None:
@@ -225,7 +235,7 @@ async def test_urls_that_can_never_be_fetched_spend_no_budget(url: str) -> None:
     fetcher = PublicFetcher(network=network, resolver=Resolver({}))
     docs = ClientDocuments(fetcher, fetches_per_minute=1)
     for _ in range(3):
-        with pytest.raises(DocumentRefused, match="private, loopback or link-local"):
+        with pytest.raises(DocumentRefused, match=r"private, loopback or link-local|a number"):
             await docs.client(url)
     assert network.connected_to == []
     # The one fetch of the minute is still there: the refusals spent nothing.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from oauth_browser import authorization_request, pkce_pair, query_of
-from signin_testkit import approve, flow_and_tokens, registered_client
+from signin_testkit import TOKEN_KEY, approve, flow_and_tokens, registered_client
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.auth_store import SqlAuthStore
@@ -20,6 +20,7 @@ from auth.grants import SIGNIN_CLAIM, TokenService
 from auth.registration import Registrar
 from auth.signin import MAX_STATE_CHARS, RedirectError, SigninFlow
 from auth.store import Client
+from auth.tokens import TokenHasher
 
 REDIRECT = "http://127.0.0.1:9/cb"
 
@@ -204,3 +205,55 @@ async def test_the_access_token_names_the_address_that_signed_in(server: Server)
     plain = await server.tokens.verify_token(str((await server.pair())["access_token"]))
     assert plain is not None
     assert plain.claims is None  # signed in with no address key: nothing shared
+
+
+def other_process(server: Server, *, listening: bool = True) -> TokenService:
+    """A second TokenService on the same store and key: another process of the server."""
+    config = AuthConfig(issuer="https://mcp.example.test")
+    _, tokens = flow_and_tokens(config, server.store, server.clock)
+    if not listening:
+        tokens.listening(False)
+    return tokens
+
+
+async def test_a_revocation_heard_drops_the_cached_token(server: Server) -> None:
+    other = other_process(server)
+    pair = await server.pair()
+    access = str(pair["access_token"])
+    assert await other.verify_token(access) is not None  # cached there
+    await server.tokens.revoke(server.client, access)
+    assert await other.verify_token(access) is not None, "not heard yet: the cache holds"
+    # What the notification does on arrival (app.oauth_server.AuthParts._revoked).
+    other.forget(token_hash=TokenHasher(TOKEN_KEY).digest(access))
+    assert await other.verify_token(access) is None
+
+
+async def test_a_process_that_cannot_hear_revocations_caches_nothing(server: Server) -> None:
+    deaf = other_process(server, listening=False)
+    pair = await server.pair()
+    access = str(pair["access_token"])
+    assert await deaf.verify_token(access) is not None
+    await server.tokens.revoke(server.client, access)
+    assert await deaf.verify_token(access) is None, "asked the database again"
+
+
+async def test_a_verification_overtaken_by_a_revocation_does_not_cache(server: Server) -> None:
+    other = other_process(server)
+    pair = await server.pair()
+    access = str(pair["access_token"])
+    store = server.store
+    read = store.load_token
+
+    async def read_then_hear(token_hash: str) -> object:
+        found = await read(token_hash)
+        # The revocation commits and its notice arrives while the read is answered.
+        await store.delete_token(token_hash)
+        other.forget(token_hash=token_hash)
+        return found
+
+    store.load_token = read_then_hear  # type: ignore[method-assign]
+    try:
+        assert await other.verify_token(access) is not None  # what was read: still valid
+    finally:
+        store.load_token = read  # type: ignore[method-assign]
+    assert await other.verify_token(access) is None, "what it read was not cached"

@@ -137,8 +137,13 @@ async def test_private_targets_are_never_connected_to(
     ("url", "reason"),
     [
         ("https://nowhere.test/x", "does not resolve"),  # with Resolver({}): no real DNS
-        ("https://a..b/x", "does not resolve"),  # getaddrinfo: UnicodeError, not OSError
-        ("https://" + "l" * 64 + ".test/x", "does not resolve"),
+        ("https://a..b/x", "not a public domain name"),  # getaddrinfo: UnicodeError
+        ("https://" + "l" * 64 + ".test/x", "not a public domain name"),
+        ("https://intranet/x", "not a public domain name"),  # the search domains'
+        ("https://127.10.0/x", "is a number"),  # glibc reads these as IPv4 addresses
+        ("https://2130706433/x", "is a number"),
+        ("https://0x7f.1/x", "is a number"),
+        ("https://017700000001/x", "is a number"),
         ("http://8.8.8.8/x", "Only https"),
         ("https://8.8.8.8/ä", "ASCII"),
         ("https://8.8.8.8:8443/x", "only from the standard https port"),
