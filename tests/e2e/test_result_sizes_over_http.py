@@ -178,6 +178,8 @@ async def test_the_logs_resource_keeps_its_newest_jobs_within_its_cap(
     assert left_out, text[:200]
     assert int(left_out[1]) + text.count(f"$ {loud}\n") == jobs, text[:200]
     assert text.count(f"$ {loud}\n") >= 1
+
+
 def record_size(structured: dict[str, Any]) -> int:
     """Characters of a result's record, as the server measures it: without the envelope
     it adds afterwards (the notes saying what was cut, the idle expiry)."""
