@@ -31,6 +31,7 @@ from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
 from app.mcp.assembly import ToolRegistrar, build_mcp_server, mcp_endpoint
+from app.mcp.call_sampling import CallSampling
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.oauth_server import build_auth
 from app.observability import configure_logging
@@ -162,6 +163,10 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         threads=threads,
         max_calls_per_sandbox=settings.mcp.max_calls_per_sandbox,
         max_calls_per_address=settings.mcp.max_calls_per_address,
+        sampling=CallSampling(
+            settings.storage.audit_refusals_per_minute,
+            settings.storage.audit_rows_per_sandbox_per_day,
+        ),
     )
     mcp = build_mcp_server(
         settings, identity, runner, pool, manager, TaskRecords(engine), registry, extra_tools

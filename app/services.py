@@ -145,6 +145,7 @@ class Services:
         await self.backend.aclose()
         await self.mailer.close()
         await self.store.close()
+        await self.runner.close()  # the counts of calls not written one by one
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()
         await self.engine.dispose()
