@@ -19,10 +19,12 @@ REDACTED = "[redacted]"
 
 # Keys whose values are credentials whatever they hold. Matched anywhere in the
 # key, case-insensitively, after dropping separators: "X-Api-Key", "api_key",
-# "refreshToken" and "db_password" all match.
+# "refreshToken" and "db_password" all match. Not "code": it is every error's stable
+# code (hidden, the log could not say what failed); an OAuth code's value carries
+# its prefix, which _TOKEN_PREFIXES scrubs under any key.
 _SECRET_KEY = re.compile(
     r"token|secret|passw|pwd|authorization|apikey|cookie|credential|privatekey|verifier|"
-    r"sessionid|email|^code$|^key$|sandboxkey"
+    r"sessionid|email|^key$|sandboxkey"
 )
 # Values that carry a credential whatever key they sit under.
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")

@@ -32,7 +32,7 @@ from app.experiments.tenant_threads import TenantThreads
 from app.mcp.call_sampling import CallKey, CallSampling
 from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
 from app.mcp.envelope import ToolFailure, error_result, ok_result
-from app.sampling import Unwritten
+from app.sampling import ThrottledLog, Unwritten
 from app.storage.audit import AuditTrail
 from auth.grants import SIGNIN_CLAIM
 from jail.context import CallContext, SandboxMemory, new_call_context
@@ -164,6 +164,8 @@ class ToolRunner:
         # One sandbox's waiting calls must not hold every connection the server accepts.
         self.calls_in_flight = CallsInFlight(max_calls_per_sandbox, max_calls_per_address)
         self._sampling = sampling
+        # The database away fails every call's row: one line a minute per reason.
+        self._warnings = ThrottledLog(log)
 
     async def close(self) -> None:
         """Write the counts of calls not written one by one (at shutdown, before the
@@ -379,4 +381,7 @@ class ToolRunner:
             )
         except DatabaseUnavailable as exc:
             # The result is already decided; losing one audit row must not fail the call.
-            log.warning("audit.write_failed", request_id=request_id, reason=exc.details["reason"])
+            reason = exc.details["reason"]
+            self._warnings.warning(
+                "audit.write_failed", reason, request_id=request_id, reason=reason
+            )

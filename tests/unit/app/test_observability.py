@@ -81,3 +81,18 @@ def test_nothing_is_written_to_stdout(capsys: object) -> None:
     captured = capsys.readouterr()  # type: ignore[attr-defined]
     assert captured.out == ""
     assert "to.stderr" in captured.err
+
+
+def test_error_codes_are_written_but_an_oauth_code_s_value_is_not() -> None:
+    """A field named ``code`` is an error's stable code, written as it is (it read
+    "[redacted]", issue 27); an authorization code's value is scrubbed by its prefix,
+    whatever key it sits under."""
+    stream = capture()
+    structlog.get_logger("t").warning(
+        "experiments.sweep_skipped", code="RUNTIME_UNAVAILABLE", detail={"code": "NOT_FOUND"}
+    )
+    structlog.get_logger("t").info("oauth.leak", code="smcp_code_c2VjcmV0Y29kZQ")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["code"] == "RUNTIME_UNAVAILABLE"
+    assert first["detail"] == {"code": "NOT_FOUND"}
+    assert second["code"] == "smcp_code_[redacted]"
