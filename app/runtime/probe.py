@@ -19,6 +19,8 @@ from docker.constants import DEFAULT_UNIX_SOCKET
 from docker.errors import DockerException
 from requests.exceptions import RequestException
 
+from app.runtime._engine_errors import close_failed_sockets
+
 
 @dataclass(frozen=True)
 class ImagesStatus:
@@ -94,6 +96,7 @@ class DockerProbe:
             version = str(client.version().get("Version"))
             images = self._images_status(client) if self._images else None
         except (DockerException, RequestException) as exc:
+            close_failed_sockets(exc)
             self.close()  # a daemon restarted since: connect afresh next time
             return RuntimeStatus(False, reason=unreachable_reason(exc))
         reason = None
