@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from fetch_testkit import Clock
+
 from app.sampling import ThrottledLog, Unwritten, WindowSampler
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+T0 = Clock().now
 
 
 def test_the_first_of_each_window_are_admitted_the_rest_counted() -> None:
@@ -25,7 +21,7 @@ def test_the_first_of_each_window_are_admitted_the_rest_counted() -> None:
     assert sampler.ended() == []
     assert not sampler.admit("a")
     clock.now += 6  # windows are looked over every few seconds, not on every call
-    assert sampler.ended() == [Unwritten("a", 8, 1_000.0, 1_060.0)]
+    assert sampler.ended() == [Unwritten("a", 8, T0, T0 + 60)]
     assert sampler.ended() == []  # handed over once
     assert [sampler.admit("a") for _ in range(4)] == [True] * 3 + [False]
 
@@ -36,7 +32,7 @@ def test_a_window_over_is_closed_by_the_next_repeat_of_its_key() -> None:
     assert [sampler.admit("a") for _ in range(5)] == [True] + [False] * 4
     clock.now += 61
     assert sampler.admit("a")  # a new window
-    assert sampler.ended() == [Unwritten("a", 4, 1_000.0, 1_060.0)]
+    assert sampler.ended() == [Unwritten("a", 4, T0, T0 + 60)]
 
 
 def test_drain_hands_over_every_count_and_forgets_every_window() -> None:
@@ -46,8 +42,8 @@ def test_drain_hands_over_every_count_and_forgets_every_window() -> None:
         assert not sampler.admit(key)
     clock.now += 10
     assert sorted(sampler.drain(), key=lambda u: u.key) == [
-        Unwritten("a", 2, 1_000.0, 1_010.0),
-        Unwritten("b", 1, 1_000.0, 1_010.0),
+        Unwritten("a", 2, T0, T0 + 10),
+        Unwritten("b", 1, T0, T0 + 10),
     ]
     assert sampler.drain() == []
     assert sampler._windows == {}
