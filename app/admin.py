@@ -70,7 +70,9 @@ async def check(settings: Settings) -> dict[str, object]:
     if runtime.reachable and not runtime.can_run_experiments:
         report["reason"] = f"{runtime.reason}: {how_to_build(settings.runtime.default_image)}"
     elif not runtime.reachable:
-        report["reason"] = f"{runtime.reason} (is Docker installed and started?)"
+        report["reason"] = (
+            f"{runtime.reason} Start the Docker engine, or point DOCKER_HOST at its socket."
+        )
     ok = bool(state["ok"] and database["ok"] and runtime.can_run_experiments)
     return {
         "version": service_version(),

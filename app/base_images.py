@@ -11,6 +11,7 @@ root filesystem is cached) and says what it is doing and how long it took.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,17 +72,18 @@ async def ensure_default_image(
     status = await _probe(runtime)
     image = runtime.default_image
     if not status.reachable:
-        log.warning(
-            "runtime.unreachable",
-            reason=status.reason,
-            todo="install Docker (apt-get install docker.io) and start it; "
-            "experiments cannot start until the engine answers",
-        )
         if build:
             raise ImageBuildFailed(
-                f"Cannot build {image}: the Docker engine does not answer ({status.reason}); "
-                "install and start Docker (apt-get install docker.io) first."
+                f"Cannot build {image}: {status.reason} Start the Docker engine, or point "
+                "DOCKER_HOST at its socket, first."
             )
+        todo = (
+            "Start the Docker engine, or point DOCKER_HOST at its socket; until it "
+            "answers the server runs degraded: sign-in and files work, experiments do not."
+        )
+        log.warning("runtime.unreachable", reason=status.reason, todo=todo)
+        # Said plainly too: a first start's operator reads this line, not the JSON.
+        print(f"sandbox-mcp: {status.reason} {todo}", file=sys.stderr, flush=True)
         return status
     assert status.images is not None
     if status.images.default_ready:

@@ -10,7 +10,11 @@ builders that need more than a constructor call live beside what they build
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -31,6 +35,7 @@ from app.http.health import HealthEndpoint
 from app.http.hsts import StrictTransportSecurity
 from app.http.metrics import Metrics, MetricsEndpoint
 from app.mcp.assembly import ToolRegistrar, build_mcp_server, mcp_endpoint
+from app.mcp.call_sampling import CallSampling
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.oauth_server import build_auth
 from app.observability import configure_logging
@@ -162,6 +167,10 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         threads=threads,
         max_calls_per_sandbox=settings.mcp.max_calls_per_sandbox,
         max_calls_per_address=settings.mcp.max_calls_per_address,
+        sampling=CallSampling(
+            settings.storage.audit_refusals_per_minute,
+            settings.storage.audit_rows_per_sandbox_per_day,
+        ),
     )
     mcp = build_mcp_server(
         settings, identity, runner, pool, manager, TaskRecords(engine), registry, extra_tools
@@ -241,10 +250,31 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
 
 
 async def run_stdio(settings: Settings) -> None:
-    """Serve one local user over stdin/stdout (logs stay on stderr)."""
+    """Serve one local user over stdin/stdout (logs stay on stderr) until the end of
+    stdin, SIGTERM or SIGINT; each stops the service the same way (warm containers
+    removed). Without the handlers SIGTERM ended the process on the spot (issue 27)."""
     services = build_services(settings)
     await services.start()
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+    for number in stop_signals:
+        loop.add_signal_handler(number, stopped.set)
+    serving = asyncio.ensure_future(services.mcp.run_stdio_async())
+    signalled = asyncio.ensure_future(stopped.wait())
     try:
-        await services.mcp.run_stdio_async()
+        await asyncio.wait({serving, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            serving.result()  # its failure, if any, is the caller's
     finally:
+        for number in stop_signals:
+            loop.remove_signal_handler(number)
+        signalled.cancel()
+        serving.cancel()
         await services.stop()
+    if stopped.is_set():
+        # The SDK's reader thread is blocked reading stdin, which only the client
+        # closes, and a cancelled read waits for it (so would asyncio.run, for ever):
+        # everything is stopped, so the process ends here.
+        logging.shutdown()
+        os._exit(0)

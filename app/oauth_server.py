@@ -108,7 +108,10 @@ def build_auth(
         hasher = TokenHasher(token_key)
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"The token key cannot be used: {exc}") from exc
-    config = auth.config(issuer=settings.server.effective_public_url)
+    config = auth.config(
+        issuer=settings.server.effective_public_url,
+        sandbox_idle_s=settings.pool.idle_timeout_s,
+    )
     store = SqlAuthStore(engine)
     documents = (
         ClientDocuments(

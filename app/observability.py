@@ -19,10 +19,12 @@ REDACTED = "[redacted]"
 
 # Keys whose values are credentials whatever they hold. Matched anywhere in the
 # key, case-insensitively, after dropping separators: "X-Api-Key", "api_key",
-# "refreshToken" and "db_password" all match.
+# "refreshToken" and "db_password" all match. Not "code": it is every error's stable
+# code (hidden, the log could not say what failed); an OAuth code's value carries
+# its prefix, which _TOKEN_PREFIXES scrubs under any key.
 _SECRET_KEY = re.compile(
     r"token|secret|passw|pwd|authorization|apikey|cookie|credential|privatekey|verifier|"
-    r"sessionid|email|^code$|^key$|sandboxkey"
+    r"sessionid|email|^key$|sandboxkey"
 )
 # Values that carry a credential whatever key they sit under.
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
@@ -116,5 +118,24 @@ def configure_logging(
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    access = logging.getLogger("uvicorn.access")
+    access.filters[:] = [f for f in access.filters if not isinstance(f, _AnsweredMcpRequests)]
+    access.addFilter(_AnsweredMcpRequests())
     # Alembic narrates every start-up at INFO ("setup plugin ..."); its errors still show.
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))
+
+
+class _AnsweredMcpRequests(logging.Filter):
+    """Drops uvicorn's access line of each answered ``/mcp`` request: its call is told by
+    the tool runner's ``tool.call`` line, which is bounded per sandbox (a refused call
+    repeated a hundred times a second wrote one access line each, unbounded; issue 23).
+    Refused requests (401, 4xx) keep theirs: no sandbox is known to bound them by."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn's access record: (client, method, path, http version, status)
+        if isinstance(args, tuple) and len(args) == 5:
+            path, status = args[2], args[4]
+            if isinstance(path, str) and path.split("?")[0] == "/mcp":
+                return not (isinstance(status, int) and 200 <= status < 300)
+        return True

@@ -149,6 +149,7 @@ class Services:
         if self.auth is not None:
             await self.auth.close()
         await self.store.close()
+        await self.runner.close()  # the counts of calls not written one by one
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()
         await self.engine.dispose()

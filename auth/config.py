@@ -37,6 +37,8 @@ class AuthConfig:
     proxy_header: ProxyHeader = "x-forwarded-for"
     client_ttl_without_grant_s: int = 90 * 86400
     client_metadata_documents: bool = True
+    # How long an idle sandbox lives (the pool's setting): the sign-in page says so.
+    sandbox_idle_s: int = 600
 
     @property
     def resource(self) -> str:

@@ -50,7 +50,12 @@ def signin_page(
     tx: str,
     csrf: str,
     ask_email: bool,
+    server: str,
+    idle_s: int,
 ) -> str:
+    """The page ``/authorize`` shows: who asks, on which server (``server``, the public
+    URL's host), what an idle sandbox becomes after ``idle_s``, where the browser goes
+    next (said once), and the one button."""
     name = escape(client_name or "An application")
     redirect_host = urlsplit(redirect_uri).hostname or ""
     host = escape(redirect_host)
@@ -61,11 +66,12 @@ def signin_page(
         if client_id.startswith("https://")
         else ""
     )
-    local = (
-        '<p class="warn">You will be sent back to a program on <strong>this computer</strong>. '
-        "Continue only if you started this sign-in from such a program yourself.</p>"
+    back = (
+        f'<p class="warn">You will be sent back to <strong>{host}</strong>, a program on '
+        "<strong>this computer</strong>. Continue only if you started this sign-in from "
+        "such a program yourself.</p>"
         if is_loopback(redirect_host)
-        else ""
+        else f'<p class="who">You will be sent back to <strong>{host}</strong>.</p>'
     )
     email = (
         '<label for="email">E-mail me once when my sandbox is ready (optional)</label>'
@@ -79,11 +85,13 @@ def signin_page(
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>Create my sandbox</title><style>{_STYLE}</style></head><body>"
         "<h1>Sandbox sign-in</h1>"
-        f'<p class="who"><strong>{name}</strong> wants a private sandbox on this server to run '
-        f"code in. You will be sent back to <strong>{host}</strong>.</p>"
-        f"{source}{local}"
+        f'<p class="who"><strong>{name}</strong> wants a private sandbox on '
+        f"<strong>{escape(server)}</strong> to run code in.</p>"
+        f"{source}{back}"
         "<p>No account and no password: pressing the button creates an anonymous sandbox "
-        "that belongs to this sign-in.</p>"
+        f"that belongs to this sign-in. A sandbox left idle for {_duration(idle_s)} is "
+        "emptied (its files and experiments deleted); the sign-in stays valid and gets a "
+        "new, empty one.</p>"
         '<form method="post" action="/authorize">'
         f'<input type="hidden" name="tx" value="{escape(tx)}">'
         f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
@@ -91,6 +99,15 @@ def signin_page(
         '<p><button type="submit">Create my sandbox</button></p>'
         "</form></body></html>"
     )
+
+
+def _duration(seconds: int) -> str:
+    """``600`` -> "10 minutes": the idle rule as a person reads it."""
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 def error_page(title: str, message: str, status: int, *, secure: bool) -> HTMLResponse:

@@ -28,6 +28,31 @@ def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     unmount_below(tmp_path_factory.getbasetemp())
 
 
+def logs_through_logging() -> None:
+    """structlog's events handed to the standard library's logging, as the server hands
+    them, with no handler of ours: pytest captures each test's records (shown when it
+    fails), and nothing is printed. structlog's defaults print console lines on stdout
+    instead ("[info] slot.trash_deleted"), and a background thread that logs after its
+    test (a slot's trash deleted late) wrote them straight into the test output."""
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_log_level,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(default=str),
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Not cached: a test that configures logging its own way must reach every logger.
+        cache_logger_on_first_use=False,
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quiet_logs() -> None:
+    logs_through_logging()
+
+
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     for name in list(os.environ):
@@ -39,7 +64,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterat
     # A test that configured logging onto its captured stream must not leave the
     # next test writing to a closed one.
     logging.getLogger().handlers.clear()
-    structlog.reset_defaults()
+    logs_through_logging()
 
 
 @pytest.fixture

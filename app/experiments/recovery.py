@@ -37,6 +37,7 @@ from app.experiments.records import LostJob
 from app.experiments.recreation import recreate
 from app.experiments.states import State
 from app.runtime.backend import SandboxBackend
+from app.sampling import ThrottledLog
 from app.storage.experiment_store import ExperimentRecords
 from pool.background import cancel_and_wait
 from pool.slots import Slot
@@ -85,6 +86,8 @@ class Recovery:
         self.check_mounts: Callable[[], Awaitable[object]] = _nothing
         self._missing: set[str] = set()  # containers missing at the last round
         self._task: asyncio.Task[None] | None = None
+        # The database or the engine away fails each step on every round: once a minute.
+        self._failures = ThrottledLog(log)
 
     # -- steps -------------------------------------------------------------------------
 
@@ -170,7 +173,9 @@ class Recovery:
             try:
                 await step()
             except Exception:  # the database or the engine away: next round
-                log.warning("recovery.step_failed", step=step.__name__, exc_info=True)
+                self._failures.warning(
+                    "recovery.step_failed", step.__name__, step=step.__name__, exc_info=True
+                )
 
     async def _refresh_busy(self) -> None:
         self.busy = frozenset(await self._records.busy_sandboxes())

@@ -17,11 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import structlog
-
 from app.errors import TooManyCalls
-
-log = structlog.get_logger(__name__)
 
 DEFAULT_PER_SANDBOX = 32
 DEFAULT_PER_ADDRESS = 128  # four sandboxes' worth: 32 addresses to fill 4,096 connections
@@ -54,11 +50,11 @@ class CallsInFlight:
             TooManyCalls: the sandbox already has ``per_sandbox`` calls in flight, or
                 its address ``per_address``.
         """
+        # No line of its own here: the call's ``tool.call`` line (sampled per sandbox,
+        # app/mcp/call_sampling.py) says TOO_MANY_CALLS; one per refusal was unbounded.
         if self._open[sandbox_key] >= self.per_sandbox:
-            log.info("mcp.call_refused", limit="calls_per_sandbox", value=self.per_sandbox)
             raise TooManyCalls(self.per_sandbox)
         if address is not None and self._by_address[address] >= self.per_address:
-            log.info("mcp.call_refused", limit="calls_per_address", value=self.per_address)
             raise TooManyCalls(self.per_address, per="address")
         self._open[sandbox_key] += 1
         if address is not None:

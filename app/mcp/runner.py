@@ -29,8 +29,10 @@ from pydantic import BaseModel
 from app.errors import DatabaseUnavailable, ServiceError
 from app.experiments.disk_budget import DiskBudget
 from app.experiments.tenant_threads import TenantThreads
+from app.mcp.call_sampling import CallKey, CallSampling
 from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
 from app.mcp.envelope import ToolFailure, error_result, ok_result
+from app.sampling import ThrottledLog, Unwritten
 from app.storage.audit import AuditTrail
 from auth.grants import SIGNIN_CLAIM
 from jail.context import CallContext, SandboxMemory, new_call_context
@@ -143,10 +145,12 @@ class ToolRunner:
         threads: TenantThreads | None = None,
         max_calls_per_sandbox: int = DEFAULT_PER_SANDBOX,
         max_calls_per_address: int = DEFAULT_PER_ADDRESS,
+        sampling: CallSampling | None = None,
     ) -> None:
         """``on_call(tool, outcome, seconds)`` hears of every call (metrics): it, not the
         ``tool.call`` log line, is what counts calls, so a level that filters the line
-        costs a call no log record."""
+        costs a call no log record. ``sampling`` decides which calls get their line and
+        audit row (the others are counted); by default every call does."""
         self._identity = identity
         self._on_call = on_call
         self._audit_trail = audit
@@ -159,6 +163,15 @@ class ToolRunner:
         self._threads = threads or TenantThreads()
         # One sandbox's waiting calls must not hold every connection the server accepts.
         self.calls_in_flight = CallsInFlight(max_calls_per_sandbox, max_calls_per_address)
+        self._sampling = sampling
+        # The database away fails every call's row: one line a minute per reason.
+        self._warnings = ThrottledLog(log)
+
+    async def close(self) -> None:
+        """Write the counts of calls not written one by one (at shutdown, before the
+        audit trail closes)."""
+        if self._sampling is not None:
+            await self._write_counts(self._sampling.drain())
 
     async def run(
         self,
@@ -278,6 +291,14 @@ class ToolRunner:
         self, request_id: str, key: str, name: str, started: float, outcome: str
     ) -> None:
         elapsed = time.time() - started
+        if self._on_call is not None:
+            self._on_call(name, outcome, elapsed)
+        sampling = self._sampling
+        if sampling is not None:
+            if ended := sampling.ended():
+                await self._write_counts(ended)
+            if not sampling.admit(key, name, outcome):
+                return
         if _std_log.isEnabledFor(logging.INFO):
             log.info(
                 "tool.call",
@@ -286,9 +307,22 @@ class ToolRunner:
                 outcome=outcome,
                 ms=round(elapsed * 1000, 1),
             )
-        if self._on_call is not None:
-            self._on_call(name, outcome, elapsed)
         await self._audit(request_id, key, name, started, outcome)
+
+    async def _write_counts(self, counts: list[Unwritten[CallKey]]) -> None:
+        """One line and one audit row for each count of calls not written one by one."""
+        for count in counts:
+            key, tool, outcome = count.key
+            request_id = _request_id()
+            log.info(
+                "tool.calls_not_recorded",
+                tool=tool,
+                outcome=outcome,
+                calls=count.count,
+                in_s=round(count.until - count.since),
+                request_id=request_id,
+            )
+            await self._audit(request_id, key, tool, count.since, outcome, calls=count.count)
 
     async def _alive(self, tool: str, work: Awaitable[T], progress: Progress | None) -> T:
         """Await ``work``, telling a client that asked for progress every ``progress_every_s``
@@ -334,12 +368,20 @@ class ToolRunner:
                 await self._pool.wait_until_granted(key, min(remaining, 5.0))
 
     async def _audit(
-        self, request_id: str, key: str, tool: str, started: float, outcome: str
+        self, request_id: str, key: str, tool: str, started: float, outcome: str, calls: int = 1
     ) -> None:
         try:
             await self._audit_trail.record(
-                request_id=request_id, sandbox_key=key, tool=tool, started=started, outcome=outcome
+                request_id=request_id,
+                sandbox_key=key,
+                tool=tool,
+                started=started,
+                outcome=outcome,
+                calls=calls,
             )
         except DatabaseUnavailable as exc:
             # The result is already decided; losing one audit row must not fail the call.
-            log.warning("audit.write_failed", request_id=request_id, reason=exc.details["reason"])
+            reason = exc.details["reason"]
+            self._warnings.warning(
+                "audit.write_failed", reason, request_id=request_id, reason=reason
+            )

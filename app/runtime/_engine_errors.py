@@ -6,6 +6,7 @@ The agent sees a stable code and a sentence; the cause stays chained for the log
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 
 import docker.errors
@@ -43,4 +44,32 @@ def translated(container_id: str | None = None) -> Iterator[None]:
         yield
     # urllib3's own errors (a stream cut mid-read) are not wrapped by requests.
     except (docker.errors.DockerException, RequestException, Urllib3Error, OSError) as exc:
+        close_failed_sockets(exc)
         raise translate(exc, container_id) from exc
+
+
+def close_failed_sockets(exc: BaseException) -> None:
+    """Close the sockets a failed connection left open.
+
+    docker-py's ``UnixHTTPConnection.connect`` opens a socket and, when ``connect``
+    fails (no daemon: the socket file is missing, or nobody listens), drops it open;
+    the traceback's frame holds it until a garbage collection, which then warns
+    ``ResourceWarning: unclosed socket`` in whatever runs at that moment (a test that
+    never touched Docker, seen with no daemon running). The frames of the error's
+    chain are where it is, so it is closed here.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen or len(seen) > 16:
+            continue
+        seen.add(id(current))
+        pending += [current.__cause__, current.__context__]
+        pending += [arg for arg in current.args if isinstance(arg, BaseException)]
+        trace = current.__traceback__
+        while trace is not None:
+            for value in trace.tb_frame.f_locals.values():
+                if isinstance(value, socket.socket) and value.fileno() != -1:
+                    value.close()
+            trace = trace.tb_next

@@ -8,14 +8,18 @@ behind tenants' container work, and never wait past ``timeout_s``.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
 import docker
+from docker.constants import DEFAULT_UNIX_SOCKET
 from docker.errors import DockerException
 from requests.exceptions import RequestException
+
+from app.runtime._engine_errors import close_failed_sockets
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,11 @@ class DockerProbe:
         """Ask the engine for its version; never raises."""
         with anyio.move_on_after(self._timeout_s + 1):
             return await anyio.to_thread.run_sync(self._probe, abandon_on_cancel=True)
-        return RuntimeStatus(False, reason="the Docker engine did not answer in time")
+        return RuntimeStatus(
+            False,
+            reason=f"Docker does not answer at {engine_address()}: "
+            f"no answer within {self._timeout_s + 1:g} s.",
+        )
 
     def _probe(self) -> RuntimeStatus:
         try:
@@ -88,8 +96,9 @@ class DockerProbe:
             version = str(client.version().get("Version"))
             images = self._images_status(client) if self._images else None
         except (DockerException, RequestException) as exc:
+            close_failed_sockets(exc)
             self.close()  # a daemon restarted since: connect afresh next time
-            return RuntimeStatus(False, reason=_first_line(exc))
+            return RuntimeStatus(False, reason=unreachable_reason(exc))
         reason = None
         if images is not None and not images.default_ready:
             reason = f"the default image {images.default} is not built"
@@ -119,3 +128,42 @@ class DockerProbe:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
+
+
+def engine_address() -> str:
+    """Where ``docker.from_env`` connects, and why there, in words: DOCKER_HOST is
+    what an operator sets wrong, so the sentence names it."""
+    host = os.environ.get("DOCKER_HOST")
+    if host:
+        return f"{host} (DOCKER_HOST)"
+    return f"{DEFAULT_UNIX_SOCKET.removeprefix('http+')} (the default; DOCKER_HOST is not set)"
+
+
+def unreachable_reason(exc: BaseException) -> str:
+    """One plain sentence for an engine that does not answer: where it was asked, and
+    the cause in words (docker-py's own text nests three libraries' reprs)."""
+    cause = _os_error(exc, depth=0)
+    if isinstance(cause, FileNotFoundError):
+        why = "no socket is there"
+    elif isinstance(cause, PermissionError):
+        why = "permission denied (run as root, or as a member of the docker group)"
+    elif isinstance(cause, ConnectionRefusedError):
+        why = "nothing listens there"
+    elif cause is not None:
+        why = cause.strerror or _first_line(cause)
+    else:
+        why = _first_line(exc)
+    return f"Docker does not answer at {engine_address()}: {why}."
+
+
+def _os_error(exc: object, depth: int) -> OSError | None:
+    """The OSError under docker-py's, requests' and urllib3's wrappers, if any."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc
+    if not isinstance(exc, BaseException) or depth > 6:
+        return None
+    for inner in (exc.__cause__, exc.__context__, *exc.args):
+        found = _os_error(inner, depth + 1)
+        if found is not None:
+            return found
+    return None

@@ -64,6 +64,7 @@ import structlog
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from app.runtime.warm_claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
+from app.sampling import ThrottledLog
 from jail.tree_delete import delete_tree
 from pool.background import cancel_and_wait
 from pool.slots import Slot
@@ -148,6 +149,8 @@ class WarmPool:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
+        # Docker down refuses every slot on every pass: one line a minute per reason.
+        self._refusals = ThrottledLog(log)
 
     @property
     def ready(self) -> int:
@@ -313,7 +316,7 @@ class WarmPool:
                 raise LookupError("the slot was leased while its warm container started")
         except (OSError, ServiceError, LookupError) as exc:
             # Full, or Docker is down: try again at the next pass.
-            log.info("warm.create_refused", slot=slot.name, reason=str(exc))
+            self._refusals.info("warm.create_refused", str(exc), slot=slot.name, reason=str(exc))
             with anyio.CancelScope(shield=True):
                 await self._claims.release(claim)
                 await self._remove(made.container_id if made else None, root)

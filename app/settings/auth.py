@@ -151,10 +151,12 @@ class AuthSettings(Group):
     def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return parse_trusted_proxies(self.trusted_proxies)
 
-    def config(self, issuer: str) -> AuthConfig:
-        """The authorization server's configuration, issuing as ``issuer`` (the public URL)."""
+    def config(self, issuer: str, *, sandbox_idle_s: int) -> AuthConfig:
+        """The authorization server's configuration, issuing as ``issuer`` (the public URL);
+        ``sandbox_idle_s`` is the pool's idle timeout, which the sign-in page states."""
         return AuthConfig(
             issuer=issuer,
+            sandbox_idle_s=sandbox_idle_s,
             registrations_per_minute=self.registrations_per_minute,
             signins_per_address_per_minute=self.signins_per_minute,
             sandboxes_per_address=self.sandboxes_per_address,

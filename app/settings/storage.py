@@ -35,6 +35,27 @@ class StorageSettings(Group):
         ),
     )
 
+    audit_refusals_per_minute: int = Field(
+        default=10,
+        ge=0,
+        le=100_000,
+        description=(
+            "Refused calls of one sandbox written each minute per tool and error code (a "
+            "`tool.call` log line and an audit row each); the rest are counted and told in "
+            "one line and one row a minute (`tool.calls_not_recorded`, its `calls` column)."
+        ),
+    )
+    audit_rows_per_sandbox_per_day: int = Field(
+        default=100_000,
+        ge=1,
+        le=100_000_000,
+        description=(
+            "Calls of one sandbox written in a day (log line and audit row), per server "
+            "process; past it its calls are counted and told in one line and one row an "
+            "hour per tool and outcome."
+        ),
+    )
+
     @field_validator("state_dir")
     @classmethod
     def _expand_state_dir(cls, value: Path) -> Path:

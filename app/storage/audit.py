@@ -40,9 +40,9 @@ from app.storage.db import ToolCall, describe_db_error
 MAX_BATCH = 1_000
 
 # A row as the writer hands it over: request_id, sandbox_key, tool, started_at,
-# duration_ms, outcome (the columns' order in the INSERT below).
-Values = tuple[str, str, str, datetime, float, str]
-COLUMNS = ("request_id", "sandbox_key", "tool", "started_at", "duration_ms", "outcome")
+# duration_ms, outcome, calls (the columns' order in the INSERT below).
+Values = tuple[str, str, str, datetime, float, str, int]
+COLUMNS = ("request_id", "sandbox_key", "tool", "started_at", "duration_ms", "outcome", "calls")
 
 
 class _Sink(Protocol):
@@ -84,8 +84,8 @@ class _PostgresSink:
 
     _INSERT = (
         "INSERT INTO tool_calls (request_id, sandbox_key, tool, started_at, duration_ms, "
-        "outcome) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
-        "$4::timestamptz[], $5::float8[], $6::text[])"
+        "outcome, calls) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
+        "$4::timestamptz[], $5::float8[], $6::text[], $7::int4[])"
     )
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -250,19 +250,27 @@ class AuditTrail:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sink = _sink_for(engine)
         # (values, started) pairs waiting for the next commit, each with its caller's future.
-        self._waiting: list[tuple[str, str, str, float, str, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[str, str, str, float, str, int, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
 
     async def record(
-        self, *, request_id: str, sandbox_key: str, tool: str, started: float, outcome: str
+        self,
+        *,
+        request_id: str,
+        sandbox_key: str,
+        tool: str,
+        started: float,
+        outcome: str,
+        calls: int = 1,
     ) -> None:
-        """Append one row (``started`` is a ``time.time()`` value); returns once committed.
+        """Append one row (``started`` is a ``time.time()`` value) standing for ``calls``
+        calls; returns once committed.
 
         Raises:
             DatabaseUnavailable: the commit that carried this row failed.
         """
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((request_id, sandbox_key, tool, started, outcome, done))
+        self._waiting.append((request_id, sandbox_key, tool, started, outcome, calls, done))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write(), name="audit-writer")
         # Not shielded, and need not be: a caller that goes away cancels only its own
@@ -281,8 +289,9 @@ class AuditTrail:
                     datetime.fromtimestamp(started, UTC),
                     round((now - started) * 1000, 3),
                     outcome,
+                    calls,
                 )
-                for request_id, sandbox_key, tool, started, outcome, _ in batch
+                for request_id, sandbox_key, tool, started, outcome, calls, _ in batch
             ]
             try:
                 await self._sink.write(rows)

@@ -50,6 +50,9 @@ class ToolCall(Base):
     started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
     duration_ms: Mapped[float] = mapped_column(sa.Float)
     outcome: Mapped[str] = mapped_column(sa.String(64))  # "ok" or a stable error code
+    # How many calls the row stands for: more than one for a count of calls not written
+    # one by one (app/mcp/call_sampling.py), then started_at opens their window.
+    calls: Mapped[int] = mapped_column(sa.Integer, default=1, server_default="1")
 
 
 def create_engine(url: str) -> AsyncEngine:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import structlog
 from starlette.requests import Request
@@ -61,6 +62,8 @@ class AuthorizeHandler:
             tx=started.tx,
             csrf=pending.csrf,
             ask_email=self.ask_email,
+            server=urlsplit(self.config.issuer).netloc,
+            idle_s=self.config.sandbox_idle_s,
         )
         headers = security_headers(pending.redirect_uri, secure=self.config.secure)
         response = HTMLResponse(page, headers=headers)

@@ -59,6 +59,8 @@ def site() -> Iterator[LoopbackSite]:
 
 # -- the server, the browser, the client ----------------------------------------------
 
+IDLE_S = 900  # not the default 600: the page must state the setting, not a constant
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
@@ -68,6 +70,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_POOL_SIZE="4",
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="1000",
+        SANDBOX_MCP_IDLE_TIMEOUT_S=str(IDLE_S),
     )
     yield running
     stop_server(running)
@@ -156,6 +159,12 @@ def test_the_button_signs_in_and_lands_on_the_callback_with_a_real_code(
     who = page.locator("p.who")
     expect(who).to_contain_text(CLIENT_NAME)
     expect(who).to_contain_text("127.0.0.1")  # where the user will be sent back to
+    # The server by its host, the idle rule from the setting, "sent back" said once.
+    server_host = server.base_url.split("//", 1)[1]
+    expect(who.first).to_contain_text(f"a private sandbox on {server_host}")
+    expect(page.get_by_text("A sandbox left idle for 15 minutes is emptied")).to_be_visible()
+    body = page.locator("body").inner_text()
+    assert body.count("sent back") == 1, body
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOT, full_page=True)

@@ -65,3 +65,30 @@ async def test_batches_go_in_whole_or_not_at_all(engine: AsyncEngine) -> None:
         assert "b1" in {r.request_id for r in await repository.tool_calls("k")}
     finally:
         await trail.close()
+
+
+async def test_a_row_says_how_many_calls_it_stands_for(engine: AsyncEngine) -> None:
+    """A count of calls not written one by one is one row whose ``calls`` holds it; an
+    ordinary call's row says 1."""
+    trail = AuditTrail(engine)
+    repository = Repository(engine)
+    try:
+        started = time.time()
+        await asyncio.gather(
+            trail.record(
+                request_id="one", sandbox_key="k", tool="t", started=started, outcome="ok"
+            ),
+            trail.record(
+                request_id="many",
+                sandbox_key="k",
+                tool="t",
+                started=started,
+                outcome="NOT_FOUND",
+                calls=2990,
+            ),
+        )
+        rows = {r.request_id: r for r in await repository.tool_calls("k")}
+        assert (rows["one"].calls, rows["one"].outcome) == (1, "ok")
+        assert (rows["many"].calls, rows["many"].outcome) == (2990, "NOT_FOUND")
+    finally:
+        await trail.close()

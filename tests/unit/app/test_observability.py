@@ -4,6 +4,7 @@ import io
 import json
 import logging
 
+import pytest
 import structlog
 
 from app.observability import configure_logging, scrub
@@ -81,3 +82,30 @@ def test_nothing_is_written_to_stdout(capsys: object) -> None:
     captured = capsys.readouterr()  # type: ignore[attr-defined]
     assert captured.out == ""
     assert "to.stderr" in captured.err
+
+
+def test_error_codes_are_written_but_an_oauth_code_s_value_is_not() -> None:
+    """A field named ``code`` is an error's stable code, written as it is (it read
+    "[redacted]", issue 27); an authorization code's value is scrubbed by its prefix,
+    whatever key it sits under."""
+    stream = capture()
+    structlog.get_logger("t").warning(
+        "experiments.sweep_skipped", code="RUNTIME_UNAVAILABLE", detail={"code": "NOT_FOUND"}
+    )
+    structlog.get_logger("t").info("oauth.leak", code="smcp_code_c2VjcmV0Y29kZQ")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["code"] == "RUNTIME_UNAVAILABLE"
+    assert first["detail"] == {"code": "NOT_FOUND"}
+    assert second["code"] == "smcp_code_[redacted]"
+
+
+def test_a_test_that_configures_no_logging_prints_no_log_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Between tests logging is the suite's (tests/conftest.py), never structlog's
+    defaults, which print console lines on stdout: a background thread's late
+    ``[info] slot.trash_deleted`` landed in the test output (issue 27)."""
+    structlog.get_logger("pool.slots_dir").info("slot.trash_deleted", path="x", ms=1.0)
+    structlog.get_logger("t").warning("some.warning")
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "")
