@@ -106,7 +106,7 @@ class _Reader(ContentHandler):
     root_time: float | None = None
     suite_times: list[float] = field(default_factory=list)
 
-    def startElement(self, tag: str, attrib: AttributesImpl) -> None:  # noqa: N802 (SAX)
+    def startElement(self, tag: str, attrib: AttributesImpl) -> None:
         self.events += 1
         if not self.open and tag not in ("testsuites", "testsuite"):
             raise Unreadable(f"the XML report's root is <{tag[:40]}>, not <testsuites>")
@@ -130,7 +130,7 @@ class _Reader(ContentHandler):
         else:
             self.open.append(None)
 
-    def endElement(self, tag: str) -> None:  # noqa: N802 (SAX)
+    def endElement(self, tag: str) -> None:
         self.events += 1
         case = self.open.pop()
         if case is None:

@@ -111,7 +111,7 @@ def test_the_parser_is_fed_in_small_chunks(monkeypatch: pytest.MonkeyPatch) -> N
     fed: list[int] = []
 
     class Spy(junit.DefusedExpatParser):  # type: ignore[misc]
-        def feed(self, data: Any, isFinal: bool = False) -> None:  # noqa: N803 (SAX's)
+        def feed(self, data: Any, isFinal: bool = False) -> None:
             fed.append(len(data))
             super().feed(data, isFinal)
 
