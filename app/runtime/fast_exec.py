@@ -52,10 +52,10 @@ such; none of that gains the tenant anything it does not already have:
   capability, ``no-new-privileges``, the same cgroup, namespaces and seccomp
   filter), no network and no host socket, so it cannot be a stepping stone;
 * the stream never holds the event loop: it is read in chunks of ``_CHUNK`` with
-  a pass through the loop after each, at most ``EVENTS_PER_S`` frames and lines and
-  ``BYTES_PER_S`` bytes a second (past that it is read more slowly: the executor's
-  writes, the tenant's own, wait), and only bounded lines are parsed on the loop
-  (larger ones are decoded in a worker thread);
+  a pass through the loop after each, at most ``EVENTS_PER_S`` frames and lines,
+  ``BYTES_PER_S`` bytes and ``READS_PER_S`` reads a second (past that it is read
+  more slowly: the executor's writes, the tenant's own, wait), and only bounded
+  lines are parsed on the loop (larger ones are decoded in a worker thread);
 * every line must be an answer the server is owed: an id it never issued, a
   second end, an unasked "killed", a line longer than the request's caps allow,
   anything not an answer, or more than ``STDERR_MAX`` bytes on stderr is a broken
@@ -118,6 +118,11 @@ _CHUNK: Final = 64 * 1024  # read per step; the loop runs everything else betwee
 # of kilobytes: far below. Past them the stream is read more slowly, not dropped.
 EVENTS_PER_S: Final = 8192  # frames and lines
 BYTES_PER_S: Final = 64 * 1024 * 1024
+# Each read is a pass of the reader on the loop (about 16 us of the server's CPU)
+# whatever it holds: one-byte frames written just under EVENTS_PER_S woke it 8192
+# times a second, 13% of a core for each trickling sandbox. An honest result (up to
+# three times its cap: a few MB) is a few dozen full chunks, within the burst.
+READS_PER_S: Final = 256
 # The executor's stderr is the tenant's to write (/proc/PID/fd/2): only its first
 # frames reach the server's log, the rest are counted (one line when the stream ends);
 # an honest executor writes there only a traceback as it dies, so more is a flood.
@@ -256,7 +261,11 @@ class Session:
         frames = bytearray(buffered)
         lines = bytearray()
         scanned = 0  # how much of ``lines`` holds no newline (never scanned twice)
-        events, volume = Throttle(EVENTS_PER_S), Throttle(BYTES_PER_S)
+        events, volume, reads = (
+            Throttle(EVENTS_PER_S),
+            Throttle(BYTES_PER_S),
+            Throttle(READS_PER_S),
+        )
         received = len(buffered)
         reason = "the stream ended"
         try:
@@ -289,7 +298,7 @@ class Session:
                 # The stream is the tenant's: whatever it sends, the loop runs everything
                 # else between two chunks (sock_recv does not suspend while data waits),
                 # and a session past its rates waits its turn.
-                await asyncio.sleep(max(events.take(count), volume.take(received)))
+                await asyncio.sleep(max(events.take(count), volume.take(received), reads.take(1)))
                 chunk = await loop.sock_recv(self._sock, _CHUNK)
                 if not chunk:
                     break

@@ -12,11 +12,13 @@ naming the cap. Its memory is the report's bytes, the open elements (at most
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from xml.sax import SAXException
+from xml.sax.handler import ContentHandler
+from xml.sax.xmlreader import AttributesImpl
 
 from defusedxml import DefusedXmlException, DTDForbidden
-from defusedxml.ElementTree import DefusedXMLParser
+from defusedxml.expatreader import DefusedExpatParser
 
 from app.experiments.test_readers._common import Inputs, Tally, Unreadable, _num
 
@@ -25,6 +27,8 @@ from app.experiments.test_readers._common import Inputs, Tally, Unreadable, _num
 MAX_DEPTH = 64
 MAX_ELEMENTS = 500_000
 MAX_TEST_CASES = 100_000
+# A failure's message attribute holds an exception's message: kilobytes, rarely more.
+MAX_TOKEN_BYTES = 1024 * 1024
 FEED_BYTES = 64 * 1024
 
 _OUTCOMES = frozenset({"failure", "error", "skipped"})
@@ -53,10 +57,19 @@ def junit_text(text: str | bytes, runner: str) -> Tally:
     # is refused before anything else is read. (A regular expression over the whole
     # report, as before, held the GIL 50-70 ms for 15 MB.)
     reader = _Reader(Tally(runner))
-    parser = DefusedXMLParser(target=reader, forbid_dtd=True)
+    parser = DefusedExpatParser(forbid_dtd=True)  # namespaces off: see the module doc
+    parser.setContentHandler(reader)
     try:
+        quiet = 0  # bytes fed since the parser last gave anything out
         for at in range(0, len(text), FEED_BYTES):
+            seen = reader.events
             parser.feed(text[at : at + FEED_BYTES])
+            quiet = quiet + FEED_BYTES if reader.events == seen else 0
+            if quiet > MAX_TOKEN_BYTES:
+                raise _Capped(
+                    f"has a tag or comment longer than {MAX_TOKEN_BYTES // 2**20} MiB "
+                    "(cap MAX_TOKEN_BYTES)"
+                )
         parser.close()
     except _Capped as capped:
         reader.tally.notes.append(f"the JUnit XML {capped}; read it up to there")
@@ -64,7 +77,7 @@ def junit_text(text: str | bytes, runner: str) -> Tally:
         raise Unreadable("the JUnit XML declares a DOCTYPE or ENTITY; refused it unread") from None
     except DefusedXmlException as exc:
         raise Unreadable(f"the JUnit XML was refused ({type(exc).__name__})") from None
-    except ET.ParseError as exc:
+    except SAXException as exc:
         raise Unreadable(f"the JUnit XML is not well-formed ({exc})") from None
     tally = reader.tally
     tally.duration_s = reader.root_time or sum(reader.suite_times)
@@ -82,17 +95,19 @@ class _Case:
 
 
 @dataclass
-class _Reader:
-    """The parser's target: counts the test cases as their end tags arrive."""
+class _Reader(ContentHandler):
+    """The parser's handler: counts the test cases as their end tags arrive."""
 
     tally: Tally
+    events: int = 0  # tags and stretches of text given out so far
     open: list[_Case | None] = field(default_factory=list)  # a _Case for an open <testcase>
     elements: int = 0
     cases: int = 0
     root_time: float | None = None
     suite_times: list[float] = field(default_factory=list)
 
-    def start(self, tag: str, attrib: dict[str, str]) -> None:
+    def startElement(self, tag: str, attrib: AttributesImpl) -> None:
+        self.events += 1
         if not self.open and tag not in ("testsuites", "testsuite"):
             raise Unreadable(f"the XML report's root is <{tag[:40]}>, not <testsuites>")
         self.elements += 1
@@ -115,7 +130,8 @@ class _Reader:
         else:
             self.open.append(None)
 
-    def end(self, tag: str) -> None:
+    def endElement(self, tag: str) -> None:
+        self.events += 1
         case = self.open.pop()
         if case is None:
             return
@@ -128,11 +144,11 @@ class _Reader:
         else:
             self.tally.passed += 1
 
-    def close(self) -> None:
-        return None
+    def characters(self, content: str) -> None:
+        self.events += 1  # text is given out as it is fed (only the tags are read)
 
 
-def _junit_name(attrib: dict[str, str]) -> str:
+def _junit_name(attrib: AttributesImpl) -> str:
     """pytest's node id when the report has ``file`` (``junit_family=xunit1``), else class.name."""
     name, classname, file = attrib.get("name", ""), attrib.get("classname", ""), attrib.get("file")
     if file and file.endswith(".py"):

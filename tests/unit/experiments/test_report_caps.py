@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 import tracemalloc
 from typing import Any
 
@@ -109,12 +110,12 @@ def test_the_parser_is_fed_in_small_chunks(monkeypatch: pytest.MonkeyPatch) -> N
     # whole 16 MB report): every feed is at most FEED_BYTES.
     fed: list[int] = []
 
-    class Spy(junit.DefusedXMLParser):  # type: ignore[misc]
-        def feed(self, data: Any) -> None:
+    class Spy(junit.DefusedExpatParser):  # type: ignore[misc]
+        def feed(self, data: Any, isFinal: bool = False) -> None:
             fed.append(len(data))
-            super().feed(data)
+            super().feed(data, isFinal)
 
-    monkeypatch.setattr(junit, "DefusedXMLParser", Spy)
+    monkeypatch.setattr(junit, "DefusedExpatParser", Spy)
     report = f"<testsuite>{cases(20_000)}</testsuite>"
 
     summary = parse("pytest", "", "", report, 0)
@@ -171,3 +172,62 @@ def test_a_report_with_a_wide_character_stays_bytes(monkeypatch: pytest.MonkeyPa
 
     assert parse("pytest", "", "", report, 0).passed == 3
     assert seen == [bytes], seen
+
+
+def namespaced_report(size: int = REPORT_BYTES, uri_chars: int = 20_000) -> str:
+    """Three passing cases, then small elements of a prefix bound to a long URI."""
+    head = f'<testsuites xmlns:a="{"u" * uri_chars}"><testsuite>{cases(3)}'
+    tail = "</testsuite></testsuites>"
+    return head + "<a:b/>" * ((size - len(head) - len(tail)) // 6) + tail
+
+
+def wide_tag_report(size: int = REPORT_BYTES) -> str:
+    """Three passing cases, then one tag of as many attributes as ``size`` bytes allow."""
+    head, tail = f"<testsuites><testsuite>{cases(3)}<a ", "/></testsuite></testsuites>"
+    width = len(' b0000000=""')
+    return head + "".join(f' b{n:07x}=""' for n in range((size - len(head)) // width)) + tail
+
+
+def long_value_report(size: int = REPORT_BYTES) -> str:
+    """Three passing cases, then one attribute value as long as ``size`` bytes allow."""
+    head, tail = f'<testsuites><testsuite>{cases(3)}<a v="', '"/></testsuite></testsuites>'
+    return head + "v" * (size - len(head) - len(tail)) + tail
+
+
+def cpu_s_of(report: str) -> tuple[float, TestSummary]:
+    started = time.process_time()
+    summary = parse("pytest", "", "", report, 0)
+    return time.process_time() - started, summary
+
+
+@pytest.mark.parametrize(
+    ("report", "cap"),
+    [
+        (namespaced_report, "MAX_ELEMENTS"),
+        (wide_tag_report, "MAX_TOKEN_BYTES"),
+        (long_value_report, "MAX_TOKEN_BYTES"),
+    ],
+    ids=["namespace-uri", "many-attributes", "long-attribute"],
+)
+def test_a_report_costs_no_more_cpu_than_a_flat_one_of_its_size(report: Any, cap: str) -> None:
+    # Expat's costs that grow faster than the report: a namespace's URI copied into
+    # every name using its prefix (a 20 KB URI: 28 s of CPU for 20 MB), a tag only
+    # handed over once whole (1.7 million attributes: 10.8 s and 480 MB; one 19 MB
+    # value, read again at each feed: 5.6 s). The floor is measured here: the flat
+    # report of the same size, 500,000 elements read.
+    floor, _ = cpu_s_of(flat_report())
+    spent, summary = cpu_s_of(report())
+    print(f"\n{report.__name__}: {spent:.2f} s of CPU; a flat report of its size {floor:.2f} s")
+    assert summary.passed == 3, summary
+    assert notes_naming(summary, cap), summary.notes
+    assert spent < 3 * floor + 0.5, f"{spent:.2f} s of CPU (a flat report: {floor:.2f} s)"
+
+
+def test_a_tag_just_under_the_token_cap_is_read() -> None:
+    value = "m" * (junit.MAX_TOKEN_BYTES - 64 * 1024)
+    report = (
+        f'<testsuites><testsuite><testcase name="t"><failure message="{value}"/></testcase>'
+        f"{cases(2)}</testsuite></testsuites>"
+    )
+    summary = parse("pytest", "", "", report, 1)
+    assert (summary.failed, summary.passed, summary.notes[:1]) == (1, 2, []), summary

@@ -26,6 +26,7 @@ from app.runtime.fast_exec import (
     EVENTS_PER_S,
     GARBLED,
     OVERSIZED,
+    READS_PER_S,
     START_TIMEOUT_S,
     STDERR_FLOOD,
     STDERR_MAX,
@@ -424,3 +425,43 @@ def test_when_its_stdin_ends_the_executor_kills_its_jobs_and_exits() -> None:
         assert not _alive(sleeper)
     finally:
         local.close()
+
+
+async def test_a_trickle_of_one_byte_frames_wakes_the_reader_at_most_reads_per_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each read is a pass of the reader on the loop whatever it holds: one-byte frames
+    of an answer that never ends, written one by one just under ``EVENTS_PER_S``,
+    woke it for each frame. Counted: the reads while ``frames`` trickle in."""
+    loop = asyncio.get_running_loop()
+    reads = 0
+    real = loop.sock_recv
+
+    async def counted(sock: socket.socket, size: int) -> bytes:
+        nonlocal reads
+        reads += 1
+        return await real(sock, size)
+
+    monkeypatch.setattr(loop, "sock_recv", counted)
+    session, theirs = await _session()
+    await session.submit(["true"], None, 8 << 20)  # caps that allow a long line
+    theirs.recv(65536)
+    frames = 8 * READS_PER_S * 3  # over about three seconds
+
+    def trickle() -> float:
+        started = time.monotonic()
+        for sent in range(frames):
+            theirs.sendall(_frame(b"x"))
+            time.sleep(max(0.0, started + sent * 3 / frames - time.monotonic()))
+        return time.monotonic() - started
+
+    began = time.monotonic()
+    took = await asyncio.to_thread(trickle)
+    await asyncio.sleep(0.1)
+    spent, counted_reads = time.monotonic() - began, reads
+    print(f"\n{frames} one-byte frames in {took:.2f} s: {counted_reads} reads ({READS_PER_S}/s)")
+    assert session.alive
+    # A second's burst, then the rate, over all the time the reader had.
+    assert counted_reads <= READS_PER_S * (spent + 1) + 2, f"{counted_reads} in {spent:.2f} s"
+    session.close("test")
+    theirs.close()
