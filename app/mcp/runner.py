@@ -249,14 +249,20 @@ class ToolRunner:
         if key is None:
             raise ResourceNotFoundError("Sign in to read sandbox resources.")
         outcome = "ok"
+        address = self._identity.signin_address()
+        admitted = False
         try:
+            # A read holds memory until it is answered (an artifact's part, a log page):
+            # counted with the calls in flight, so an address holds a bounded number.
+            self.calls_in_flight.enter(key, address)
+            admitted = True
             held = await self._pool.holding(key)
             ctx = new_call_context(
                 self._memory,
                 key,
                 request_id=request_id,
                 slot_root=held.root if held else None,
-                in_thread=self._threads.for_sandbox(key, self._identity.signin_address()),
+                in_thread=self._threads.for_sandbox(key, address),
             )
             value = await body(ctx)
             self._pool.touch(key)
@@ -272,6 +278,8 @@ class ToolRunner:
             outcome = described.code
             raise ResourceNotFoundError(described.message) from None
         finally:
+            if admitted:
+                self.calls_in_flight.leave(key, address)
             await self._finish(request_id, key, resource, started, outcome)
 
     async def _finish(
