@@ -156,7 +156,7 @@ class ToolRunner:
         self._progress_every_s = progress_every_s
         self._disk_budget = disk_budget
         # Each call's blocking work runs within its sandbox's share of the tenant threads.
-        self._threads = threads or TenantThreads()
+        self.threads = threads or TenantThreads()
         # One sandbox's waiting calls must not hold every connection the server accepts.
         self.calls_in_flight = CallsInFlight(max_calls_per_sandbox, max_calls_per_address)
 
@@ -203,7 +203,7 @@ class ToolRunner:
                 key,
                 request_id=request_id,
                 slot_root=slot_root,
-                in_thread=self._threads.for_sandbox(key, address),
+                in_thread=self.threads.for_sandbox(key, address),
                 signin_address=address,
             )
             output = await self._alive(tool, body(ctx), progress)
@@ -262,7 +262,7 @@ class ToolRunner:
                 key,
                 request_id=request_id,
                 slot_root=held.root if held else None,
-                in_thread=self._threads.for_sandbox(key, address),
+                in_thread=self.threads.for_sandbox(key, address),
             )
             value = await body(ctx)
             self._pool.touch(key)
