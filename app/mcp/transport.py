@@ -69,8 +69,6 @@ _NOT_ALLOWED = (
     "Method Not Allowed: this server is stateless; it offers no SSE stream on GET and has "
     "no session to DELETE. Send every request as a POST."
 )
-# A refused large request ends its connection: the next one starts on a fresh one.
-_CLOSE = [(b"connection", b"close")]
 _TOO_MANY_LARGE = (
     "The sandboxes signed in from your address already have {limit} requests of more "
     "than 64 KiB in flight, the most one address may have at once; wait for one to be "
@@ -122,8 +120,8 @@ class StatelessTransport:
             log.info("mcp.request_refused", limit="large_bodies_per_address", value=limit)
             # Read to its end, keeping nothing: a client answered while it still sends
             # waits for ever for the answer it cannot read until it has sent.
-            if await _discard_body(receive, self._max_body_size):
-                await _refuse(send, 429, _TOO_MANY_LARGE.format(limit=limit), _CLOSE)
+            if not _more(messages[-1]) or await _discard_body(receive, self._max_body_size):
+                await _refuse(send, 429, _TOO_MANY_LARGE.format(limit=limit))
             return
         try:
             messages, state = await _read_body(receive, messages, self._max_body_size)
@@ -132,7 +130,7 @@ class StatelessTransport:
                 why = await self._threads.run_as(key, address, request_bounds.refusal, body)
                 if why is not None:
                     log.info("mcp.request_refused", limit="request_values", bytes=len(body))
-                    await _refuse(send, 413, why, _CLOSE)
+                    await _refuse(send, 413, why)
                     return
             await self._forward(scope, messages, state, receive, send)
         finally:
@@ -251,6 +249,9 @@ async def _read_body(
     """``messages`` and the request's next body messages, read until the end
     ("complete"), past ``limit`` bytes in all ("over"), or the client's going ("gone")."""
     size = sum(len(m.get("body", b"")) for m in messages)
+    if messages and not _more(messages[-1]):
+        # Already read to its end (a receive now would wait for the client to go).
+        return messages, "over" if size > limit else "complete"
     while True:
         message = await receive()
         messages.append(message)
@@ -259,7 +260,7 @@ async def _read_body(
         size += len(message.get("body", b""))
         if size > limit:
             return messages, "over"  # past the SDK's cap: it answers 413
-        if not message.get("more_body", False):
+        if not _more(message):
             return messages, "complete"
 
 
@@ -272,8 +273,13 @@ async def _discard_body(receive: Receive, limit: int) -> bool:
         if message["type"] != "http.request":
             return False
         size += len(message.get("body", b""))
-        if size > limit or not message.get("more_body", False):
+        if size > limit or not _more(message):
             return True
+
+
+def _more(message: Message) -> bool:
+    """Whether the body goes on after this (http.request) message."""
+    return bool(message.get("more_body", False))
 
 
 def _body_of(messages: list[Message]) -> bytes:

@@ -141,13 +141,7 @@ async def test_one_address_holds_a_bounded_number_of_large_bodies(
     stalled = [await stalled_body(server, token, LARGE_BODY * 2) for _ in range(LARGE_PER_ADDRESS)]
     try:
         # Once the server has read them (it reads as they come), the next is refused.
-        async with asyncio.timeout(60):
-            while True:
-                response = await http.post(server.mcp_url, **write_call(token, exp, large))
-                if response.status_code == 429:
-                    break
-                assert response.status_code == 200, response.text[:300]
-                await asyncio.sleep(0.2)
+        response = await answered(http, server, write_call(token, exp, large), 429, 200)
         message = response.json()["error"]["message"]
         assert f"already have {LARGE_PER_ADDRESS} requests of more than 64 KiB" in message
 
@@ -162,14 +156,26 @@ async def test_one_address_holds_a_bounded_number_of_large_bodies(
             writer.close()
 
     # Gone, they give the address its share back.
+    response = await answered(http, server, write_call(token, exp, large), 200, 429)
+    assert not response.json()["result"].get("isError"), response.text[:300]
+
+
+async def answered(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    request: dict[str, Any],
+    wanted: int,
+    meanwhile: int,
+) -> httpx2.Response:
+    """``request`` sent until it is answered ``wanted`` (the server acts on what it has
+    read, as it comes), each answer before it ``meanwhile``; within a generous minute."""
     async with asyncio.timeout(60):
         while True:
-            response = await http.post(server.mcp_url, **write_call(token, exp, large))
-            if response.status_code == 200:
-                break
-            assert response.status_code == 429, response.text[:300]
+            response = await http.post(server.mcp_url, **request)
+            if response.status_code == wanted:
+                return response
+            assert response.status_code == meanwhile, response.text[:300]
             await asyncio.sleep(0.2)
-    assert not response.json()["result"].get("isError"), response.text[:300]
 
 
 async def stalled_body(server: RunningServer, token: str, sent: int) -> asyncio.StreamWriter:
