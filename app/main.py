@@ -234,7 +234,7 @@ def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -
         Route("/health", health.handle, methods=["GET"]),
         Route("/metrics", metrics.handle, methods=["GET"]),
     ]
-    mcp_app = mcp_endpoint(services.mcp, settings.server)
+    mcp_app = mcp_endpoint(services.mcp, settings.server, services.runner)
     if services.auth is None:
         routes.append(Mount("/", app=mcp_app))
     else:

@@ -34,6 +34,10 @@ class Artifact(BaseModel):
     size: int
     sha256: str
     uri: str
+    parts: int = Field(
+        default=1,
+        description="Reads it takes: above 1, read `uri` + /parts/N for N from 0, in order.",
+    )
 
 
 class ArtifactList(Result):

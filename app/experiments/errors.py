@@ -55,3 +55,9 @@ class TestsNotDetected(ServiceError):
 
     __test__ = False  # not a test class, whatever pytest thinks of its name
     code = "TESTS_NOT_DETECTED"
+
+
+class ArtifactTooLarge(ServiceError):
+    """An artifact larger than one read returns, or a part past its end."""
+
+    code = "ARTIFACT_TOO_LARGE"

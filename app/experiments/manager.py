@@ -48,6 +48,8 @@ from app.experiments.slot_mounts import check_workspace
 from app.experiments.states import State
 from app.experiments.trash import Trash
 from app.experiments.views import (
+    MAX_LISTED_COMMAND_CHARS,
+    MAX_LISTED_JOBS,
     ChangesView,
     CreatedExperiment,
     DestroyReport,
@@ -183,9 +185,15 @@ class ExperimentManager:
     async def _get(self, call: CallContext, experiment_id: str) -> Experiment:
         return await self._records.get(call.sandbox_key, experiment_id)
 
-    async def get(self, call: CallContext, experiment_id: str) -> ExperimentView:
+    async def get(
+        self, call: CallContext, experiment_id: str, jobs_skip: int = 0
+    ) -> ExperimentView:
+        """The experiment and its newest ``MAX_LISTED_JOBS`` jobs after ``jobs_skip``."""
         experiment = await self._get(call, experiment_id)
-        return ExperimentView.of(experiment, await self._records.jobs_of(experiment_id))
+        page, total = await self._records.newest_jobs(
+            experiment_id, MAX_LISTED_JOBS, jobs_skip, MAX_LISTED_COMMAND_CHARS
+        )
+        return ExperimentView.listing(experiment, page, total, jobs_skip)
 
     async def list_all(self, call: CallContext) -> list[ExperimentView]:
         return [ExperimentView.of(e) for e in await self._records.of_sandbox(call.sandbox_key)]
@@ -259,10 +267,13 @@ class ExperimentManager:
         return await self.shelf.listing(call.sandbox_key, experiment_id)
 
     async def read_artifact(
-        self, call: CallContext, experiment_id: str, artifact_id: str
+        self, call: CallContext, experiment_id: str, artifact_id: str, part: int | None = None
     ) -> tuple[ArtifactRecord, bytes]:
+        """The artifact whole, or its ``part`` (``shelf.read_part``)."""
         await self._get(call, experiment_id)
-        return await self.shelf.read(call.sandbox_key, experiment_id, artifact_id, call.in_thread)
+        return await self.shelf.read_part(
+            call.sandbox_key, experiment_id, artifact_id, part, call.in_thread
+        )
 
     # -- destroy -------------------------------------------------------------------
 

@@ -14,10 +14,24 @@ from pathlib import Path
 
 from app.experiments import artifacts
 from app.experiments.artifacts import Artifact, ArtifactList
-from app.experiments.errors import ExperimentNotFound
+from app.experiments.errors import ArtifactTooLarge, ExperimentNotFound
 from app.experiments.records import ArtifactRecord
 from app.storage.experiment_store import ExperimentRecords
 from jail.context import InThread
+
+# The most one read of an artifact returns. The MCP SDK base64-encodes and serialises a
+# read on the event loop (a 20 MB artifact held it about 200 ms and 75 MB); a larger
+# artifact is read in parts of this size (about 10 ms and 5 MB each).
+ARTIFACT_PART_BYTES = 1_048_576
+
+
+def artifact_uri(experiment_id: str, artifact_id: str) -> str:
+    return f"sandbox://experiments/{experiment_id}/artifacts/{artifact_id}"
+
+
+def parts_of(size: int) -> int:
+    """How many reads an artifact of ``size`` bytes takes (one, when it is empty)."""
+    return max(1, -(-size // ARTIFACT_PART_BYTES))
 
 
 def fingerprint(sandbox_key: str) -> str:
@@ -116,22 +130,56 @@ class ArtifactShelf:
                     path=row.path,
                     size=row.size,
                     sha256=row.sha256,
-                    uri=f"sandbox://experiments/{experiment_id}/artifacts/{row.artifact_id}",
+                    uri=artifact_uri(experiment_id, row.artifact_id),
+                    parts=parts_of(row.size),
                 )
                 for row in rows
             ],
             skipped=skipped or [],
         )
 
-    async def read(
-        self, sandbox_key: str, experiment_id: str, artifact_id: str, in_thread: InThread
-    ) -> tuple[ArtifactRecord, bytes]:
+    async def record(
+        self, sandbox_key: str, experiment_id: str, artifact_id: str
+    ) -> ArtifactRecord:
         rows = await self._records.artifacts_of(sandbox_key, experiment_id)
         row = next((r for r in rows if r.artifact_id == artifact_id), None)
         if row is None:
             raise ExperimentNotFound("artifact", artifact_id)
-        data = await in_thread((self.folder(sandbox_key) / row.stored_as).read_bytes)
-        return row, data
+        return row
+
+    async def read_part(
+        self,
+        sandbox_key: str,
+        experiment_id: str,
+        artifact_id: str,
+        part: int | None,
+        in_thread: InThread,
+    ) -> tuple[ArtifactRecord, bytes]:
+        """The artifact whole (``part`` None) when it fits in one part, else its ``part``
+        (from 0): never more than ``ARTIFACT_PART_BYTES`` in memory.
+
+        Raises:
+            ArtifactTooLarge: a whole read of a larger artifact, or a part past its end;
+                the message names the parts to read.
+        """
+        row = await self.record(sandbox_key, experiment_id, artifact_id)
+        parts = parts_of(row.size)
+        if (part is None and parts > 1) or (part is not None and not 0 <= part < parts):
+            whole = f"{artifact_uri(experiment_id, artifact_id)}/parts/N"
+            raise ArtifactTooLarge(
+                f"This artifact is {row.size:,} bytes; a read returns at most "
+                f"{ARTIFACT_PART_BYTES:,}. Read it in {parts} parts: {whole} for N from 0 "
+                f"to {parts - 1}, and join them in order.",
+                size=row.size,
+                parts=parts,
+            )
+
+        def read() -> bytes:
+            with (self.folder(sandbox_key) / row.stored_as).open("rb") as stored:
+                stored.seek((part or 0) * ARTIFACT_PART_BYTES)
+                return stored.read(ARTIFACT_PART_BYTES)
+
+        return row, await in_thread(read)
 
     async def start_clock(self, sandbox_key: str) -> None:
         """The sandbox is being emptied: its artifacts now live ``ttl_s`` more."""

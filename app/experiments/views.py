@@ -21,6 +21,11 @@ from app.runtime.backend import RuntimeInfo
 EXCERPT_HEAD_CHARS = 2_000
 EXCERPT_TAIL_CHARS = 8_000
 MAX_PAGE_CHARS = 20_000  # serialized: within the result budget of app/mcp/fit.py
+# An experiment runs any number of jobs over its life, each command up to 100,000
+# characters: its view lists the newest few, each command cut, and counts the rest.
+# Ten jobs of 1,000 characters fit the result budget with the experiment's fields.
+MAX_LISTED_JOBS = 10
+MAX_LISTED_COMMAND_CHARS = 1_000
 Stream = Literal["stdout", "stderr"]
 
 
@@ -49,6 +54,11 @@ class JobView(Result):
     job_id: str
     experiment_id: str
     command: str
+    command_left_out: int = Field(
+        default=0,
+        description="Characters of the command not shown in this listing (get_job_status "
+        "shows more of it).",
+    )
     status: str = Field(
         description=(
             "running, completed (exit 0), failed (non-zero exit), timeout, cancelled or lost"
@@ -189,7 +199,15 @@ class ExperimentView(Result):
     isolation: dict[str, Any] = Field(description="The isolation actually applied.")
     warnings: list[str] = Field(default_factory=list)
     created_at: float
-    jobs: list[JobView] = Field(default_factory=list, description="Commands run, oldest first.")
+    jobs: list[JobView] = Field(
+        default_factory=list,
+        description=f"Commands run, oldest first: the newest {MAX_LISTED_JOBS} (page back "
+        "with jobs_skip).",
+    )
+    jobs_total: int = Field(default=0, description="How many jobs the experiment ran in all.")
+    jobs_not_listed: int = Field(
+        default=0, description="Jobs older than the ones listed (read them with jobs_skip)."
+    )
     findings: dict[str, Any] | None = Field(
         default=None, description="Recorded when the experiment was destroyed."
     )
@@ -220,6 +238,32 @@ class ExperimentView(Result):
             status=experiment.state.value,
             network_mode=_SEED_NETWORK.get(str(experiment.isolation.get("network")), "none"),
         )
+
+    @classmethod
+    def listing(
+        cls, experiment: Experiment, page: Sequence[tuple[JobSummary, int]], total: int, skip: int
+    ) -> ExperimentView:
+        """The experiment with one page of its jobs (``newest_jobs``): each command as the
+        database cut it, and a note on the jobs not listed."""
+        view = cls.of(experiment, [job for job, _ in page])
+        for job, (_, length) in zip(view.jobs, page, strict=True):
+            job.command_left_out = length - len(job.command)
+        view.jobs_total = total
+        view.jobs_not_listed = max(total - skip - len(page), 0)
+        if view.jobs_not_listed > 0 or skip:
+            skipped = f" skipping the {min(skip, total)} newest," if skip else ""
+            view.notes.append(
+                f"This experiment ran {total} jobs; listed: {len(page)},{skipped} and "
+                f"{view.jobs_not_listed} older ones are not. Page back with "
+                f"get_experiment(jobs_skip={skip + len(page)}); get_job_status shows a job "
+                "and more of its command."
+            )
+        if any(job.command_left_out for job in view.jobs):
+            view.notes.append(
+                f"Commands longer than {MAX_LISTED_COMMAND_CHARS:,} characters are cut here "
+                "(command_left_out says by how much); get_job_status shows more of one."
+            )
+        return view
 
 
 _SEED_NETWORK = {"egress": "enabled", "restricted": "restricted"}

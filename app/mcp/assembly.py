@@ -81,14 +81,16 @@ def build_mcp_server(
     return mcp
 
 
-def mcp_endpoint(mcp: MCPServer, server: ServerSettings) -> ASGIApp:
+def mcp_endpoint(mcp: MCPServer, server: ServerSettings, runner: ToolRunner) -> ASGIApp:
     """``/mcp``: stateless in both protocol eras, no request depends on an MCP session
-    (``transport.py``); Host and Origin checked against the public URL."""
+    (``transport.py``); Host and Origin checked against the public URL; a large body
+    measured in the caller's thread share before the SDK parses it."""
     return StatelessTransport(
         mcp.streamable_http_app(
             streamable_http_path="/mcp",
             stateless_http=True,
             transport_security=transport_security(server),
             host=server.host,
-        )
+        ),
+        threads=runner.threads,
     )

@@ -7,6 +7,7 @@ import json
 
 from mcp.server.mcpserver import MCPServer
 
+from app.errors import InvalidArgument
 from app.experiments.manager import ExperimentManager
 from app.mcp.runner import ToolRunner
 from jail import CallContext
@@ -69,26 +70,45 @@ def register_resources(server: MCPServer, runner: ToolRunner, manager: Experimen
 
         return await runner.read("resource:sandbox://experiments/{id}/artifacts/{artifact}", work)
 
+    @server.resource(
+        "sandbox://experiments/{experiment_id}/artifacts/{artifact_id}/parts/{part}",
+        mime_type="application/octet-stream",
+    )
+    async def artifact_part(experiment_id: str, artifact_id: str, part: str) -> bytes:
+        async def work(call: CallContext) -> bytes:
+            if not part.isdigit() or len(part) > 9:
+                raise InvalidArgument(f"A part is a number from 0; {part[:20]!r} is not one.")
+            _, data = await manager.read_artifact(call, experiment_id, artifact_id, int(part))
+            return data
+
+        return await runner.read(
+            "resource:sandbox://experiments/{id}/artifacts/{artifact}/parts/{part}", work
+        )
+
 
 async def experiment_log(manager: ExperimentManager, call: CallContext, experiment_id: str) -> str:
     """The experiment's jobs, oldest first: the newest that fit in ``MAX_LOG_CHARS`` (the
     newest always fits: its command and output are at most 2.1 MB), and a line saying how
-    many older ones were left out."""
-    jobs = (await manager.get(call, experiment_id)).jobs
+    many older ones were left out. Read a page of jobs at a time, newest first."""
     parts: list[str] = []
     room = MAX_LOG_CHARS
-    for shown, job in enumerate(reversed(jobs)):
-        result = await manager.job_record(call, job.job_id)
-        part = (
-            f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
-            f"[{result.status}, exit {result.exit_code}]\n"
-        )
-        if len(part) > room:
-            parts.append(
-                f"[{len(jobs) - shown} earlier jobs not shown: this log keeps its last "
-                f"{MAX_LOG_CHARS // 1_048_576} MB; get_job_result reads any job]\n"
+    shown = 0
+    while True:
+        view = await manager.get(call, experiment_id, jobs_skip=shown)
+        for job in reversed(view.jobs):
+            result = await manager.job_record(call, job.job_id)
+            part = (
+                f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
+                f"[{result.status}, exit {result.exit_code}]\n"
             )
-            break
-        room -= len(part)
-        parts.append(part)
-    return "\n".join(reversed(parts))
+            if len(part) > room:
+                parts.append(
+                    f"[{view.jobs_total - shown} earlier jobs not shown: this log keeps its "
+                    f"last {MAX_LOG_CHARS // 1_048_576} MB; get_job_result reads any job]\n"
+                )
+                return "\n".join(reversed(parts))
+            room -= len(part)
+            parts.append(part)
+            shown += 1
+        if not view.jobs_not_listed:
+            return "\n".join(reversed(parts))

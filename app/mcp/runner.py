@@ -160,7 +160,7 @@ class ToolRunner:
         self._progress_every_s = progress_every_s
         self._disk_budget = disk_budget
         # Each call's blocking work runs within its sandbox's share of the tenant threads.
-        self._threads = threads or TenantThreads()
+        self.threads = threads or TenantThreads()
         # One sandbox's waiting calls must not hold every connection the server accepts.
         self.calls_in_flight = CallsInFlight(max_calls_per_sandbox, max_calls_per_address)
         self._sampling = sampling
@@ -216,7 +216,7 @@ class ToolRunner:
                 key,
                 request_id=request_id,
                 slot_root=slot_root,
-                in_thread=self._threads.for_sandbox(key, address),
+                in_thread=self.threads.for_sandbox(key, address),
                 signin_address=address,
             )
             output = await self._alive(tool, body(ctx), progress)
@@ -262,14 +262,20 @@ class ToolRunner:
         if key is None:
             raise ResourceNotFoundError("Sign in to read sandbox resources.")
         outcome = "ok"
+        address = self._identity.signin_address()
+        admitted = False
         try:
+            # A read holds memory until it is answered (an artifact's part, a log page):
+            # counted with the calls in flight, so an address holds a bounded number.
+            self.calls_in_flight.enter(key, address)
+            admitted = True
             held = await self._pool.holding(key)
             ctx = new_call_context(
                 self._memory,
                 key,
                 request_id=request_id,
                 slot_root=held.root if held else None,
-                in_thread=self._threads.for_sandbox(key, self._identity.signin_address()),
+                in_thread=self.threads.for_sandbox(key, address),
             )
             value = await body(ctx)
             self._pool.touch(key)
@@ -285,6 +291,8 @@ class ToolRunner:
             outcome = described.code
             raise ResourceNotFoundError(described.message) from None
         finally:
+            if admitted:
+                self.calls_in_flight.leave(key, address)
             await self._finish(request_id, key, resource, started, outcome)
 
     async def _finish(

@@ -9,6 +9,9 @@ open a session that outlives it. This adapter adds what the SDK does not do:
   SSE stream and has no session to end (Streamable HTTP, "Listening for Messages
   from the Server" and "Session Management"); the SDK would hold a GET open for
   nothing.
+- A body over 64 KiB is measured before the SDK parses it, on the event loop
+  (``request_bounds.py``): one that would hold the loop is refused, and a sign-in
+  address has a bounded number of large bodies in flight.
 - The body's ``_meta`` protocol version wins over the ``MCP-Protocol-Version``
   header. claude.ai connectors send a 2026-07-28 body under a 2025-11-25 header
   (anthropics/claude-code#93290) or no header at all (anthropics/claude-ai-mcp#70);
@@ -46,6 +49,12 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.experiments.tenant_threads import TenantThreads
+from app.mcp import request_bounds
+from app.mcp.request_bounds import LargeBodies
+from app.mcp.runner import LOCAL_SANDBOX_KEY
+from auth.grants import SIGNIN_CLAIM
+
 log = structlog.get_logger(__name__)
 
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
@@ -55,18 +64,16 @@ _VERSION_KEY = PROTOCOL_VERSION_META_KEY.encode()
 # The key as a JSON member with a plain string value (no escapes): what clients send.
 _VERSION_MEMBER = re.compile(rb'"' + re.escape(_VERSION_KEY) + rb'"\s*:\s*"([^"\\]*)"')
 # Parsing a body this large inline would hold the event loop for several milliseconds.
-_PARSE_INLINE_MAX = 64 * 1024
-_NOT_ALLOWED = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {
-            "code": -32600,
-            "message": "Method Not Allowed: this server is stateless; it offers no SSE stream "
-            "on GET and has no session to DELETE. Send every request as a POST.",
-        },
-    }
-).encode()
+_PARSE_INLINE_MAX = request_bounds.LARGE_BODY
+_NOT_ALLOWED = (
+    "Method Not Allowed: this server is stateless; it offers no SSE stream on GET and has "
+    "no session to DELETE. Send every request as a POST."
+)
+_TOO_MANY_LARGE = (
+    "The sandboxes signed in from your address already have {limit} requests of more "
+    "than 64 KiB in flight, the most one address may have at once; wait for one to be "
+    "answered, then send this again."
+)
 
 
 class StatelessTransport:
@@ -79,8 +86,12 @@ class StatelessTransport:
         path: str = "/mcp",
         max_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
         remembered_clients: int = 4096,
+        threads: TenantThreads | None = None,
     ) -> None:
+        """``threads``: the tenants' thread shares, where a large body is measured."""
         self._app = app
+        self._threads = threads or TenantThreads()
+        self.large_bodies = LargeBodies()
         self._endpoint = _endpoint_of(app, path)
         self._path = path
         self._max_body_size = max_body_size
@@ -97,9 +108,41 @@ class StatelessTransport:
         if scope["method"] != "POST":
             await self._app(scope, receive, send)
             return
-        messages, complete = await _read_body(receive, self._max_body_size)
-        if complete:
-            await self._label_by_body(scope, b"".join(m.get("body", b"") for m in messages))
+        small = min(_PARSE_INLINE_MAX, self._max_body_size)
+        messages, state = await _read_body(receive, [], small)
+        if state != "over" or small == self._max_body_size:
+            await self._forward(scope, messages, state, receive, send)
+            return
+        # A large body: counted for its address until answered, measured before the SDK.
+        key, address = _caller(scope)
+        if address is not None and not self.large_bodies.enter(address):
+            limit = self.large_bodies.per_address
+            log.info("mcp.request_refused", limit="large_bodies_per_address", value=limit)
+            # Read to its end, keeping nothing: a client answered while it still sends
+            # waits for ever for the answer it cannot read until it has sent.
+            if not _more(messages[-1]) or await _discard_body(receive, self._max_body_size):
+                await _refuse(send, 429, _TOO_MANY_LARGE.format(limit=limit))
+            return
+        try:
+            messages, state = await _read_body(receive, messages, self._max_body_size)
+            if state == "complete":
+                body = _body_of(messages)
+                why = await self._threads.run_as(key, address, request_bounds.refusal, body)
+                if why is not None:
+                    log.info("mcp.request_refused", limit="request_values", bytes=len(body))
+                    await _refuse(send, 413, why)
+                    return
+            await self._forward(scope, messages, state, receive, send)
+        finally:
+            if address is not None:
+                self.large_bodies.leave(address)
+
+    async def _forward(
+        self, scope: Scope, messages: list[Message], state: str, receive: Receive, send: Send
+    ) -> None:
+        """Hand the request to the SDK, its body read so far replayed first."""
+        if state == "complete":
+            await self._label_by_body(scope, _body_of(messages))
         app = self._endpoint if scope["path"] == self._path else self._app
         await app(scope, _replay(messages, receive), send)
 
@@ -200,20 +243,57 @@ def _meta_of(decoded: object) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-async def _read_body(receive: Receive, limit: int) -> tuple[list[Message], bool]:
-    """The request's body messages, read until the end or past ``limit`` bytes."""
-    messages: list[Message] = []
-    size = 0
+async def _read_body(
+    receive: Receive, messages: list[Message], limit: int
+) -> tuple[list[Message], str]:
+    """``messages`` and the request's next body messages, read until the end
+    ("complete"), past ``limit`` bytes in all ("over"), or the client's going ("gone")."""
+    size = sum(len(m.get("body", b"")) for m in messages)
+    if messages and not _more(messages[-1]):
+        # Already read to its end (a receive now would wait for the client to go).
+        return messages, "over" if size > limit else "complete"
     while True:
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
-            return messages, False  # the client went away: let the SDK see it
+            return messages, "gone"  # the client went away: let the SDK see it
         size += len(message.get("body", b""))
         if size > limit:
-            return messages, False  # too large to inspect: the SDK answers 413
-        if not message.get("more_body", False):
-            return messages, True
+            return messages, "over"  # past the SDK's cap: it answers 413
+        if not _more(message):
+            return messages, "complete"
+
+
+async def _discard_body(receive: Receive, limit: int) -> bool:
+    """Read the rest of the body, up to ``limit`` bytes, and drop it; False when the
+    client went away."""
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return False
+        size += len(message.get("body", b""))
+        if size > limit or not _more(message):
+            return True
+
+
+def _more(message: Message) -> bool:
+    """Whether the body goes on after this (http.request) message."""
+    return bool(message.get("more_body", False))
+
+
+def _body_of(messages: list[Message]) -> bytes:
+    return b"".join(m.get("body", b"") for m in messages)
+
+
+def _caller(scope: Scope) -> tuple[str, str | None]:
+    """The sandbox key and sign-in address of the request (the bearer gate has checked
+    its token); local mode has neither: its one user, no address."""
+    user = scope.get("user")
+    if not isinstance(user, AuthenticatedUser):
+        return LOCAL_SANDBOX_KEY, None
+    address = (user.access_token.claims or {}).get(SIGNIN_CLAIM)
+    return user.access_token.subject or "", address if isinstance(address, str) else None
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -229,15 +309,25 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
 
 
 async def _not_allowed(send: Send) -> None:
+    await _refuse(send, 405, _NOT_ALLOWED, [(b"allow", b"POST")])
+
+
+async def _refuse(
+    send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Answer a JSON-RPC error of ``message`` (the request was never parsed: no id)."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+    ).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 405,
+            "status": status,
             "headers": [
-                (b"allow", b"POST"),
+                *(headers or []),
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(_NOT_ALLOWED)).encode()),
+                (b"content-length", str(len(body)).encode()),
             ],
         }
     )
-    await send({"type": "http.response.body", "body": _NOT_ALLOWED})
+    await send({"type": "http.response.body", "body": body})

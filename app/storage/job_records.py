@@ -74,6 +74,31 @@ class JobRecords(CancelRequests):
             )
             return [job_summary_of(row) for row in rows]
 
+    async def newest_jobs(
+        self, experiment_id: str, count: int, skip: int, command_chars: int
+    ) -> tuple[list[tuple[JobSummary, int]], int]:
+        """``count`` of the experiment's jobs, oldest first, after skipping the ``skip``
+        newest, each command cut to ``command_chars`` by the database and with its whole
+        length; and how many jobs the experiment has in all. A view reads this, never
+        every job: an experiment runs any number of jobs over its life, each with a
+        command of up to 100,000 characters."""
+        command = sa.func.substr(JobRow.command, 1, command_chars).label("command")
+        columns = [command if c is JobRow.command else c for c in JOB_SUMMARY_COLUMNS]
+        length = sa.func.length(JobRow.command).label("command_length")
+        async with self._transaction() as session:
+            total = await session.scalar(
+                sa.select(sa.func.count()).where(JobRow.experiment_id == experiment_id)
+            )
+            rows = await session.execute(
+                sa.select(*columns, length)
+                .where(JobRow.experiment_id == experiment_id)
+                .order_by(JobRow.started_at.desc(), JobRow.job_id.desc())
+                .offset(skip)
+                .limit(count)
+            )
+            page = [(job_summary_of(row), row.command_length) for row in reversed(rows.all())]
+            return page, int(total or 0)
+
     async def mark_lost_jobs(
         self, at: float, live_processes: set[str], reason: str
     ) -> list[LostJob]:

@@ -7,6 +7,8 @@ log most. The whole recorded output stays readable, page by page.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -19,6 +21,8 @@ from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user
 from stated_limits import stated
 
+from app.experiments.shelf import ARTIFACT_PART_BYTES
+from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
 from app.mcp.resources import MAX_LOG_CHARS
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("sizes") / "state",
         SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="4",  # a sandbox for each of the four tests
+        SANDBOX_MCP_POOL_SIZE="6",  # a sandbox for each of the six tests
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
     yield running
@@ -216,3 +220,116 @@ async def test_a_result_is_cut_at_the_bound_the_docs_state(
     assert bound - 1_000 < size <= bound, (size, bound)
     assert any("cut to fit the client's window" in note for note in content["notes"])
     print(f"a {over}-character read answered with a {size}-character record (bound {bound})")
+
+
+async def read_resource(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, uri: str
+) -> dict[str, Any]:
+    response = await post_rpc(
+        http, server.mcp_url, "resources/read", {"uri": uri}, token=token, name=uri
+    )
+    return read_jsonrpc(response)
+
+
+async def test_an_experiment_view_lists_its_newest_jobs_and_cuts_long_commands(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    # An experiment runs any number of jobs, each command up to 100,000 characters; its
+    # view (get_experiment, the experiment resource) listed every one, whole.
+    token = await new_user(http, server.base_url)
+    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    jobs = MAX_LISTED_JOBS + 3
+    long = "echo long # " + "x" * 99_000
+    for n in range(jobs):
+        command = long if n == jobs - 1 else f"echo job {n}"
+        ran = await tool(
+            http, server, token, "execute_experiment", {"experiment_id": exp, "command": command}
+        )
+        assert ran["status"] == "completed", ran
+
+    size, result = await raw_call(http, server, token, "get_experiment", {"experiment_id": exp})
+    view = result["structuredContent"]
+    print(f"\nget_experiment of {jobs} jobs, one of 99 KB: {size:,} bytes")
+    assert size < MAX_RESULT_BYTES, size
+    assert view["jobs_total"] == jobs
+    assert len(view["jobs"]) == MAX_LISTED_JOBS
+    assert view["jobs_not_listed"] == jobs - MAX_LISTED_JOBS
+    assert view["jobs"][0]["command"] == "echo job 3"  # the newest, oldest first
+    newest = view["jobs"][-1]
+    assert newest["command"] == long[:MAX_LISTED_COMMAND_CHARS]
+    assert newest["command_left_out"] == len(long) - MAX_LISTED_COMMAND_CHARS
+    assert any("get_experiment(jobs_skip=" in note for note in view["notes"]), view["notes"]
+    assert not any("cut to fit" in note for note in view["notes"])  # bounded before fit
+
+    # Page back: the older ones, with how many newer were skipped.
+    _, older = await raw_call(
+        http, server, token, "get_experiment", {"experiment_id": exp, "jobs_skip": MAX_LISTED_JOBS}
+    )
+    page = older["structuredContent"]
+    assert [j["command"] for j in page["jobs"]] == ["echo job 0", "echo job 1", "echo job 2"]
+    assert page["jobs_not_listed"] == 0
+
+    # The experiment resource is the same view.
+    body = await read_resource(http, server, token, f"sandbox://experiments/{exp}")
+    listed = json.loads(body["result"]["contents"][0]["text"])
+    assert len(listed["jobs"]) == MAX_LISTED_JOBS
+    assert listed["jobs_total"] == jobs
+    # More of the command is one call away.
+    status = await tool(http, server, token, "get_job_status", {"job_id": newest["job_id"]})
+    assert len(status["command"]) > MAX_LISTED_COMMAND_CHARS * 2
+    assert status["command"].startswith(newest["command"])
+
+
+async def test_a_large_artifact_is_read_in_parts_and_a_small_one_whole(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    # The SDK base64-encodes and serialises a read on the event loop: a whole 20 MB
+    # artifact held it about 200 ms and 75 MB a read.
+    token = await new_user(http, server.base_url)
+    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+    big = ARTIFACT_PART_BYTES * 2 + 12_345
+    made = await tool(
+        http,
+        server,
+        token,
+        "execute_experiment",
+        {"experiment_id": exp, "command": f"head -c {big} /dev/urandom > big.bin; echo hi > s.txt"},
+    )
+    assert made["status"] == "completed", made
+    collected = await tool(
+        http,
+        server,
+        token,
+        "collect_artifacts",
+        {"experiment_id": exp, "patterns": ["*.bin", "*.txt"]},
+    )
+    by_path = {a["path"]: a for a in collected["artifacts"]}
+    large, small = by_path["big.bin"], by_path["s.txt"]
+    assert large["parts"] == 3
+    assert small["parts"] == 1
+
+    # A small artifact reads whole, as before.
+    body = await read_resource(http, server, token, small["uri"])
+    assert base64.b64decode(body["result"]["contents"][0]["blob"]) == b"hi\n"
+
+    # A whole read of the large one is refused, naming the parts.
+    body = await read_resource(http, server, token, large["uri"])
+    assert "error" in body, str(body)[:300]
+    message = body["error"]["message"]
+    assert f"{large['uri']}/parts/N" in message, message
+    assert "from 0 to 2" in message, message
+
+    joined = b""
+    for part in range(large["parts"]):
+        body = await read_resource(http, server, token, f"{large['uri']}/parts/{part}")
+        blob = base64.b64decode(body["result"]["contents"][0]["blob"])
+        assert len(blob) <= ARTIFACT_PART_BYTES
+        joined += blob
+    assert len(joined) == big
+    assert hashlib.sha256(joined).hexdigest() == large["sha256"]
+
+    # Past the end, or not a number: told, not a traceback.
+    for bad in ("3", "x"):
+        body = await read_resource(http, server, token, f"{large['uri']}/parts/{bad}")
+        assert "error" in body, body
+        assert "part" in body["error"]["message"], body

@@ -212,7 +212,7 @@ def register_experiment_tools(
         title="Get experiment",
         description=(
             "One experiment: its state, image, goal, the isolation and limits applied, and "
-            "every command run in it (without output).\n\n"
+            "the newest commands run in it (without output; `jobs_skip` pages back).\n\n"
             "USE THIS to re-orient after a gap, or to check that an experiment is still "
             "alive before sending it more commands; destroyed experiments are kept, with the "
             "findings recorded at teardown.\n\n"
@@ -224,9 +224,14 @@ def register_experiment_tools(
     )
     async def get_experiment(
         experiment_id: ExperimentId,
+        jobs_skip: Annotated[
+            int, Field(ge=0, description="Skip this many newest jobs (to page back).")
+        ] = 0,
     ) -> Annotated[CallToolResult, enveloped(ExperimentView)]:
         return await runner.run(
-            "get_experiment", lambda call: manager.get(call, experiment_id), takes_slot=False
+            "get_experiment",
+            lambda call: manager.get(call, experiment_id, jobs_skip),
+            takes_slot=False,
         )
 
     @server.tool(
