@@ -86,13 +86,17 @@ async def test_open_unlinked_files_count_in_the_budget(tmp_path: Path) -> None:
             await asyncio.sleep(10 * INTERVAL_S)
             on_disk = await asyncio.to_thread(held_deleted_mb, container[0])
             status = await run_command(http, server, mallory, exp, "echo still here")
+            stops = server.log().count("disk.budget_exceeded")
             print(
-                f"\nheld: {held.get('content')} files; {on_disk:.0f} MB of deleted files "
+                f"\nstops: {stops}; files the holder held: {held.get('content')} (None: it was "
+                f"stopped before it held them all); {on_disk:.0f} MB of deleted files "
                 f"held open on the host's disk (budget {BUDGET_MB} MB, slack {SLACK_MB} MB); "
                 f"a write call afterwards: {status.get('status') or status.get('error')}"
             )
             assert on_disk < BUDGET_MB + SLACK_MB, (
                 f"{on_disk:.0f} MB on disk past a {BUDGET_MB} MB budget, unseen"
             )
+            assert stops >= 1, "the held files were freed, but not by the budget"
+            assert "disk.held_files_un" not in server.log()  # seen, every process of it
     finally:
         stop_server(server)
