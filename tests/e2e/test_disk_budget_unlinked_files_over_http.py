@@ -40,6 +40,24 @@ open("held", "w").write(str(len(held)))
 time.sleep(120)
 EOF"""
 
+# The same files held by a mapping only: each descriptor closed once the file is mapped
+# (through libc: Python's mmap object keeps a descriptor of its own).
+MAP_ONLY = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+c = ctypes
+libc.mmap.argtypes = [c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_int, c.c_long]
+def map_only(fd):
+    address = libc.mmap(None, 4 * 1048576, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+    assert address not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    os.close(fd)
+    return address
+"""
+HOLD_MAPPED = HOLD.replace("held.append(fd)", "held.append(map_only(fd))").replace(
+    "held = []", MAP_ONLY + "held = []"
+)
+
 
 def container_of(experiment: str) -> list[str]:
     found = subprocess.run(
@@ -52,13 +70,14 @@ def container_of(experiment: str) -> list[str]:
 
 
 def held_deleted_mb(container: str) -> float:
-    """The blocks of deleted files the container's processes hold open, in MB."""
+    """The blocks of deleted files the container's processes hold open or mapped, in MB."""
     pids = subprocess.run(
         ["docker", "top", container, "-eo", "pid"], capture_output=True, text=True, check=True
     ).stdout.split()[1:]
     seen, total = set(), 0
     for pid in pids:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
+        held = [*Path(f"/proc/{pid}/fd").iterdir(), *Path(f"/proc/{pid}/map_files").iterdir()]
+        for fd in held:
             try:
                 if not os.readlink(fd).endswith(" (deleted)"):
                     continue
@@ -72,12 +91,20 @@ def held_deleted_mb(container: str) -> float:
 
 
 async def test_open_unlinked_files_count_in_the_budget(tmp_path: Path) -> None:
+    await holding_is_stopped(tmp_path, HOLD)
+
+
+async def test_mapped_unlinked_files_count_in_the_budget(tmp_path: Path) -> None:
+    await holding_is_stopped(tmp_path, HOLD_MAPPED)
+
+
+async def holding_is_stopped(tmp_path: Path, hold: str) -> None:
     server = start_budget_server(tmp_path / "state", pool_size=1)
     try:
         async with httpx2.AsyncClient(timeout=120) as http:
             mallory = await new_user(http, server.base_url)
             exp = await new_experiment(http, server, mallory)
-            job = await run_command(http, server, mallory, exp, HOLD, background=True)
+            job = await run_command(http, server, mallory, exp, hold, background=True)
             assert not job["is_error"], job
             container = await asyncio.to_thread(container_of, exp)
             assert container, f"no container named after {exp}"

@@ -4,6 +4,7 @@ and within a bound on the descriptors looked at."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -13,16 +14,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from runtime_fakes import FakeBackend
 
-from app.experiments.disk_budget import measure_slot
+from app.experiments import held_files
+from app.experiments.disk_budget import DiskBudget, Usage, measure_slot
 from app.experiments.held_files import held_bytes, missing_capabilities
+from app.experiments.jobs import JobRegistry
 
 MB = 1_048_576
 
 # Writes FILES files of MB_EACH MB in the folder, holds each by descriptor (twice, one
 # dup) or by a mapping only (its descriptor closed), deletes them, says "held", waits.
 HOLDER = """
-import mmap, os, sys, time
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+c = ctypes
+libc.mmap.argtypes = [c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_int, c.c_long]
 folder, files, mb_each, mapped = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 keep = []
 for n in range(files):
@@ -31,8 +39,9 @@ for n in range(files):
     for _ in range(mb_each):
         os.write(fd, b"h" * 1048576)
     os.unlink(path)
-    if mapped == "mapped":
-        keep.append(mmap.mmap(fd, 0))
+    if mapped == "mapped":  # through libc: Python's mmap object keeps a descriptor
+        keep.append(libc.mmap(None, mb_each * 1048576, 1, 1, fd, 0))  # PROT_READ, MAP_SHARED
+        assert keep[-1] not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
         os.close(fd)
     else:
         keep.append((fd, os.dup(fd)))
@@ -122,3 +131,26 @@ def test_the_descriptors_looked_at_are_bounded_and_past_it_the_slot_is_over(slot
         usage, _ = measure_slot(slot, {own_cgroup(pid): [pid]}, 50)
         assert usage.truncated
         assert usage.over(10**12)
+
+
+async def test_the_budget_counts_what_its_containers_processes_hold(slot: Path) -> None:
+    backend = FakeBackend()
+    budget = DiskBudget(
+        slot_root_of=lambda key: slot,
+        artifact_bytes_of=lambda key: asyncio.sleep(0, 0),
+        containers_of=lambda sandbox_key: asyncio.sleep(0, ["c-1"]),
+        jobs=JobRegistry(),
+        backend=backend,
+        limit_bytes=8 * MB,
+        max_entries=100_000,
+        interval_s=60,
+    )
+    with holding(slot, files=6, mb_each=2) as pid:
+        assert (await budget.measure("sandbox")) == Usage(0, 0, truncated=False)  # no pids known
+        backend.host_processes["c-1"] = [pid]
+        with pytest.MonkeyPatch.context() as patch:  # the holder stands for c-1's process
+            patch.setattr(held_files, "_of_container", lambda p, c: p == pid and c == "c-1")
+            usage = await budget.measure("sandbox")
+    assert usage is not None
+    assert 12 * MB <= usage.bytes < 13 * MB
+    assert usage.over(budget.limit_bytes)
