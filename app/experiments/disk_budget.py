@@ -6,7 +6,9 @@ the budget is kept by accounting, which works wherever the server runs:
 
 - **what counts**: the bytes the slot's tree has allocated on disk (``st_blocks``,
   so a sparse file counts what it really holds and a hard link counts once:
-  workspaces, baselines and copies) plus the sandbox's artifacts on the shelf;
+  workspaces, baselines and copies), the files on the slot's filesystem that the
+  sandbox's processes hold open or mapped after deleting them (no walk finds them:
+  app/experiments/held_files.py) and the sandbox's artifacts on the shelf;
 - **when**: after every call that writes (file writes, commands, new
   experiments), and every ``interval_s`` while the sandbox has a running job or a
   live container: a command that kills its job's supervisor leaves the rest of its
@@ -14,7 +16,9 @@ the budget is kept by accounting, which works wherever the server runs:
   (app/runtime/_jobs.py), and it may pause before it writes, so neither a job's
   end nor a measurement without growth is the end of its writing. An idle sandbox
   with live containers costs one walk per interval (about 2 to 9 microseconds an
-  entry; bounded by ``max_entries``), in its own share of the tenants' threads; one
+  entry, each descriptor and mapping of its processes included; bounded by
+  ``max_entries``) and a ``docker top`` per container, in its own share of the
+  tenants' threads; one
   whose containers are gone costs a look at its records. The walk
   (``measure_tree``) is iterative, opens every folder through the jail without
   following a link, and stops at ``max_entries`` (past it the slot counts as
@@ -42,7 +46,7 @@ import os
 import stat
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -50,11 +54,12 @@ from typing import Protocol
 import structlog
 
 from app.errors import ServiceError
+from app.experiments.held_files import held_bytes, missing_capabilities
 from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.records import Experiment
 from app.experiments.tenant_threads import TenantThreads
 from app.runtime.backend import SandboxBackend
-from app.runtime.errors import ContainerGone
+from app.runtime.errors import ContainerGone, RuntimeFailure
 from jail import Jail, JailError
 
 log = structlog.get_logger(__name__)
@@ -146,6 +151,24 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
     return Usage(total, entries, truncated=False)
 
 
+def measure_slot(
+    root: Path, pids_of: Mapping[str, Sequence[int]], max_entries: int
+) -> tuple[Usage, int]:
+    """The slot's tree and the unlinked files its containers' processes hold on its
+    filesystem (blocking), and how many of those processes could not be looked into;
+    ``max_entries`` bounds the tree's entries and the descriptors together."""
+    tree = measure_tree(root, max_entries)
+    if tree.truncated or not pids_of:
+        return tree, 0
+    try:
+        device = os.stat(root).st_dev
+    except OSError:
+        return tree, 0  # gone (the slot was reset meanwhile)
+    held = held_bytes(pids_of, device, max_entries - tree.entries)
+    usage = Usage(tree.bytes + held.bytes, tree.entries + held.entries, held.truncated)
+    return usage, held.unreadable
+
+
 class LiveContainers(Protocol):
     async def __call__(self, sandbox_key: str) -> Iterable[str]: ...
 
@@ -202,6 +225,7 @@ class DiskBudget:
         self._loop: asyncio.Task[None] | None = None
         # Stopped, not yet back under the budget: the bytes each held when it was.
         self._over: dict[str, int] = {}
+        self._told_unreadable = False
 
     # -- around a call -----------------------------------------------------------
 
@@ -259,7 +283,13 @@ class DiskBudget:
 
     async def _measure(self, sandbox_key: str, root: Path) -> Usage:
         try:
-            tree = await self._threads.run_server_work(measure_tree, root, self._max_entries)
+            pids_of = await self._host_pids(sandbox_key)
+            tree, unreadable = await self._threads.run_server_work(
+                measure_slot, root, pids_of, self._max_entries
+            )
+            if unreadable and not self._told_unreadable:
+                self._told_unreadable = True  # once: a namespace or a capability, not a tenant
+                log.warning("disk.held_files_unreadable", sandbox=sandbox_key, processes=unreadable)
             artifacts = await self._artifact_bytes_of(sandbox_key)
             usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)
@@ -268,6 +298,18 @@ class DiskBudget:
             return usage
         finally:
             self._measuring.pop(sandbox_key, None)
+
+    async def _host_pids(self, sandbox_key: str) -> dict[str, list[int]]:
+        """The host pids of each live container of the sandbox (gone ones left out)."""
+        found = {}
+        for container_id in await self._containers_of(sandbox_key):
+            try:
+                found[container_id] = await self._backend.host_pids(container_id)
+            except ContainerGone:
+                continue  # stopped or removed: its processes hold nothing
+            except RuntimeFailure as exc:
+                log.warning("disk.host_pids_failed", container_id=container_id[:12], error=str(exc))
+        return found
 
     async def enforce(self, sandbox_key: str) -> Usage | None:
         """Measure, and stop the sandbox's work if it is over; the usage measured."""
@@ -324,7 +366,7 @@ class DiskBudget:
     def _refusal(self, usage: Usage) -> QuotaExceeded:
         limit_mb = self.limit_bytes // 1_048_576
         if usage.truncated and usage.entries > self._max_entries:
-            what = f"more than {self._max_entries} files and folders"
+            what = f"more than {self._max_entries} files, folders and open files"
         elif usage.truncated:  # stopped at a folder it could not reach (measure_tree)
             what = "folders nested too deep to measure (paths past 4095 bytes)"
         else:
@@ -351,6 +393,13 @@ class DiskBudget:
         await self.enforce(sandbox_key)
 
     def start(self) -> None:
+        missing = missing_capabilities()
+        if missing:  # once: every measurement would miss them alike
+            log.warning(
+                "disk.held_files_unseen",
+                missing=missing,
+                detail="files the sandboxes delete while holding them open are not counted",
+            )
         self._loop = asyncio.create_task(self.run(), name="disk-budget-watch")
 
     async def run(self) -> None:

@@ -329,6 +329,13 @@ class Engine:
         with translated(container_id):
             await self._offload.call(api.stop, container_id, timeout=2)
 
+    async def host_pids(self, container_id: str) -> list[int]:
+        """The container's processes, as pids of the engine's host (``docker top``)."""
+        api = await self.api()
+        with translated(container_id):
+            top = await self._offload.call(api.top, container_id, ps_args="-eo pid")
+        return [int(row[0]) for row in top.get("Processes") or [] if row and row[0].isdigit()]
+
     async def rename(self, container_id: str, name: str) -> None:
         api = await self.api()
         with translated(container_id):

@@ -185,6 +185,14 @@ class SandboxBackend(Protocol):
         """Stop a container, keeping it (``revive`` starts it again, on fresh mounts)."""
         ...
 
+    async def host_pids(self, container_id: str) -> list[int]:
+        """The container's processes, as pids of the host the engine runs on.
+
+        Raises:
+            RuntimeFailure: CONTAINER_GONE (not running), RUNTIME_UNAVAILABLE.
+        """
+        ...
+
     async def remove(self, container_id: str) -> None:
         """Kill and remove a container; removing a missing one is not an error."""
         ...

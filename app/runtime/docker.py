@@ -339,6 +339,9 @@ class DockerBackend:
         await self._engine.stop(container_id)
         log.info("runtime.stop", container_id=container_id[:12])
 
+    async def host_pids(self, container_id: str) -> list[int]:
+        return await self._engine.host_pids(container_id)
+
     async def remove(self, container_id: str) -> None:
         self._exec.forget(container_id)
         await self._engine.delete(container_id)

@@ -31,6 +31,7 @@ class FakeBackend:
     cloned_for: list[str] = field(default_factory=list)  # the sandbox label of each clone
     killed_trees: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
     stopped: set[str] = field(default_factory=set)  # containers the "engine" holds stopped
+    host_processes: dict[str, list[int]] = field(default_factory=dict)  # host pids, by container
     _events: dict[str, asyncio.Event] = field(default_factory=dict)
 
     async def info(self) -> RuntimeInfo:
@@ -125,6 +126,9 @@ class FakeBackend:
 
     async def stop(self, container_id: str) -> None:
         self.stopped.add(container_id)
+
+    async def host_pids(self, container_id: str) -> list[int]:
+        return list(self.host_processes.get(container_id, ()))
 
     async def revive(self, container_ids: set[str]) -> Revival:
         revived = sorted(c for c in self.stopped if c in container_ids)
