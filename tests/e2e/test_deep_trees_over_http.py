@@ -35,7 +35,11 @@ DEEP = (
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("deep") / "state",
-        SANDBOX_MCP_POOL_SIZE="1",
+        # Two slots, so four containers: the clone test needs a clone helper beside its
+        # experiment while the destroy tests' containers may still be on their way out
+        # on a busy machine (with one slot, two containers in all, the clone was refused
+        # CAPACITY_EXCEEDED there: a matter of the engine's speed, not of deep trees).
+        SANDBOX_MCP_POOL_SIZE="2",
         SANDBOX_MCP_SYNC_WAIT_S="50",
     )
     yield running
