@@ -20,6 +20,7 @@ from docker.types import HostConfig
 from hardening_checks import assert_hardened
 
 from app.errors import ConfigurationError
+from app.runtime import git_egress
 from app.runtime._git import (
     SOURCE,
     ClonePlan,
@@ -39,7 +40,13 @@ from app.runtime.errors import (
     GitSourceRefused,
     WorkspaceRefused,
 )
-from app.runtime.git_egress import MAX_SCANNED_CHARS, pin_remote, tenant_error
+from app.runtime.git_egress import (
+    MAX_SCANNED_CHARS,
+    LookupShares,
+    clone_resolver,
+    pin_remote,
+    tenant_error,
+)
 from auth.safe_fetch import system_resolver
 from pool.slots import SlotsAt
 
@@ -782,3 +789,44 @@ async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
         release.set()
         results = await asyncio.gather(*clones, return_exceptions=True)
     assert all(isinstance(r, GitSourceRefused) for r in results), results
+
+
+async def test_one_address_s_clones_hold_only_its_share_of_the_clone_dns_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One address's eight sandboxes clone hosts whose nameserver never answers; without a
+    # share they held all four clone threads and another address's clone waited behind them.
+    release, entered = threading.Event(), threading.Semaphore(0)
+
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host.endswith(".slow.example"):
+            entered.release()
+            release.wait(120)
+            raise socket.gaierror("no answer")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(git_egress, "RESOLVE_TIMEOUT_S", 300.0)  # no clone gives up here
+    shares = LookupShares()
+
+    def clone_of(url: str, sandbox: str, address: str) -> asyncio.Task[str]:
+        resolve = shares.bounded(clone_resolver, sandbox, address)
+        return asyncio.create_task(pin_remote(url, resolve=resolve))
+
+    heavy = [clone_of(f"https://h{n}.slow.example/r", f"s{n}", "addr-a") for n in range(8)]
+    # The same sandbox twice: its second lookup waits for its first.
+    heavy += [clone_of("https://again.slow.example/r", "s0", "addr-b")]
+    try:
+        for _ in range(LookupShares().per_address):  # addr-a's share is in its threads
+            assert await asyncio.to_thread(entered.acquire, timeout=60)
+        other = clone_of("https://other.example/r", "t0", "addr-b")
+        done, _ = await asyncio.wait({other, *heavy}, timeout=60, return_when="FIRST_COMPLETED")
+        assert done == {other}, "another address's clone waited behind addr-a's lookups"
+        assert other.result() == "other.example:443:93.184.216.34"
+        # addr-a's two and nobody else's: s0's second lookup never reached a thread.
+        assert not entered.acquire(timeout=0)
+    finally:
+        release.set()
+        results = await asyncio.gather(*heavy, return_exceptions=True)
+    assert all(isinstance(r, GitSourceRefused) for r in results), results
+    assert shares._gates == {}  # every gate dropped once idle
