@@ -25,7 +25,15 @@ class ExperimentEvidence(BaseModel):
     tests_total: int | None = None
     failing_tests: list[str] = Field(default_factory=list)
     last_exit_code: int | None = None
-    exit_codes: list[int | None] = Field(default_factory=list)
+    exit_codes: list[int | None] = Field(
+        default_factory=list,
+        description="The newest jobs' exit codes, oldest first (get_experiment lists them).",
+    )
+    exit_codes_not_listed: int = Field(
+        default=0, description="Older jobs whose exit codes are not listed."
+    )
+    jobs_total: int = Field(default=0, description="How many jobs the experiment ran in all.")
+    jobs_failed: int = Field(default=0, description="Jobs that did not complete.")
     files_changed: int | None = None
     lines_changed: int | None = Field(default=None, description="Insertions plus deletions.")
     duration_s: float = 0.0

@@ -274,7 +274,10 @@ class ExperimentCreator:
 
         async def clone(target: Path) -> int:
             result = await self._backend.clone(
-                source, target, sandbox_label=fingerprint(call.sandbox_key)
+                source,
+                target,
+                sandbox_label=fingerprint(call.sandbox_key),
+                signin_label=fingerprint(call.signin_address) if call.signin_address else "",
             )
             if result.exit_code != 0:
                 tail = (result.stderr or result.stdout).strip().splitlines()[-3:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from app.experiments import changes
 from app.experiments.compare import ExperimentEvidence
 from app.experiments.records import Experiment
+from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
 from app.experiments.workspace import ExperimentDirs
 from app.storage.experiment_store import ExperimentRecords
 from jail.context import InThread
@@ -46,17 +47,24 @@ async def gather(
     if experiment.findings and "evidence" in experiment.findings:
         recorded = ExperimentEvidence(**experiment.findings["evidence"])
         return recorded.model_copy(update={"state": experiment.state.value})
-    jobs = await records.jobs_of(experiment.experiment_id)
-    tested = [j for j in jobs if j.test_summary]
-    summary = (tested[-1].test_summary or {}) if tested else {}
+    # The newest jobs' exit codes and the sums of all: an experiment runs any number of
+    # jobs, each command up to 100,000 characters (cut here by the database, as listed).
+    page, total = await records.newest_jobs(
+        experiment.experiment_id, MAX_LISTED_JOBS, 0, MAX_LISTED_COMMAND_CHARS
+    )
+    tally = await records.tally(experiment.experiment_id)
+    summary = tally.test_summary or {}
     stored = await records.artifacts_of(experiment.sandbox_key, experiment.experiment_id)
     evidence = ExperimentEvidence(
         experiment_id=experiment.experiment_id,
         name=experiment.name,
         state=experiment.state.value,
-        exit_codes=[j.exit_code for j in jobs],
-        last_exit_code=jobs[-1].exit_code if jobs else None,
-        duration_s=round(sum(j.duration_s or 0 for j in jobs), 3),
+        exit_codes=[job.exit_code for job, _ in page],
+        exit_codes_not_listed=total - len(page),
+        jobs_total=total,
+        jobs_failed=tally.failed,
+        last_exit_code=page[-1][0].exit_code if page else None,
+        duration_s=round(tally.duration_s, 3),
         artifacts=len(stored),
     )
     if summary.get("detected"):

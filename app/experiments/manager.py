@@ -300,7 +300,6 @@ class ExperimentManager:
         for row in await self._records.running_jobs(experiment.experiment_id):
             if self._jobs.get(row.job_id) is None:  # another server process runs it
                 await self._remote.cancel(row)
-        jobs = await self._records.jobs_of(experiment.experiment_id)
         # Recorded before the folder goes, so destroyed experiments stay comparable. The
         # walk (a thread) overlaps the container's removal (the engine): on a 5,000-file
         # workspace each took about 100 ms of the caller's time (issue 13).
@@ -310,10 +309,10 @@ class ExperimentManager:
         )
         findings = {
             "state_before": experiment.state.value,
-            "commands": len(jobs),
-            "last_exit_code": jobs[-1].exit_code if jobs else None,
-            "failed_commands": sum(1 for j in jobs if j.status != "completed"),
-            "duration_s": round(sum(j.duration_s or 0 for j in jobs), 3),
+            "commands": found.jobs_total,
+            "last_exit_code": found.last_exit_code,
+            "failed_commands": found.jobs_failed,
+            "duration_s": found.duration_s,
             "reason": reason,
             "evidence": found.model_dump(),
         }

@@ -29,6 +29,17 @@ class Experiment:
 
 
 @dataclass(frozen=True)
+class JobTally:
+    """What every job of an experiment adds up to, read as sums in the database (the
+    evidence and the findings; the jobs themselves are listed only the newest few)."""
+
+    jobs: int = 0
+    failed: int = 0  # jobs whose status is not "completed"
+    duration_s: float = 0.0
+    test_summary: dict[str, Any] | None = None  # the newest run_tests job's
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """One command run in an experiment (a job), as recorded, without its output.
 

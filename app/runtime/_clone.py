@@ -86,13 +86,21 @@ class Cloner:
         self.helpers: set[str] = set()  # clone helpers running in this process
 
     async def clone(
-        self, source: GitSource, workspace: Path, *, timeout_s: float, sandbox_label: str
+        self,
+        source: GitSource,
+        workspace: Path,
+        *,
+        timeout_s: float,
+        sandbox_label: str,
+        signin_label: str = "",
     ) -> ExecResult:
         """See :meth:`app.runtime.backend.SandboxBackend.clone`."""
         started = time.monotonic()
         plan = await self._offload.call(plan_clone, source, self._slots_base())
         env = clone_env(plan)
-        plan, joining = await self._networks.for_clone(plan)
+        plan, joining = await self._networks.for_clone(
+            plan, sandbox=sandbox_label, address=signin_label
+        )
         real_workspace = await self._offload.call(check_workspace, workspace, self._slots_base())
         await self._offload.call(require_empty, real_workspace)
         api = await self._engine.api()

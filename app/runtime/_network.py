@@ -33,7 +33,7 @@ from app.runtime._threads import Offload
 from app.runtime.backend import ContainerSpec, NetworkMode
 from app.runtime.egress_proxy import EgressProxy
 from app.runtime.errors import EgressDisabled, GitEgressDisabled, RestrictedUnavailable
-from app.runtime.git_egress import ensure_network, pin_remote
+from app.runtime.git_egress import LookupShares, ensure_network, pin_remote
 from auth.safe_fetch import AddressPolicy, Resolver
 
 
@@ -63,6 +63,7 @@ class Networks:
     git_address_policy: AddressPolicy  # which addresses a remote clone may reach
     api: Callable[[], Awaitable[docker.APIClient]]  # the engine client
     offload: Offload  # where blocking SDK calls run
+    lookups: LookupShares = field(default_factory=LookupShares)  # each tenant's DNS share
     _git_network_ready: bool = field(default=False, init=False)
 
     def mode(self, network: NetworkMode) -> str:
@@ -100,9 +101,12 @@ class Networks:
             proxied=True,
         )
 
-    async def for_clone(self, plan: ClonePlan) -> tuple[ClonePlan, Joining]:
+    async def for_clone(
+        self, plan: ClonePlan, *, sandbox: str, address: str
+    ) -> tuple[ClonePlan, Joining]:
         """How a clone of ``plan`` joins its network, and the plan git runs (pinned to the
-        checked address when it goes out on its own).
+        checked address when it goes out on its own; its host looked up within the shares
+        of ``sandbox`` and sign-in ``address``, labels as in ``ContainerSpec``).
 
         Raises:
             GitSourceRefused: the URL's host is not (only) public, or another port.
@@ -118,7 +122,8 @@ class Networks:
             )
         if not self.allow_git_egress:
             raise GitEgressDisabled()
-        pin = await pin_remote(plan.url, resolve=self.resolve, allow=self.git_address_policy)
+        resolve = self.lookups.bounded(self.resolve, sandbox, address)
+        pin = await pin_remote(plan.url, resolve=resolve, allow=self.git_address_policy)
         pinned = dataclasses.replace(plan, pin=pin)
         if not self._git_network_ready:
             api = await self.api()

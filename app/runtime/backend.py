@@ -215,6 +215,7 @@ class SandboxBackend(Protocol):
         *,
         timeout_s: float = 300,
         sandbox_label: str = "",
+        signin_label: str = "",
     ) -> ExecResult:
         """Clone ``source`` into the (empty) ``workspace`` folder.
 
@@ -235,6 +236,8 @@ class SandboxBackend(Protocol):
             timeout_s: Wall clock for the whole clone (clamped as for ``run``).
             sandbox_label: The sandbox the clone is for (as in ``ContainerSpec``): its
                 helper counts against that sandbox's share of the containers.
+            signin_label: Its sign-in address, hashed (as in ``ContainerSpec``): a remote
+                URL's host is looked up within that sandbox's and that address's shares.
 
         Returns:
             The clone's exit code, capped output, duration and ``timed_out``.

@@ -383,9 +383,14 @@ class DockerBackend:
         *,
         timeout_s: float = 300,
         sandbox_label: str = UNATTRIBUTED,
+        signin_label: str = "",
     ) -> ExecResult:
         return await self._cloner.clone(
-            source, workspace, timeout_s=timeout_s, sandbox_label=sandbox_label
+            source,
+            workspace,
+            timeout_s=timeout_s,
+            sandbox_label=sandbox_label,
+            signin_label=signin_label,
         )
 
     async def aclose(self) -> None:

@@ -12,7 +12,14 @@ from dataclasses import asdict
 
 import sqlalchemy as sa
 
-from app.experiments.records import JobControl, JobOutcome, JobRecord, JobSummary, LostJob
+from app.experiments.records import (
+    JobControl,
+    JobOutcome,
+    JobRecord,
+    JobSummary,
+    JobTally,
+    LostJob,
+)
 from app.storage.cancel_requests import CancelRequests
 from app.storage.experiment_rows import (
     JOB_SUMMARY_COLUMNS,
@@ -21,6 +28,7 @@ from app.storage.experiment_rows import (
     dumps_or_none,
     job_of,
     job_summary_of,
+    loads_or_none,
     pids_of,
 )
 
@@ -98,6 +106,29 @@ class JobRecords(CancelRequests):
             )
             page = [(job_summary_of(row), row.command_length) for row in reversed(rows.all())]
             return page, int(total or 0)
+
+    async def tally(self, experiment_id: str) -> JobTally:
+        """The experiment's jobs added up by the database, and its newest test summary:
+        the evidence reads this and ``newest_jobs``, never every job."""
+        of_experiment = JobRow.experiment_id == experiment_id
+        failed = sa.case((JobRow.status != "completed", 1), else_=0)
+        async with self._transaction() as session:
+            jobs, failures, duration = (
+                await session.execute(
+                    sa.select(
+                        sa.func.count(),
+                        sa.func.coalesce(sa.func.sum(failed), 0),
+                        sa.func.coalesce(sa.func.sum(JobRow.duration_s), 0.0),
+                    ).where(of_experiment)
+                )
+            ).one()
+            summary = await session.scalar(
+                sa.select(JobRow.test_summary)
+                .where(of_experiment, JobRow.test_summary.is_not(None))
+                .order_by(JobRow.started_at.desc(), JobRow.job_id.desc())
+                .limit(1)
+            )
+        return JobTally(int(jobs), int(failures), float(duration), loads_or_none(summary))
 
     async def mark_lost_jobs(
         self, at: float, live_processes: set[str], reason: str

@@ -37,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("sizes") / "state",
         SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="6",  # a sandbox for each of the six tests
+        SANDBOX_MCP_POOL_SIZE="7",  # a sandbox for each of the seven tests
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
     yield running
@@ -278,6 +278,59 @@ async def test_an_experiment_view_lists_its_newest_jobs_and_cuts_long_commands(
     status = await tool(http, server, token, "get_job_status", {"job_id": newest["job_id"]})
     assert len(status["command"]) > MAX_LISTED_COMMAND_CHARS * 2
     assert status["command"].startswith(newest["command"])
+
+
+async def test_evidence_and_comparisons_list_the_newest_exit_codes_and_count_the_rest(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    # compare_experiments and destroy's findings read every job (commands
+    # up to 100,000 characters), and exit_codes grew with the number of jobs.
+    token = await new_user(http, server.base_url)
+    jobs = MAX_LISTED_JOBS + 3
+    long = "echo long # " + "x" * 99_000
+    experiments = []
+    for _ in range(2):
+        exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
+        for n in range(jobs):
+            command = long if n == jobs - 1 else f"echo job {n}; exit {n % 2}"
+            args = {"experiment_id": exp, "command": command}
+            ran = await tool(http, server, token, "execute_experiment", args)
+            assert ran["exit_code"] == (0 if n == jobs - 1 else n % 2), ran
+        experiments.append(exp)
+    newest_codes = [0 if n == jobs - 1 else n % 2 for n in range(jobs - MAX_LISTED_JOBS, jobs)]
+
+    def assert_bounded(evidence: dict[str, Any]) -> None:
+        assert evidence["exit_codes"] == newest_codes, evidence
+        assert evidence["exit_codes_not_listed"] == jobs - MAX_LISTED_JOBS
+        assert evidence["jobs_total"] == jobs
+        assert evidence["jobs_failed"] == sum(n % 2 for n in range(jobs - 1))  # odd ones
+        assert evidence["last_exit_code"] == 0
+        assert evidence["duration_s"] > 0
+
+    size, result = await raw_call(
+        http, server, token, "compare_experiments", {"experiment_ids": experiments}
+    )
+    print(f"\ncompare_experiments of two with {jobs} jobs, one of 99 KB: {size:,} bytes")
+    assert size < MAX_RESULT_BYTES, size
+    compared = result["structuredContent"]["experiments"]
+    assert [e["experiment_id"] for e in compared] == experiments
+    for evidence in compared:
+        assert_bounded(evidence)
+
+    # Destroyed, its findings say the same, and it is compared from them.
+    destroyed = await tool(
+        http, server, token, "destroy_experiment", {"experiment_id": experiments[0]}
+    )
+    findings = destroyed["findings"]
+    assert findings["commands"] == jobs
+    assert findings["last_exit_code"] == 0
+    assert findings["failed_commands"] == sum(n % 2 for n in range(jobs - 1))
+    assert_bounded(findings["evidence"])
+    _, result = await raw_call(
+        http, server, token, "compare_experiments", {"experiment_ids": experiments}
+    )
+    for evidence in result["structuredContent"]["experiments"]:
+        assert_bounded(evidence)
 
 
 async def test_a_large_artifact_is_read_in_parts_and_a_small_one_whole(

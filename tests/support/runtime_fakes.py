@@ -100,6 +100,7 @@ class FakeBackend:
         *,
         timeout_s: float = 300,
         sandbox_label: str = "",
+        signin_label: str = "",
     ) -> ExecResult:
         """Pretends to clone: writes the ref it was asked for, or fails for ref "bad"."""
         self.cloned_for.append(sandbox_label)

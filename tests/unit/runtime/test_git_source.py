@@ -20,6 +20,7 @@ from docker.types import HostConfig
 from hardening_checks import assert_hardened
 
 from app.errors import ConfigurationError
+from app.runtime import git_egress
 from app.runtime._git import (
     SOURCE,
     ClonePlan,
@@ -39,7 +40,13 @@ from app.runtime.errors import (
     GitSourceRefused,
     WorkspaceRefused,
 )
-from app.runtime.git_egress import MAX_SCANNED_CHARS, pin_remote, tenant_error
+from app.runtime.git_egress import (
+    MAX_SCANNED_CHARS,
+    LookupShares,
+    clone_resolver,
+    pin_remote,
+    tenant_error,
+)
 from auth.safe_fetch import system_resolver
 from pool.slots import SlotsAt
 
@@ -755,11 +762,10 @@ def test_a_remote_s_flood_of_lines_is_read_from_its_tail_only() -> None:
     assert whole < 10 * floor + 0.005, (whole, floor)
 
 
-async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A tenant's nameserver that never answers holds each lookup's thread long after
-    # pin_remote stops waiting; the clone used the four threads sign-ins look up on.
+@pytest.fixture
+def slow_dns(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Semaphore]:
+    """getaddrinfo as a nameserver that never answers for ``*.slow.example`` makes it:
+    each such lookup holds its thread (counted in ``entered``) until ``release``."""
     release, entered = threading.Event(), threading.Semaphore(0)
 
     def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
@@ -770,6 +776,15 @@ async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return release, entered
+
+
+async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
+    slow_dns: tuple[threading.Event, threading.Semaphore],
+) -> None:
+    # A tenant's nameserver that never answers holds each lookup's thread long after
+    # pin_remote stops waiting; the clone used the four threads sign-ins look up on.
+    release, entered = slow_dns
     clones = [asyncio.create_task(pin_remote(f"https://h{n}.slow.example/r")) for n in range(8)]
     try:
         for _ in range(4):  # four lookups are blocked in their threads
@@ -782,3 +797,35 @@ async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
         release.set()
         results = await asyncio.gather(*clones, return_exceptions=True)
     assert all(isinstance(r, GitSourceRefused) for r in results), results
+
+
+async def test_one_address_s_clones_hold_only_its_share_of_the_clone_dns_threads(
+    slow_dns: tuple[threading.Event, threading.Semaphore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One address's eight sandboxes clone hosts whose nameserver never answers; without a
+    # share they held all four clone threads and another address's clone waited behind them.
+    release, entered = slow_dns
+    monkeypatch.setattr(git_egress, "RESOLVE_TIMEOUT_S", 300.0)  # no clone gives up here
+    shares = LookupShares()
+
+    def clone_of(url: str, sandbox: str, address: str) -> asyncio.Task[str]:
+        resolve = shares.bounded(clone_resolver, sandbox, address)
+        return asyncio.create_task(pin_remote(url, resolve=resolve))
+
+    heavy = [clone_of(f"https://h{n}.slow.example/r", f"s{n}", "addr-a") for n in range(8)]
+    # The same sandbox twice: its second lookup waits for its first.
+    heavy += [clone_of("https://again.slow.example/r", "s0", "addr-b")]
+    try:
+        for _ in range(LookupShares().per_address):  # addr-a's share is in its threads
+            assert await asyncio.to_thread(entered.acquire, timeout=60)
+        other = clone_of("https://other.example/r", "t0", "addr-b")
+        done, _ = await asyncio.wait({other, *heavy}, timeout=60, return_when="FIRST_COMPLETED")
+        assert done == {other}, "another address's clone waited behind addr-a's lookups"
+        assert other.result() == "other.example:443:93.184.216.34"
+        # addr-a's two and nobody else's: s0's second lookup never reached a thread.
+        assert not entered.acquire(timeout=0)
+    finally:
+        release.set()
+        results = await asyncio.gather(*heavy, return_exceptions=True)
+    assert all(isinstance(r, GitSourceRefused) for r in results), results
+    assert shares._gates == {}  # every gate dropped once idle
