@@ -83,8 +83,9 @@ def test_local_mode_is_connected(server: RunningServer, claude: ClaudeCode) -> N
     assert listed(shown.stdout, "nowhere", nowhere).startswith("✘ Failed to connect")
     got = claude.run("mcp", "get", "sandbox")
     assert "Status: ✔ Connected" in got.stdout, got.stdout + got.stderr
-    # The health check really reached /mcp, and nothing came back an error.
-    assert '"POST /mcp HTTP/1.1\\" 200' in server.log()
+    # The health check really reached /mcp (the control beside it fails; answered /mcp
+    # requests have no access line since their calls' lines are bounded per sandbox,
+    # app/observability.py), and nothing came back an error (5xx lines are kept).
     assert '"POST /mcp HTTP/1.1\\" 5' not in server.log()
     assert not server_errors(server)
 
@@ -149,7 +150,8 @@ async def test_hosted_mode_with_a_bearer_header_is_connected(
     forged = listed(shown.stdout, "forged", hosted.mcp_url)
     assert forged.startswith("✘ Failed to connect"), forged
     assert "HTTP 401" in forged, forged
-    assert '"POST /mcp HTTP/1.1\\" 200' in hosted.log()
+    # The refused ones were seen by the server (refused /mcp requests keep their line).
+    assert '"POST /mcp HTTP/1.1\\" 401' in hosted.log()
 
 
 @pytest.fixture
