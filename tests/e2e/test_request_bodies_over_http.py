@@ -13,12 +13,10 @@ when they go.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -26,7 +24,7 @@ from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import rpc_request, run_command, tool
 from oauth_browser import new_user
 
-from app.mcp.request_bounds import LARGE_BODY, LARGE_PER_ADDRESS, MAX_VALUES
+from app.mcp.request_bounds import LARGE_BODY, MAX_VALUES
 
 pytestmark = pytest.mark.e2e
 
@@ -45,14 +43,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     )
     yield running
     stop_server(running)
-
-
-@pytest.fixture
-async def other_address() -> AsyncIterator[httpx2.AsyncClient]:
-    """A client whose connections come from another address (its own sign-in budget)."""
-    transport = httpx2.AsyncHTTPTransport(local_address=OTHER_ADDRESS)
-    async with httpx2.AsyncClient(transport=transport, timeout=120) as client:
-        yield client
 
 
 def write_call(token: str, experiment: str, content: str, **extra: Any) -> dict[str, Any]:
@@ -124,68 +114,3 @@ async def longest_answers_while(
 
     *_, during = await asyncio.gather(*(flood(b) for b in bodies), probe(until))
     return {"idle": summary(idle), "flood": summary(during)}
-
-
-async def test_one_address_holds_a_bounded_number_of_large_bodies(
-    http: httpx2.AsyncClient, server: RunningServer, other_address: httpx2.AsyncClient
-) -> None:
-    token = await new_user(http, server.base_url)
-    elsewhere = await new_user(other_address, server.base_url)
-    exp = (await tool(http, server, token, "create_experiment", {}))["experiment_id"]
-    other_exp = (await tool(other_address, server, elsewhere, "create_experiment", {}))[
-        "experiment_id"
-    ]
-    large = "x" * (LARGE_BODY * 2)
-
-    # Bodies that pass 64 KiB and never finish, each on its own connection.
-    stalled = [await stalled_body(server, token, LARGE_BODY * 2) for _ in range(LARGE_PER_ADDRESS)]
-    try:
-        # Once the server has read them (it reads as they come), the next is refused.
-        response = await answered(http, server, write_call(token, exp, large), 429, 200)
-        message = response.json()["error"]["message"]
-        assert f"already have {LARGE_PER_ADDRESS} requests of more than 64 KiB" in message
-
-        # Another address is served meanwhile.
-        response = await other_address.post(
-            server.mcp_url, **write_call(elsewhere, other_exp, large)
-        )
-        assert response.status_code == 200, response.text[:300]
-        assert not response.json()["result"].get("isError"), response.text[:300]
-    finally:
-        for writer in stalled:
-            writer.close()
-
-    # Gone, they give the address its share back.
-    response = await answered(http, server, write_call(token, exp, large), 200, 429)
-    assert not response.json()["result"].get("isError"), response.text[:300]
-
-
-async def answered(
-    http: httpx2.AsyncClient,
-    server: RunningServer,
-    request: dict[str, Any],
-    wanted: int,
-    meanwhile: int,
-) -> httpx2.Response:
-    """``request`` sent until it is answered ``wanted`` (the server acts on what it has
-    read, as it comes), each answer before it ``meanwhile``; within a generous minute."""
-    async with asyncio.timeout(60):
-        while True:
-            response = await http.post(server.mcp_url, **request)
-            if response.status_code == wanted:
-                return response
-            assert response.status_code == meanwhile, response.text[:300]
-            await asyncio.sleep(0.2)
-
-
-async def stalled_body(server: RunningServer, token: str, sent: int) -> asyncio.StreamWriter:
-    """A POST /mcp whose body says it is longer than the ``sent`` bytes it sends."""
-    url = urlsplit(server.mcp_url)
-    _, writer = await asyncio.open_connection(url.hostname, url.port)
-    request = rpc_request("tools/list", {}, token=token)
-    headers = {**request["headers"], "content-length": str(sent * 2), "host": url.netloc}
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    writer.write(f"POST {url.path} HTTP/1.1\r\n{head}\r\n".encode())
-    writer.write(json.dumps({"pad": "x" * sent}).encode()[:sent])
-    await writer.drain()
-    return writer
