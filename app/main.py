@@ -53,6 +53,7 @@ from app.shared_limits import SharedLimits
 from app.slot_storage import slot_store
 from app.state_dir import deployment_id
 from app.storage.audit import AuditTrail
+from app.storage.audit_days import SqlAuditDays
 from app.storage.db import Repository, create_engine
 from app.storage.egress_store import EgressUsageStore
 from app.storage.experiment_store import ExperimentRecords
@@ -170,6 +171,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         sampling=CallSampling(
             settings.storage.audit_refusals_per_minute,
             settings.storage.audit_rows_per_sandbox_per_day,
+            rows_per_address_per_day=settings.storage.audit_rows_per_address_per_day,
+            # Counted in the database: the day's bound holds across every process.
+            days=SqlAuditDays(engine),
         ),
     )
     mcp = build_mcp_server(

@@ -172,6 +172,7 @@ class ToolRunner:
         audit trail closes)."""
         if self._sampling is not None:
             await self._write_counts(self._sampling.drain())
+            await self._sampling.give_back()
 
     async def run(
         self,
@@ -247,7 +248,7 @@ class ToolRunner:
                 self.calls_in_flight.leave(key, address)
             if self._disk_budget is not None and admitted:
                 self._disk_budget.after(tool, key)
-            await self._finish(request_id, key, tool, started, outcome)
+            await self._finish(request_id, key, tool, started, outcome, address)
 
     async def read(self, resource: str, body: Callable[[CallContext], Awaitable[T]]) -> T:
         """Read a resource for the calling sandbox key; never takes a slot.
@@ -293,10 +294,16 @@ class ToolRunner:
         finally:
             if admitted:
                 self.calls_in_flight.leave(key, address)
-            await self._finish(request_id, key, resource, started, outcome)
+            await self._finish(request_id, key, resource, started, outcome, address)
 
     async def _finish(
-        self, request_id: str, key: str, name: str, started: float, outcome: str
+        self,
+        request_id: str,
+        key: str,
+        name: str,
+        started: float,
+        outcome: str,
+        address: str | None,
     ) -> None:
         elapsed = time.time() - started
         if self._on_call is not None:
@@ -305,7 +312,7 @@ class ToolRunner:
         if sampling is not None:
             if ended := sampling.ended():
                 await self._write_counts(ended)
-            if not sampling.admit(key, name, outcome):
+            if not await sampling.admit(key, name, outcome, address):
                 return
         if _std_log.isEnabledFor(logging.INFO):
             log.info(

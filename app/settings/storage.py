@@ -50,9 +50,19 @@ class StorageSettings(Group):
         ge=1,
         le=100_000_000,
         description=(
-            "Calls of one sandbox written in a day (log line and audit row), per server "
-            "process; past it its calls are counted and told in one line and one row an "
-            "hour per tool and outcome."
+            "Calls of one sandbox written in a UTC day (log line and audit row), every "
+            "server process together; past it its calls are counted and told in one line "
+            "and one row an hour per tool and outcome."
+        ),
+    )
+    audit_rows_per_address_per_day: int = Field(
+        default=400_000,
+        ge=0,
+        le=1_000_000_000,
+        description=(
+            "Calls written in a UTC day for all the sandboxes signed in from one address "
+            "together (hosted mode), every server process together; past it they are "
+            "counted as past the per-sandbox bound. 0: no bound per address."
         ),
     )
 

@@ -55,6 +55,18 @@ class ToolCall(Base):
     calls: Mapped[int] = mapped_column(sa.Integer, default=1, server_default="1")
 
 
+class AuditDay(Base):
+    """How many of a day's audit rows the server processes together have reserved for
+    one owner (``s:`` and a sandbox key, or ``a:`` and a sign-in address), handed out
+    in blocks (app/storage/audit_days.py)."""
+
+    __tablename__ = "audit_days"
+
+    owner: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    day: Mapped[int] = mapped_column(sa.Integer, primary_key=True)  # UTC days since 1970
+    granted: Mapped[int] = mapped_column(sa.Integer)
+
+
 def create_engine(url: str) -> AsyncEngine:
     """An async engine; SQLite gets WAL, foreign keys and a busy timeout on every connection."""
     if url.startswith("sqlite"):
@@ -178,6 +190,8 @@ class Repository:
             result = await session.execute(
                 sa.delete(ToolCall).where(ToolCall.started_at < datetime.fromtimestamp(cutoff, UTC))
             )
+            # The days' reservations go with them (one small row per sandbox and day).
+            await session.execute(sa.delete(AuditDay).where(AuditDay.day < int(cutoff // 86_400)))
             return int(getattr(result, "rowcount", 0) or 0)
 
     async def tool_calls(self, sandbox_key: str) -> list[ToolCall]:
