@@ -4,7 +4,9 @@ Prints figures, asserts nothing. One real server (loopback, OAuth with the
 production sign-in budgets and shares, real Docker), HONEST honest tenants, each
 signing in from an address of its own (as a trusted proxy would say, in
 X-Forwarded-For) and then running normal sessions (create an experiment, write a
-file, run a command, search, read), measured twice in the same run:
+file, run a command, search, read; then a restricted experiment fetching a package
+index through the shared proxy, its fetch timed as one more honest call), measured
+twice in the same run:
 
 1. alone (the floor);
 2. beside the attacks of issues 12 and 23, each against the fixed server:
@@ -14,7 +16,15 @@ file, run a command, search, read), measured twice in the same run:
    JUnit reports (19 MB nested 6 million deep, and 19 MB of namespaced elements);
    a flood of refused calls from one sandbox; sign-ins and registrations from
    FLOOD_NETWORKS networks (many /64s each) and junk sign-in POSTs; 4 MiB
-   request bodies from one address.
+   request bodies from one address; and against the one Squid every restricted
+   tenant shares: HOARDERS sandboxes (an address each) holding all the connections
+   they can get from as many restricted experiments as they may have, one sandbox
+   downloading over and over past its daily byte budget, one probing the cache
+   manager in every form.
+
+The outside world is ``egress_testkit``'s registry (a network namespace, built images
+trusting its CA); Squid is asked for EGRESS_DESCRIPTORS, so that the hoarders' bound
+(a slot's share) is smaller than the per-container limit and is what holds them.
 
 Meanwhile /health is timed, and each honest sign-in's OAuth requests (discovery,
 /register, /token). For each run: the honest calls' p50, p95 and p99, their errors,
@@ -35,6 +45,7 @@ Bounded for 2 shared cores: 10 honest and 6 general hostile tenants (not 20 and
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -49,16 +60,29 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
 
 from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
-from mcp_http import rpc_request, run_command, tool
+from egress_testkit import (
+    BIG_FILE,
+    FETCH,
+    hold,
+    outside_world,
+    remove_restricted_network,
+)
+from mcp_http import read_when_written, rpc_request, run_command, tool
 from oauth_browser import REDIRECT_URI, ManualClient, pkce_pair, query_of, read_page
 from test_executor_stream_flood_over_http import FLOOD
 from test_hostile_reports_over_http import HOSTILE as DEEP_REPORTS
 from test_hostile_reports_over_http import NAMESPACED
+from test_restricted_egress_shared_proxy_over_http import ASK, FORMS, INDEX
 
 HONEST = 10
 HOSTILE = 6  # the general attackers (regexes, globs, job floods, big output)
 ROUNDS = 2  # sessions per honest tenant and run
 FLOOD_NETWORKS = 8  # IPv6 /48s signing in and registering; each may take 10% of the hour
+HOARDERS = 3  # sandboxes holding connections to the proxy, an address each
+HOARD = hold(200, 900, begin_request=True)  # kept until cancelled at the run's end
+BIG = f"https://files.pythonhosted.org/packages/{BIG_FILE}"
+EGRESS_DESCRIPTORS = 2048  # Squid's: (2048 - 256) // 2 // slots, under 64 a container
+DAY_BYTES = 16 * 1024**2  # a sandbox's egress budget here: the spender reaches it
 BODY = b"[" + b"{}," * (4 * 1024 * 1024 // 3 - 1) + b"{}]"  # 4 MiB of empty messages
 
 REDOS = "(a+)+$"
@@ -193,6 +217,9 @@ async def honest_sign_in(
     return str(tokens.json()["access_token"])
 
 
+RESTRICTED = {"network": "restricted", "egress_allowlist": ["pypi.org"]}
+
+
 async def honest_session(
     http: httpx2.AsyncClient, server: RunningServer, token: str, m: Measured
 ) -> None:
@@ -214,6 +241,18 @@ async def honest_session(
     for name, args in steps:
         seconds, result = await timed(http, server, token, name, args)
         m.call(name, seconds, result)
+    seconds, made = await timed(http, server, token, "create_experiment", RESTRICTED)
+    if m.call("create (restricted)", seconds, made):
+        return
+    exp = made["experiment_id"]
+    fetch = {"experiment_id": exp, "command": FETCH.format(urls=[INDEX])}
+    seconds, fetched = await timed(http, server, token, "execute_experiment", fetch)
+    if not fetched.get("is_error") and fetched.get("stdout", "").strip() != f"reached {INDEX}":
+        # The command ran but the proxy did not serve it: the honest failure counted.
+        fetched = {"is_error": True, "error": {"code": "FETCH_FAILED"}}
+    m.call("restricted fetch", seconds, fetched)
+    seconds, result = await timed(http, server, token, "destroy_experiment", {"experiment_id": exp})
+    m.call("destroy_experiment", seconds, result)
 
 
 # The attackers: each runs until ``stop`` and counts its calls in ``tally[kind]``.
@@ -404,11 +443,88 @@ async def signin_flood(
                 tally["sign-ins"][type(outcome).__name__] += 1
 
 
+async def hoard(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, stop: asyncio.Event, tally: Tally
+) -> None:
+    """Restricted experiments, as many as the sandbox may have, each holding all the
+    connections to the proxy it can get until the run ends; then told or not."""
+    counts = tally["proxy connections (hoarders)"]
+    held: list[tuple[str, str]] = []
+    while len(held) < 4 and not stop.is_set():
+        created = await tool(http, server, token, "create_experiment", RESTRICTED)
+        if created["is_error"]:
+            counts[f"experiment refused {error_code(created)}"] += 1
+            break
+        exp = str(created["experiment_id"])
+        job = await run_command(http, server, token, exp, HOARD, background=True)
+        if job["is_error"]:
+            counts[f"not started {error_code(job)}"] += 1
+            continue
+        held.append((exp, str(job["job_id"])))
+        answer = await read_when_written(http, server, token, exp, "held")
+        counts["held"] += 0 if answer["is_error"] else int(answer["content"])
+    await stop.wait()
+    for exp, job_id in held:
+        await tool(http, server, token, "cancel_job", {"job_id": job_id})
+        ended = await tool(http, server, token, "get_job_result", {"job_id": job_id, "wait_s": 30})
+        counts["told" if "connection limit" in str(ended.get("stderr")) else "not told"] += 1
+        await tool(http, server, token, "destroy_experiment", {"experiment_id": exp})
+
+
+async def spend_bytes(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, stop: asyncio.Event, tally: Tally
+) -> None:
+    """Downloads of the registry's 1.5 MiB file, four a command, over and over, a new
+    experiment each time (the day's budget is the sandbox's, not the experiment's)."""
+    counts = tally["egress bytes (spender)"]
+    allow = {"network": "restricted", "egress_allowlist": ["files.pythonhosted.org"]}
+    while not stop.is_set():
+        created = await tool(http, server, token, "create_experiment", allow)
+        if created["is_error"]:
+            counts[f"experiment refused {error_code(created)}"] += 1
+            await asyncio.sleep(1)
+            continue
+        exp = str(created["experiment_id"])
+        done = await run_command(http, server, token, exp, FETCH.format(urls=[BIG] * 4))
+        for line in str(done.get("stdout", "")).splitlines():
+            counts[line.split(" ", 1)[0]] += 1  # "reached" or "failed"
+        if "EGRESS_BUDGET_REACHED" in str(done.get("stderr", "")):
+            counts["told"] += 1
+        await tool(http, server, token, "destroy_experiment", {"experiment_id": exp})
+
+
+async def probe_manager(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, stop: asyncio.Event, tally: Tally
+) -> None:
+    """Squid's cache manager, its internal pages, TRACE and OPTIONS, in turn."""
+    counts = tally["proxy manager probes"]
+    created = await tool(http, server, token, "create_experiment", RESTRICTED)
+    if created["is_error"]:
+        counts[f"experiment refused {error_code(created)}"] += 1
+        return
+    exp = str(created["experiment_id"])
+    turn = 0
+    while not stop.is_set():
+        form = sorted(FORMS)[turn % len(FORMS)]
+        turn += 1
+        done = await run_command(http, server, token, exp, ASK.format(request=FORMS[form]))
+        said = dict(
+            line.split(" ", 1) for line in str(done.get("stdout", "")).splitlines() if " " in line
+        )
+        if said.get("manager-says") == "True":
+            counts[f"MANAGER ANSWERED {form}"] += 1
+        else:
+            counts[said.get("status", "no answer").removeprefix("HTTP/1.1 ")[:3]] += 1
+
+
 ATTACKERS: list[Attack] = [general] * HOSTILE + [
     *(stream_flood(mode) for mode in STREAM_FLOODS),
     reports,
     refusals,
     bodies,
+    *[hoard] * HOARDERS,
+    spend_bytes,
+    probe_manager,
 ]
 
 
@@ -513,30 +629,55 @@ async def sign_in_from(http: httpx2.AsyncClient, client: ManualClient, address: 
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        # The production sign-in budgets, per address and shared by networks.
-        server = start_server(
-            Path(tmp) / "state",
-            SANDBOX_MCP_AUTH="oauth",
-            # A slot per sandbox: the attackers', and the honest tenants' of both runs
-            # (each sign-in is a sandbox of its own).
-            SANDBOX_MCP_POOL_SIZE=str(len(ATTACKERS) + 2 * HONEST + 4),
-            SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
-            SANDBOX_MCP_LOG_LEVEL="warning",
-            SANDBOX_MCP_NETWORK_SHARE_PERCENT=DEFAULT_SHARES["SANDBOX_MCP_NETWORK_SHARE_PERCENT"],
-            SANDBOX_MCP_ADDRESS_SHARE_PERCENT=DEFAULT_SHARES["SANDBOX_MCP_ADDRESS_SHARE_PERCENT"],
-        )
+        (Path(tmp) / "outside").mkdir()
+        with outside_world(Path(tmp) / "outside") as world:
+            await measure(Path(tmp), world.server_env())
+
+
+async def measure(tmp: Path, egress: dict[str, str]) -> None:
+    # The production sign-in budgets, per address and shared by networks.
+    server = start_server(
+        tmp / "state",
+        **{**egress, "SANDBOX_MCP_EGRESS_ALLOWLIST": "pypi.org,files.pythonhosted.org"},
+        SANDBOX_MCP_EGRESS_PROXY_DESCRIPTORS=str(EGRESS_DESCRIPTORS),
+        SANDBOX_MCP_EGRESS_SANDBOX_BYTES_PER_DAY=str(DAY_BYTES),
+        SANDBOX_MCP_AUTH="oauth",
+        # A slot per sandbox: the attackers', and the honest tenants' of both runs
+        # (each sign-in is a sandbox of its own).
+        SANDBOX_MCP_POOL_SIZE=str(len(ATTACKERS) + 2 * HONEST + 4),
+        SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+        SANDBOX_MCP_LOG_LEVEL="warning",
+        SANDBOX_MCP_NETWORK_SHARE_PERCENT=DEFAULT_SHARES["SANDBOX_MCP_NETWORK_SHARE_PERCENT"],
+        SANDBOX_MCP_ADDRESS_SHARE_PERCENT=DEFAULT_SHARES["SANDBOX_MCP_ADDRESS_SHARE_PERCENT"],
+    )
+    network = restricted_network_run_by(server)
+    try:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            fallback = await ManualClient.register(http, server.base_url)
+            hostile = [
+                await sign_in_from(http, fallback, f"203.0.113.{n + 1}")
+                for n in range(len(ATTACKERS))
+            ]
+        alone = await run(server, fallback, None)
+        attacked = await run(server, fallback, hostile)
+        ratios(alone, attacked)
+    finally:
+        stop_server(server)
+        if network is not None:
+            remove_restricted_network(network)
+
+
+def restricted_network_run_by(server: RunningServer) -> str | None:
+    """The restricted network of the server whose process runs its Squid (its log, at
+    level warning, does not name it): the egress folder whose owner is that process."""
+    for owner in Path("/run/sandbox-mcp").glob("egress-*/owner.json"):
         try:
-            async with httpx2.AsyncClient(timeout=60) as http:
-                fallback = await ManualClient.register(http, server.base_url)
-                hostile = [
-                    await sign_in_from(http, fallback, f"203.0.113.{n + 1}")
-                    for n in range(len(ATTACKERS))
-                ]
-            alone = await run(server, fallback, None)
-            attacked = await run(server, fallback, hostile)
-            ratios(alone, attacked)
-        finally:
-            stop_server(server)
+            pid = json.loads(owner.read_text()).get("pid")
+        except (OSError, ValueError):
+            continue
+        if pid == server.process.pid:
+            return "sandbox-mcp-restricted-" + owner.parent.name.removeprefix("egress-")
+    return None
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ give it) and asks Squid for 2,048 (which Squid alone would not get: it takes the
 limit it inherits whatever its configuration says);
 users sign in through the server's trusted proxy (loopback), which names their
 address in ``X-Forwarded-For``, so one test holds several sandboxes of one address.
+The crowd of addresses has a server of its own (16 slots, Squid asked for 1,024
+descriptors: the fewest), so that its sandboxes fill every slot and, unbounded,
+would fill Squid.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +37,9 @@ from egress_testkit import (
 from mcp_http import read_when_written, run_command, tool
 from oauth_browser import new_users
 
+from app.runtime.egress_bounds import size_bounds
 from app.runtime.egress_connlimit import MAX_CONNECTIONS
+from app.runtime.egress_squid import open_files_limit
 
 pytestmark = pytest.mark.e2e
 
@@ -42,6 +48,22 @@ SERVER_NOFILE = (1024, 4096)
 SLOTS = 16  # a sandbox's share: (2048 - 256) // 2 // 16 = 56 connections
 ADDRESS_SHARES = 2  # an address: two sandboxes' shares
 HOSTILE, HONEST = "198.51.100.7", "203.0.113.9"
+
+# The crowd's server: the least descriptors Squid may be asked for, (1024 - 256) // 2 =
+# 384 connections, one sixteenth (24) a sandbox. Its hostile sandboxes, by sign-in
+# address: two each from six IPv4 addresses in three networks, and three from one IPv6
+# /64 (three addresses, one sign-in address: its third is over the address's share).
+# Unbounded (64 a container), the 15 would hold 960 of Squid's 1,024 descriptors, past
+# the 100 it keeps back before it stops accepting: the honest one would wait unanswered.
+CROWD_DESCRIPTORS = 1024
+CROWD_SLOTS = 16  # the 15 hostile sandboxes and the honest one
+CROWD = {
+    **{f"198.51.100.{n}": 2 for n in (21, 22)},
+    **{f"203.0.113.{n}": 2 for n in (31, 32)},
+    **{f"192.0.2.{n}": 2 for n in (41, 42)},
+}
+SIXTY_FOUR = ("2001:db8:64:64::a", "2001:db8:64:64::b", "2001:db8:64:64::c")
+CROWD_HONEST = "2001:db8:77:77::9"  # yet another address, in a network of its own
 
 # One raw request to the proxy; prints the answer's status line, Squid's error
 # header if any, and whether the body holds what only the cache manager says.
@@ -233,6 +255,127 @@ async def test_one_address_holds_its_share_however_many_sandboxes_and_is_told(
     assert f"this sandbox's connection limit was reached ({per_sandbox} " in told[1]["stderr"]
     assert f"your sign-in address was reached ({per_address} " in told[2]["stderr"], told[2]
     assert "connection limit" not in during["stderr"], during
+
+
+@pytest.fixture
+def crowded(world: OutsideWorld, tmp_path: Path) -> Iterator[RunningServer]:
+    """A server of its own (16 slots, Squid asked for 1,024 descriptors) for the crowd."""
+    running = start_server(
+        tmp_path / "state",
+        nofile=SERVER_NOFILE,
+        SANDBOX_MCP_AUTH="oauth",
+        **world.server_env(),
+        SANDBOX_MCP_POOL_SIZE=str(CROWD_SLOTS),
+        SANDBOX_MCP_QUEUE_WAIT_S="0",
+        SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+        SANDBOX_MCP_EGRESS_PROXY_DESCRIPTORS=str(CROWD_DESCRIPTORS),
+        SANDBOX_MCP_EGRESS_ADDRESS_SHARES=str(ADDRESS_SHARES),
+    )
+    network = None
+    try:
+        network = started(running)["network"]
+        yield running
+    finally:
+        stop_server(running)
+        if network is not None:
+            remove_restricted_network(network)
+
+
+def squid_serves(server: RunningServer) -> tuple[int, int, int]:
+    """Squid's descriptor limit (read as the server checks it), its open descriptors,
+    and the client connections established to it (``ss``: accepted or waiting)."""
+    asked = started(server)
+    tag = asked["network"].rsplit("-", 1)[-1]
+    owner = json.loads(Path(f"/run/sandbox-mcp/egress-{tag}/owner.json").read_text())
+    limit = open_files_limit(owner["squid_pid"])
+    assert limit is not None, owner
+    open_now = len(list(Path(f"/proc/{owner['squid_pid']}/fd").iterdir()))
+    listening = asked["proxy"].removeprefix("http://")
+    listed = subprocess.run(
+        ["ss", "-Htn", "state", "established", "src", listening],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return limit, open_now, len(listed.stdout.splitlines())
+
+
+async def test_a_crowd_of_addresses_cannot_fill_squid_and_each_is_told(
+    http: httpx2.AsyncClient, crowded: RunningServer
+) -> None:
+    server = crowded
+    asked = started(server)
+    per_sandbox, per_address = asked["connections_per_sandbox"], asked["connections_per_address"]
+    limit, idle, _ = squid_serves(server)
+    bounds = size_bounds(limit, CROWD_SLOTS, ADDRESS_SHARES)
+    assert limit == CROWD_DESCRIPTORS, limit
+    assert (per_sandbox, per_address) == (bounds.per_sandbox, bounds.per_address), asked
+    assert per_sandbox < MAX_CONNECTIONS  # the shares bite, not the per-container limit
+    # Every slot's share together fits what Squid serves: the sizing this test replays.
+    assert CROWD_SLOTS * per_sandbox <= bounds.connections
+
+    async def sign_in(address: str, count: int) -> list[tuple[str, str]]:
+        return [(address, token) for token in await users_from(server, address, count)]
+
+    signed = await asyncio.gather(
+        *(sign_in(address, count) for address, count in CROWD.items()),
+        *(sign_in(address, 1) for address in SIXTY_FOUR),
+        sign_in(CROWD_HONEST, 1),
+    )
+    *mallory, ((_, alice),) = signed
+    hostile = [pair for group in mallory for pair in group]
+    assert len(hostile) + 1 == CROWD_SLOTS  # every slot taken, the honest one's too
+    creating = asyncio.Semaphore(4)  # two cores: a few containers made at once
+
+    async def made(token: str) -> str:
+        async with creating:
+            return await restricted(http, server, token)
+
+    *theirs, ours = await asyncio.gather(*(made(t) for _, t in hostile), made(alice))
+
+    async def holding(token: str, experiment: str) -> tuple[str, int]:
+        job = await run_command(http, server, token, experiment, HOLD, background=True)
+        answer = await read_when_written(http, server, token, experiment, "held")
+        assert not answer["is_error"], answer
+        return str(job["job_id"]), int(answer["content"])
+
+    # All at once, but the /64's third sandbox: it asks once its two others hold theirs.
+    *first, last = list(zip(hostile, theirs, strict=True))
+    held = await asyncio.gather(*(holding(token, e) for (_, token), e in first))
+    held.append(await holding(last[0][1], last[1]))
+    jobs, counts = [job for job, _ in held], [count for _, count in held]
+    _, holding_now, serving = squid_serves(server)
+    by_address: dict[str, int] = {}
+    for (address, _), count in zip(hostile, counts, strict=True):
+        key = "2001:db8:64:64::/64" if address in SIXTY_FOUR else address
+        by_address[key] = by_address.get(key, 0) + count
+    print(
+        f"\nthe crowd holds {counts}; by address {by_address} (bounds: {per_sandbox} a "
+        f"sandbox, {per_address} an address); Squid: {serving} client connections of the "
+        f"{bounds.connections} it serves, {holding_now} descriptors open of {limit} "
+        f"({idle} before)"
+    )
+
+    during = await run_command(http, server, alice, ours, FETCH.format(urls=[INDEX]))
+    for (_, token), job_id in zip(hostile, jobs, strict=True):
+        await tool(http, server, token, "cancel_job", {"job_id": job_id})
+    told = await asyncio.gather(
+        *(
+            tool(http, server, token, "get_job_result", {"job_id": job_id, "wait_s": 45})
+            for (_, token), job_id in zip(hostile, jobs, strict=True)
+        )
+    )
+    assert during["stdout"].strip() == f"reached {INDEX}", (during, counts, serving)
+    assert "connection limit" not in during["stderr"], during
+    assert counts == [per_sandbox] * (len(hostile) - 1) + [per_address - 2 * per_sandbox]
+    assert max(by_address.values()) <= per_address, by_address
+    # What Squid holds is what the bounds let through, room left for the honest sandbox.
+    assert sum(counts) <= serving <= bounds.connections - per_sandbox, (serving, counts)
+    for result in told[:-1]:
+        assert f"this sandbox's connection limit was reached ({per_sandbox} " in result["stderr"], (
+            result
+        )
+    assert f"your sign-in address was reached ({per_address} " in told[-1]["stderr"], told[-1]
 
 
 async def test_a_sandbox_has_one_daily_budget_however_many_experiments_it_makes(
