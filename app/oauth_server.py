@@ -119,6 +119,7 @@ def build_auth(
             budget=shared.budget(
                 "client_documents", auth.client_document_fetches_per_minute, config.shares
             ),
+            shares=config.shares,  # also of the lookup threads
         )
         if auth.client_metadata_documents
         else None

@@ -13,7 +13,10 @@ Fetching goes through ``PublicFetcher`` (public addresses only, pinned, 5 KB,
 says (at most a day); failures are remembered briefly, concurrent requests for
 one URL share a fetch, and new fetches have a global budget (of which one
 network and one address prefix may spend only their ``Shares``), so a flood of
-invented URLs costs the world outside at most that budget. URLs that can never
+invented URLs costs the world outside at most that budget. The host lookups run
+on ``LOOKUP_THREADS`` threads of which one network and one address prefix may
+hold only the same shares, until each lookup ends: hosts whose nameserver never
+answers fill only their own network's share. URLs that can never
 be fetched (a loopback name, a private address literal, a number the resolver
 would read as an address, a name that is no domain name) are refused before
 they spend anything. A flood cannot
@@ -25,6 +28,7 @@ after a restart ``ClientDirectory`` serves it from its stored row.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
 import time
@@ -34,16 +38,22 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from auth.client_address import network_key
 from auth.errors import OAuthError
+from auth.lookup_shares import HeldShare, KeyedShares
 from auth.pending import ExpiringMap
 from auth.ratelimit import DEFAULT_SHARES, Budget, PrefixedBudget, Shares
 from auth.registration import check_client_metadata
-from auth.safe_fetch import FetchRefused, PublicFetcher
+from auth.safe_fetch import LOOKUP_THREADS, FetchRefused, PublicFetcher
 from auth.store import Client
 
 log = structlog.get_logger(__name__)
 
 MAX_URL_LENGTH = 512  # the width of oauth_clients.client_id
+# How long a new fetch waits for its address's and network's share of the lookup
+# threads before it is refused. An honest lookup takes milliseconds, so only a host
+# whose nameserver is slow keeps a share this long; the waiting costs the waiter alone.
+LOOKUP_WAIT_S = 5.0
 _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
 
 
@@ -170,18 +180,27 @@ class ClientDocuments:
         failure_ttl_s: float = 30.0,
         budget: Budget | None = None,
         shares: Shares = DEFAULT_SHARES,
+        lookup_wait_s: float = LOOKUP_WAIT_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``stale_s``: how long past its freshness a document may still be served when
         it cannot be fetched again for a reason that says nothing about it (the budget
         is spent, the host is down or slow). A refused document replaces it at once.
         ``budget``: where new fetches are counted (shared by every process); by default
-        in this process's memory, ``fetches_per_minute`` with ``shares``."""
+        in this process's memory, ``fetches_per_minute`` with ``shares``. ``shares``
+        also divides this process's lookup threads (``LOOKUP_THREADS``) between
+        addresses and networks; a fetch waits ``lookup_wait_s`` at most for its place."""
         self._fetcher = fetcher
         # One budget for everyone, of which one network and one address prefix may
         # spend only their shares: flooding it takes many networks, and a known client
         # is served regardless (below, and from its stored row in ClientDirectory).
         self._budget = budget or PrefixedBudget(fetches_per_minute, 60, shares=shares, clock=clock)
+        # The lookup threads are a global budget too, spent by time rather than count: a
+        # nameserver that never answers holds its thread past the fetch's timeout. So each
+        # address and network may hold only its share of them, until the lookup ends.
+        self._lookups = KeyedShares()
+        self.lookups_per_address, self.lookups_per_network = shares.of(LOOKUP_THREADS)
+        self._lookup_wait_s = lookup_wait_s
         self._cache: ExpiringMap[_Good | _Refused] = ExpiringMap(cache_size, clock)
         self._inflight: dict[str, asyncio.Task[Client]] = {}
         self._default_ttl_s = default_ttl_s
@@ -234,25 +253,73 @@ class ClientDocuments:
 
     async def _fetch_shared(self, url: str, prefix: str) -> Client:
         task = self._inflight.get(url)
+        share = None
         if task is None:
-            if await self._budget.take(prefix):
-                raise DocumentRefused(
-                    "Too many new applications are signing in right now; try again in a minute.",
-                    transient=True,
-                )
+            # The lookup's place first, then the budget: a refusal here spends nothing.
+            share = await self._lookup_share(url, prefix)
             task = self._inflight.get(url)  # another caller may have started it meanwhile
+            if task is None:
+                try:
+                    wait = await self._budget.take(prefix)  # 0: spent one; else refused
+                except BaseException:
+                    if share is not None:
+                        share.release()
+                    raise
+                if wait:
+                    if share is not None:
+                        share.release()
+                    raise DocumentRefused(
+                        "Too many new applications are signing in right now; "
+                        "try again in a minute.",
+                        transient=True,
+                    )
+                task = self._inflight.get(url)  # and again, while the budget was asked
+            if task is not None and share is not None:
+                share.release()  # that fetch's lookup has its own place
+                share = None
         if task is None:
-            task = asyncio.ensure_future(self._load(url))
+            task = asyncio.ensure_future(self._load(url, share))
             self._inflight[url] = task
             task.add_done_callback(lambda _: self._inflight.pop(url, None))
+            if share is not None:  # a task cancelled before it ran still gives it back
+                release = share.release
+                task.add_done_callback(lambda _: release())
         # Shielded: one caller giving up must not cancel the fetch the others wait on.
         return await asyncio.shield(task)
 
-    async def _load(self, url: str) -> Client:
+    async def _lookup_share(self, url: str, prefix: str) -> HeldShare | None:
+        """A place for ``url``'s host lookup in ``prefix``'s and its network's shares of
+        the lookup threads (None: an address literal, nothing to look up).
+
+        Raises:
+            DocumentRefused: no place within ``lookup_wait_s`` (transient: nothing is
+                said about the document, and nothing was spent).
+        """
+        host = urlsplit(url).hostname or ""
+        try:
+            ipaddress.ip_address(host)
+            return None
+        except ValueError:
+            pass
+        keys = [  # always the address, then its network: no two fetches wait on each other
+            (f"address:{prefix}", self.lookups_per_address),
+            (f"network:{network_key(prefix)}", self.lookups_per_network),
+        ]
+        try:
+            async with asyncio.timeout(self._lookup_wait_s):
+                return await self._lookups.take(keys)
+        except TimeoutError:
+            raise DocumentRefused(
+                "Too many sign-ins from your network are still waiting for their "
+                "applications' host names to resolve; try again in a minute.",
+                transient=True,
+            ) from None
+
+    async def _load(self, url: str, share: HeldShare | None = None) -> Client:
         host = urlsplit(url).hostname
         started = time.monotonic()
         try:
-            fetched = await self._fetcher.get(url)
+            fetched = await self._fetcher.get(url, share=share)
             client = parse_document(url, fetched.body, now=self._clock())
         except (FetchRefused, DocumentRefused) as exc:
             log.warning("oauth.client_document_refused", host=host, reason=exc.reason)

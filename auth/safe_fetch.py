@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 import httpcore2
 import structlog
 
+from auth.lookup_shares import HeldShare
+
 log = structlog.get_logger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -44,8 +46,12 @@ _NEVER = [
     ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
 ]
 # getaddrinfo blocks a thread; a nameserver that never answers must not tie up the
-# default executor the jail and the runtime use. Four lookups at once is plenty.
-_DNS_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cimd-dns")
+# default executor the jail and the runtime use. The client picks the host, and so may
+# pick its nameserver: each sign-in address and network may hold only its share of
+# these (auth.client_documents), so filling them all takes as many networks as
+# spending any global budget does (ten by default: 2 of 20 each).
+LOOKUP_THREADS = 20
+_DNS_THREADS = ThreadPoolExecutor(max_workers=LOOKUP_THREADS, thread_name_prefix="cimd-dns")
 
 
 class FetchRefused(Exception):
@@ -186,29 +192,34 @@ class PublicFetcher:
             raise FetchRefused(f"The host {host} {refusal}")
         return host, port
 
-    async def get(self, url: str) -> Fetched:
-        """Fetch ``url``; a status other than 200 is refused.
+    async def get(self, url: str, *, share: HeldShare | None = None) -> Fetched:
+        """Fetch ``url``; a status other than 200 is refused. ``share``: the places the
+        host's lookup runs in (held until the lookup ends), given back if none is needed.
 
         Raises:
             FetchRefused: a non-public address, a refused or failed connection, a
                 redirect or other status, a body over the limit, or the deadline.
         """
-        host, port = self.precheck(url)
         try:
+            host, port = self.precheck(url)
             async with asyncio.timeout(self.timeout_s):
-                address = await self._checked_address(host, port)
+                address = await self._checked_address(host, port, share)
                 return await self._download(url, address)
         except TimeoutError:
             raise FetchRefused(
                 f"The server did not answer within {self.timeout_s:g} s.", transient=True
             ) from None
+        finally:
+            if share is not None:
+                share.release()  # not looked up (an address literal, a refusal before)
 
-    async def _checked_address(self, host: str, port: int) -> str:
+    async def _checked_address(self, host: str, port: int, share: HeldShare | None) -> str:
         try:
             addresses = [ipaddress.ip_address(host)]
         except ValueError:
             try:
-                answers = await self._resolver(host, port)
+                lookup = self._resolver(host, port)
+                answers = await (share.run(lookup) if share is not None else lookup)
             except (OSError, UnicodeError):  # UnicodeError: an empty or over-long label
                 raise FetchRefused(f"The host {host} does not resolve.", transient=True) from None
             addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in answers]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import structlog
 from db_testkit import migrated_sqlite
+from dns_testkit import SlowNameserver
 from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -73,3 +74,13 @@ async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     engine = await migrated_sqlite(tmp_path)
     yield engine
     await engine.dispose()
+
+
+@pytest.fixture
+def slow_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNameserver]:
+    """getaddrinfo as a nameserver that never answers for ``*.slow.example`` makes it
+    (see ``dns_testkit.SlowNameserver``); released when the test ends, so no lookup
+    thread outlives it by long."""
+    nameserver = SlowNameserver().install(monkeypatch)
+    yield nameserver
+    nameserver.release.set()

@@ -27,7 +27,6 @@ import functools
 import ipaddress
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -35,6 +34,7 @@ import docker
 import docker.errors
 
 from app.runtime.errors import GitSourceRefused
+from auth.lookup_shares import KeyedShares
 from auth.safe_fetch import AddressPolicy, IPAddress, Resolver, is_public_address
 
 GIT_NETWORK: Final = "sandbox-mcp-git"
@@ -61,27 +61,21 @@ LOOKUPS_PER_SANDBOX: Final = 1
 LOOKUPS_PER_ADDRESS: Final = 2
 
 
-@dataclass
-class _Gate:
-    slots: asyncio.Semaphore
-    users: int = 0  # lookups holding or waiting for one of its slots
-
-
-@dataclass
-class LookupShares:
+class LookupShares(KeyedShares):
     """Lookups in flight per sandbox and per sign-in address, one instance per backend
-    (one per process, as the threads are).
+    (one per process, as the threads are; the gates are ``auth.lookup_shares``').
 
     A lookup past its share waits its turn, inside ``pin_remote``'s timeout (past it, the
     clone is refused in the usual words). Its share is held until the lookup itself ends,
     not until the clone stops waiting: a timed-out ``getaddrinfo`` still holds its thread.
-    A key's gate is dropped when no lookup holds or waits for it.
     """
 
-    per_sandbox: int = LOOKUPS_PER_SANDBOX
-    per_address: int = LOOKUPS_PER_ADDRESS
-    _gates: dict[str, _Gate] = field(default_factory=dict, init=False)
-    _running: set[asyncio.Task[list[str]]] = field(default_factory=set, init=False)  # kept alive
+    def __init__(
+        self, per_sandbox: int = LOOKUPS_PER_SANDBOX, per_address: int = LOOKUPS_PER_ADDRESS
+    ) -> None:
+        super().__init__()
+        self.per_sandbox = per_sandbox
+        self.per_address = per_address
 
     def bounded(self, resolve: Resolver, sandbox: str, address: str) -> Resolver:
         """``resolve`` within ``sandbox``'s and ``address``'s shares ("": not known)."""
@@ -89,46 +83,10 @@ class LookupShares:
         keys += [(f"address:{address}", self.per_address)] if address else []
 
         async def within_share(host: str, port: int) -> list[str]:
-            held: list[str] = []
-            try:
-                for key, limit in keys:  # always sandbox, then address: no lock cycle
-                    await self._enter(key, limit)
-                    held.append(key)
-            except BaseException:
-                self._leave(held)
-                raise
-            lookup = asyncio.ensure_future(resolve(host, port))
-            self._running.add(lookup)
-
-            def ended(done: asyncio.Task[list[str]]) -> None:
-                self._running.discard(done)
-                self._leave(held)
-                if not done.cancelled():
-                    done.exception()  # retrieved: the caller may have stopped waiting
-
-            lookup.add_done_callback(ended)
-            return await asyncio.shield(lookup)
+            held = await self.take(keys)  # always sandbox, then address: no lock cycle
+            return await held.run(resolve(host, port))
 
         return within_share
-
-    async def _enter(self, key: str, limit: int) -> None:
-        gate = self._gates.setdefault(key, _Gate(asyncio.Semaphore(limit)))
-        gate.users += 1
-        try:
-            await gate.slots.acquire()
-        except BaseException:
-            gate.users -= 1
-            if not gate.users:
-                del self._gates[key]
-            raise
-
-    def _leave(self, keys: list[str]) -> None:
-        for key in keys:
-            gate = self._gates[key]
-            gate.slots.release()
-            gate.users -= 1
-            if not gate.users:
-                del self._gates[key]
 
 
 async def pin_remote(

@@ -6,14 +6,19 @@ the test (192.88.99.1, the retired 6to4 relay anycast prefix; RFC 7526),
 with a throwaway CA the server trusts through SSL_CERT_FILE. Nothing in the
 server is relaxed for the test: the production address policy, pinning and TLS
 checks all run. Needs root and iproute2 (CI runs as root; .ci/run installs it).
+The slow-nameserver test also starts its server in a mount namespace of its own
+(util-linux's unshare and mount), with a resolv.conf of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +36,8 @@ pytestmark = pytest.mark.e2e
 PUBLIC_ADDRESS = "192.88.99.1"
 REDIRECT = "http://127.0.0.1:9/callback"
 DOCUMENT_PATH = "/oauth/mcp-client.json"
+HONEST_HOST = "honest.example"  # PUBLIC_ADDRESS in the hosts file of test_a_network_s_slow_...
+SILENT_NAMESERVER = "127.0.0.77"
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +59,11 @@ def public_address() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def ca(tmp_path_factory: pytest.TempPathFactory, public_address: str) -> ThrowawayCA:
-    return make_ca(Path(tmp_path_factory.mktemp("ca")), dns_names=[], ip_addresses=[public_address])
+    return make_ca(
+        Path(tmp_path_factory.mktemp("ca")),
+        dns_names=[HONEST_HOST],
+        ip_addresses=[public_address],
+    )
 
 
 def server_with(tmp_path: Path, ca: ThrowawayCA, **env: str) -> RunningServer:
@@ -373,3 +384,113 @@ async def test_many_networks_cannot_spend_every_document_fetch(
             assert len(documents.seen) == 19
     finally:
         stop_server(server)
+
+
+class SilentNameserver:
+    """A nameserver on SILENT_NAMESERVER:53 that never answers; ``asked``: the names it
+    was asked for (each lookup's A and AAAA queries name one)."""
+
+    def __init__(self) -> None:
+        self.asked: set[str] = set()
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._socket.bind((SILENT_NAMESERVER, 53))
+        self._socket.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                query = self._socket.recv(4096)
+            except TimeoutError:
+                continue
+            labels, at = [], 12  # the question's name follows the 12-byte header
+            while at < len(query) and query[at]:
+                labels.append(query[at + 1 : at + 1 + query[at]].decode("ascii", "replace"))
+                at += 1 + query[at]
+            self.asked.add(".".join(labels))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()
+
+
+def private_resolver(tmp_path: Path) -> list[str]:
+    """A wrapper that starts the server in a mount namespace of its own whose
+    /etc/resolv.conf names only the silent nameserver (one 30 s try: glibc's longest)
+    and whose /etc/hosts names HONEST_HOST: the machine's own files are untouched."""
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {SILENT_NAMESERVER}\noptions timeout:30 attempts:1\n")
+    hosts = tmp_path / "hosts"
+    hosts.write_text(Path("/etc/hosts").read_text() + f"\n{PUBLIC_ADDRESS} {HONEST_HOST}\n")
+    script = (
+        f'mount --bind {resolv} /etc/resolv.conf && mount --bind {hosts} /etc/hosts && exec "$@"'
+    )
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+
+
+async def test_a_network_s_slow_nameserver_leaves_another_network_s_sign_in_served(
+    tmp_path: Path, ca: ThrowawayCA, public_address: str
+) -> None:
+    """Issue 23, finding 8's class: ten /64s of one /48 sign in with 30 hosts whose
+    nameserver never answers, within their fetch shares. The lookups held every one of
+    the fetcher's threads past the fetch's 10 s, and a new client's sign-in from another
+    network timed out behind them. Now the network holds its share (2 lookups), the rest
+    of its sign-ins are told to try again, spending nothing, and the other is served."""
+    nameserver = SilentNameserver()
+    server = start_server(
+        tmp_path / "state",
+        wrapper=private_resolver(tmp_path),
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SSL_CERT_FILE=str(ca.ca_pem),
+        SANDBOX_MCP_CLIENT_DOCUMENT_FETCHES_PER_MINUTE="1000",  # the fetch budget: no limit here
+        SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
+        **DEFAULT_SHARES,
+    )
+    flood: list[asyncio.Task[httpx2.Response]] = []
+    try:
+        async with (
+            document_server(ca, public_address) as documents,
+            httpx2.AsyncClient(timeout=120) as http,
+        ):
+
+            async def sign_in_page(client_id: str, address: str) -> httpx2.Response:
+                return await http.get(
+                    f"{server.base_url}/authorize",
+                    params=authorize_params(client_id),
+                    headers={"x-forwarded-for": address},
+                )
+
+            flood = [
+                asyncio.create_task(
+                    sign_in_page(f"https://h{n}.slow.example/m.json", f"2001:db8:bad:{n % 10}::1")
+                )
+                for n in range(30)
+            ]
+            pending = set(flood)
+            async with asyncio.timeout(60):  # generous: each waits 5 s for its place
+                while len(flood) - len(pending) < 28:
+                    _, pending = await asyncio.wait(pending, return_when="FIRST_COMPLETED")
+            told = [task.result() for task in flood if task.done()]
+            for page in told:
+                assert page.status_code == 400, page.text
+                assert "are still waiting for their applications" in page.text, page.text
+            assert len(nameserver.asked) == 2, nameserver.asked  # the network's share only
+            url = publish(
+                documents, HONEST_HOST, {"client_name": "Fresh", "redirect_uris": [REDIRECT]}
+            )
+            fresh = await asyncio.wait_for(sign_in_page(url, "198.51.100.7"), 60)
+            assert fresh.status_code == 200, fresh.text
+            assert "Fresh" in fresh.text, "another network's document is fetched at once"
+            assert HONEST_HOST not in nameserver.asked
+    finally:
+        for task in flood:
+            task.cancel()  # the two still looking up would wait out the fetch's 10 s
+        await asyncio.gather(*flood, return_exceptions=True)
+        # Killed: an interpreter exits only once its lookup threads have, 30 s here.
+        server.process.kill()
+        stop_server(server)
+        nameserver.close()

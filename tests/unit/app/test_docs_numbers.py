@@ -24,6 +24,8 @@ from app.mcp.fit import STRUCTURED_BUDGET
 from app.runtime.egress_connlimit import MAX_CONNECTIONS as EGRESS_CONNECTIONS
 from app.runtime.egress_rules import SquidPlan, squid_conf
 from app.settings import ENV_PREFIX, Settings, load_settings
+from auth.client_documents import LOOKUP_WAIT_S
+from auth.safe_fetch import LOOKUP_THREADS
 
 ROOT = Path(__file__).parents[3]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -33,6 +35,8 @@ CONFIGURATION = ROOT / "docs" / "configuration.md"
 CONSTANTS: dict[str, int] = {
     "connlimit": EGRESS_CONNECTIONS,  # connections one container holds to the proxy
     "STRUCTURED_BUDGET": STRUCTURED_BUDGET,  # characters of one result's structured content
+    "LOOKUP_THREADS": LOOKUP_THREADS,  # the metadata-document fetcher's DNS threads
+    "LOOKUP_WAIT_S": int(LOOKUP_WAIT_S),  # how long a fetch waits for its lookup share
 }
 
 

@@ -10,7 +10,8 @@ import asyncio
 import json
 
 import pytest
-from fetch_testkit import Clock, Resolver, SpyNetwork, documents
+from dns_testkit import SlowNameserver
+from fetch_testkit import Clock, Resolver, SpyNetwork, documents, loopback_too
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
 from auth.client_documents import (
@@ -22,6 +23,7 @@ from auth.client_documents import (
 )
 from auth.ratelimit import Shares
 from auth.safe_fetch import PublicFetcher
+from auth.store import Client
 
 
 @pytest.mark.parametrize(
@@ -395,3 +397,133 @@ async def test_one_caller_giving_up_does_not_cancel_the_shared_fetch(
     assert (await patient).client_id == url
     assert impatient.cancelled()
     assert len(server.seen) == 1
+
+
+# -- the lookup threads' shares (issue 23, finding 8's class) --------------------------
+
+
+def looked_up_for_real(ca: ThrowawayCA, **kw: float) -> ClientDocuments:
+    """Documents whose hosts are looked up by the production resolver, on the fetcher's
+    own threads (getaddrinfo is the slow_dns fixture's: client.test is on loopback);
+    the fetch's own timeout is out of the way, so only a share can end a wait."""
+    fetcher = PublicFetcher(
+        allow=loopback_too,
+        ssl_context=ca.client_context(),
+        network=SpyNetwork(),
+        ports=None,
+        timeout_s=600.0,
+    )
+    return ClientDocuments(fetcher, shares=Shares(5, 10), **kw)  # type: ignore[arg-type]
+
+
+async def fetched_promptly(docs: ClientDocuments, url: str, prefix: str) -> None:
+    # Generous: served in milliseconds with its share, never while the threads are held.
+    honest = asyncio.create_task(docs.client(url, prefix=prefix))
+    done, _ = await asyncio.wait({honest}, timeout=60)
+    assert done == {honest}, "the fetch waited behind another's slow lookups"
+    assert honest.result().client_id == url
+
+
+async def until_done(tasks: list[asyncio.Task[Client]], count: int) -> list[asyncio.Task[Client]]:
+    """The tasks done once ``count`` of them are (bounded generously)."""
+    pending = set(tasks)
+    async with asyncio.timeout(60):
+        while len(tasks) - len(pending) < count:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    return [task for task in tasks if task.done()]
+
+
+async def test_one_network_s_slow_lookups_leave_another_network_s_fetch_served(
+    ca: ThrowawayCA, server: DocumentServer, slow_dns: SlowNameserver
+) -> None:
+    # Ten addresses of one /48 sign in with 30 hosts whose nameserver never answers,
+    # within their fetch shares: without shares of the lookup threads they held every
+    # thread, and a new client's lookup from elsewhere waited behind them.
+    slow_dns.answer = "127.0.0.1"
+    docs = looked_up_for_real(ca, fetches_per_minute=1000, lookup_wait_s=0.5)
+    assert (docs.lookups_per_address, docs.lookups_per_network) == (1, 2)
+    flood = [
+        asyncio.create_task(
+            docs.client(f"https://h{n}.slow.example/m.json", prefix=f"2001:db8:bad:{n % 10}::/64")
+        )
+        for n in range(30)
+    ]
+    try:
+        for _ in range(docs.lookups_per_network):  # the network's share is in its threads
+            assert await asyncio.to_thread(slow_dns.entered.acquire, timeout=60)
+        await fetched_promptly(docs, publish(server, "/honest.json"), "198.51.100.7")
+        # The rest of the flood is refused, in words the client can act on, and none of
+        # it reached a thread.
+        refused = await until_done(flood, 28)
+        for task in refused:
+            with pytest.raises(DocumentRefused, match="still waiting for their applications'"):
+                task.result()
+            assert task.exception().transient  # type: ignore[union-attr]
+        assert not slow_dns.entered.acquire(timeout=0), "only the network's two looked up"
+    finally:
+        slow_dns.release.set()
+        results = await asyncio.gather(*flood, return_exceptions=True)
+    assert all(isinstance(result, DocumentRefused) for result in results), results
+    assert docs._lookups.idle  # every place given back once its lookup ended
+
+
+async def test_one_address_s_slow_lookups_leave_its_neighbour_s_fetch_served(
+    ca: ThrowawayCA, server: DocumentServer, slow_dns: SlowNameserver
+) -> None:
+    slow_dns.answer = "127.0.0.1"
+    docs = looked_up_for_real(ca, fetches_per_minute=1000, lookup_wait_s=0.5)
+    flood = [
+        asyncio.create_task(docs.client(f"https://h{n}.slow.example/m.json", prefix="192.0.2.9"))
+        for n in range(3)
+    ]
+    try:
+        assert await asyncio.to_thread(slow_dns.entered.acquire, timeout=60)
+        # The same /24, another address: the network's second place is its.
+        await fetched_promptly(docs, publish(server, "/neighbour.json"), "192.0.2.10")
+        await until_done(flood, 2)
+        assert not slow_dns.entered.acquire(timeout=0), "one lookup for 192.0.2.9 at a time"
+    finally:
+        slow_dns.release.set()
+        await asyncio.gather(*flood, return_exceptions=True)
+    assert docs._lookups.idle
+
+
+async def test_a_fetch_refused_its_lookup_place_spends_no_budget(
+    ca: ThrowawayCA, server: DocumentServer, slow_dns: SlowNameserver
+) -> None:
+    # 60 a minute: one address may spend 3 fetches and hold 1 lookup.
+    slow_dns.answer = "127.0.0.1"
+    docs = looked_up_for_real(ca, fetches_per_minute=60, lookup_wait_s=0.2)
+    slow = asyncio.create_task(docs.client("https://a.slow.example/m.json", prefix="192.0.2.9"))
+    try:
+        assert await asyncio.to_thread(slow_dns.entered.acquire, timeout=60)
+        for n in range(10):
+            with pytest.raises(DocumentRefused, match="still waiting"):
+                await docs.client(f"https://b{n}.slow.example/m.json", prefix="192.0.2.9")
+    finally:
+        slow_dns.release.set()
+    with pytest.raises(DocumentRefused, match="does not resolve"):
+        await slow  # one fetch spent
+    for name in ("one", "two"):  # the other two are still there
+        url = publish(server, f"/{name}.json")
+        assert (await docs.client(url, prefix="192.0.2.9")).client_id == url
+    with pytest.raises(DocumentRefused, match="Too many new applications"):
+        await docs.client(publish(server, "/three.json"), prefix="192.0.2.9")
+
+
+async def test_callers_of_a_url_being_fetched_join_its_lookup_without_a_place_of_their_own(
+    ca: ThrowawayCA, slow_dns: SlowNameserver
+) -> None:
+    docs = looked_up_for_real(ca, lookup_wait_s=0.2)
+    url = "https://same.slow.example/m.json"
+    callers = [asyncio.create_task(docs.client(url, prefix="192.0.2.9")) for _ in range(5)]
+    try:
+        assert await asyncio.to_thread(slow_dns.entered.acquire, timeout=60)
+        await asyncio.sleep(1)  # past lookup_wait_s: a caller that needed a place is refused
+        assert not any(task.done() for task in callers), "a caller did not join the fetch"
+    finally:
+        slow_dns.release.set()
+    for result in await asyncio.gather(*callers, return_exceptions=True):
+        assert isinstance(result, DocumentRefused), result
+        assert "does not resolve" in result.reason
+    assert not slow_dns.entered.acquire(timeout=0), "one lookup for all five"

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dns_testkit import SlowNameserver
 from docker.types import HostConfig
 from hardening_checks import assert_hardened
 
@@ -762,29 +761,12 @@ def test_a_remote_s_flood_of_lines_is_read_from_its_tail_only() -> None:
     assert whole < 10 * floor + 0.005, (whole, floor)
 
 
-@pytest.fixture
-def slow_dns(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Semaphore]:
-    """getaddrinfo as a nameserver that never answers for ``*.slow.example`` makes it:
-    each such lookup holds its thread (counted in ``entered``) until ``release``."""
-    release, entered = threading.Event(), threading.Semaphore(0)
-
-    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
-        if host.endswith(".slow.example"):
-            entered.release()
-            release.wait(120)
-            raise socket.gaierror("no answer")
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    return release, entered
-
-
 async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
-    slow_dns: tuple[threading.Event, threading.Semaphore],
+    slow_dns: SlowNameserver,
 ) -> None:
     # A tenant's nameserver that never answers holds each lookup's thread long after
     # pin_remote stops waiting; the clone used the four threads sign-ins look up on.
-    release, entered = slow_dns
+    release, entered = slow_dns.release, slow_dns.entered
     clones = [asyncio.create_task(pin_remote(f"https://h{n}.slow.example/r")) for n in range(8)]
     try:
         for _ in range(4):  # four lookups are blocked in their threads
@@ -800,11 +782,11 @@ async def test_a_clone_s_slow_lookups_leave_the_sign_in_s_dns_threads_free(
 
 
 async def test_one_address_s_clones_hold_only_its_share_of_the_clone_dns_threads(
-    slow_dns: tuple[threading.Event, threading.Semaphore], monkeypatch: pytest.MonkeyPatch
+    slow_dns: SlowNameserver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One address's eight sandboxes clone hosts whose nameserver never answers; without a
     # share they held all four clone threads and another address's clone waited behind them.
-    release, entered = slow_dns
+    release, entered = slow_dns.release, slow_dns.entered
     monkeypatch.setattr(git_egress, "RESOLVE_TIMEOUT_S", 300.0)  # no clone gives up here
     shares = LookupShares()
 
@@ -828,4 +810,4 @@ async def test_one_address_s_clones_hold_only_its_share_of_the_clone_dns_threads
         release.set()
         results = await asyncio.gather(*heavy, return_exceptions=True)
     assert all(isinstance(r, GitSourceRefused) for r in results), results
-    assert shares._gates == {}  # every gate dropped once idle
+    assert shares.idle  # every gate dropped once idle
