@@ -7,11 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.shared.inbound import decode_header_value
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from structlog.testing import capture_logs
 
+from app.mcp.request_bounds import LARGE_BODY
 from app.mcp.transport import StatelessTransport
+from auth.grants import SIGNIN_CLAIM
 
 MODERN = "2026-07-28"
 EVENT = "mcp.protocol_version_header_mismatch"
@@ -247,3 +251,76 @@ async def test_a_post_to_mcp_goes_straight_to_the_sdk_endpoint() -> None:
     assert "router" in scopes[1]
     redirected = await send(StatelessTransport(plain), call(), path="/mcp/")
     assert redirected.status_code == 307, "not /mcp exactly: the whole app (its redirect)"
+
+
+def signed_in(address: str, sandbox: str) -> Scope:
+    """A POST /mcp as the bearer gate hands it on: its token's sign-in address claimed."""
+    token = AccessToken(
+        token="t",
+        client_id="c",
+        scopes=[],
+        subject=sandbox,
+        claims={SIGNIN_CLAIM: address},
+    )
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [],
+        "user": AuthenticatedUser(token),
+    }
+
+
+async def post_in_pieces(adapter: StatelessTransport, scope: Scope, pieces: list[bytes]) -> int:
+    """``pieces`` handed over as uvicorn does, one ``http.request`` message each."""
+    messages: list[Message] = [
+        {"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1}
+        for i, piece in enumerate(pieces)
+    ]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return messages.pop(0)  # never asked past the last one
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await adapter(scope, receive, send)
+    return int(sent[0]["status"])
+
+
+async def test_a_large_body_counts_for_its_sign_in_address_whole_or_in_pieces() -> None:
+    """A body is counted for the address in its token once it passes 64 KiB, whether
+    uvicorn hands it over in one message or several, until it is answered; a body of
+    exactly 64 KiB is not. Seen from inside the SDK, with a share of one: another
+    sandbox's large body from the same address is refused meanwhile, another address's
+    is served."""
+    large = json.dumps(call(arguments={"pad": "x" * (2 * LARGE_BODY)})).encode()
+    exact = json.dumps(call(arguments={"pad": ""})).encode()
+    exact = exact.replace(b'"pad": ""', b'"pad": "' + b"x" * (LARGE_BODY - len(exact)) + b'"')
+    assert len(exact) == LARGE_BODY
+    meanwhile: list[tuple[int, int]] = []
+
+    async def sdk(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body", False):
+            pass
+        if scope.get("outer"):
+            same = await post_in_pieces(adapter, signed_in("a", "s2"), [large])
+            other = await post_in_pieces(adapter, signed_in("b", "s3"), [large])
+            meanwhile.append((same, other))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    adapter = StatelessTransport(sdk)
+    adapter.large_bodies.per_address = 1
+    step = 16 * 1024
+    for pieces in (
+        [large],
+        [large[i : i + step] for i in range(0, len(large), step)],
+        [large[:LARGE_BODY], large[LARGE_BODY:]],  # 64 KiB exactly, then past it
+    ):
+        assert await post_in_pieces(adapter, {**signed_in("a", "s1"), "outer": True}, pieces) == 200
+        assert meanwhile.pop() == (429, 200)
+    # Answered, each gave its place back; a body of exactly 64 KiB never took one.
+    assert await post_in_pieces(adapter, {**signed_in("a", "s1"), "outer": True}, [exact]) == 200
+    assert meanwhile.pop() == (200, 200)
