@@ -27,6 +27,13 @@ DECLARES_TASKS = {"extensions": {TASKS: {}}}
 SYNC_WAIT_S = 1.5
 
 
+def gated(name: str, then: str) -> str:
+    """A command that runs until the test writes ``/tmp/<name>`` (``release``), then
+    ``then``: running for as long as the test needs it to, on any machine, where a
+    ``sleep N`` could end before a busy machine's next call arrives."""
+    return f"until [ -e /tmp/{name} ]; do sleep 0.1; done; {then}"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
@@ -101,6 +108,32 @@ async def execute(
     return await call(http, server, token, "execute_experiment", arguments, declares=declares)
 
 
+async def release(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, experiment: str, name: str
+) -> None:
+    """Let the ``gated`` commands waiting for ``name`` go on (the file is written even if
+    a busy machine makes the call outlast SYNC_WAIT_S; the gated commands' ends say so)."""
+    done = await execute(http, server, token, experiment, f"touch /tmp/{name}", declares=False)
+    assert not done.get("isError"), done
+
+
+async def ordinary_output(
+    http: httpx2.AsyncClient, server: RunningServer, token: str, result: dict[str, Any]
+) -> str:
+    """The stdout of an ordinary (not task) command result: at once, or, when a busy
+    machine made it outlast SYNC_WAIT_S, from its job."""
+    assert "taskId" not in result
+    assert result.get("resultType", "complete") == "complete"
+    ran = result["structuredContent"]
+    job = {"job_id": ran["job_id"], "wait_s": 30}
+    for _ in range(4):  # each wait returns within 30 s
+        if ran["status"] != "running":
+            break
+        ran = await tool(http, server, token, "get_job_result", job)
+    assert ran["status"] == "completed", ran
+    return str(ran["stdout"])
+
+
 async def get_task(
     http: httpx2.AsyncClient, server: RunningServer, token: str, task_id: str
 ) -> dict[str, Any]:
@@ -158,13 +191,17 @@ async def test_a_command_becomes_a_task_that_runs_past_the_sync_wait(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    started = time.monotonic()
-    handle = await execute(http, server, token, experiment, "sleep 5; echo done")
-    # Answered at once, not after the command's 5 s (a busy machine may take a few).
-    assert time.monotonic() - started < 4
+    # The command waits for a file the test writes only once the handle is here: a
+    # server that answered after the command would never answer (the generous
+    # wait_for fails it), however fast or busy the machine, where a clock bound
+    # against a 5 s command left a busy machine 1 s of margin.
+    command = gated("go", "echo done")
+    handle = await asyncio.wait_for(execute(http, server, token, experiment, command), 60)
     task_id = assert_task_handle(handle)
-    task, seen = await poll(http, server, token, task_id)
-    assert seen[0] == "working"
+    await asyncio.sleep(2 * SYNC_WAIT_S)  # the command runs past SYNC_WAIT_S ...
+    assert (await get_task(http, server, token, task_id))["status"] == "working"
+    await release(http, server, token, experiment, "go")
+    task, _ = await poll(http, server, token, task_id)  # ... and to its end
     assert task["status"] == "completed", task
     assert task["resultType"] == "complete"
     result = task["result"]
@@ -185,12 +222,12 @@ async def test_a_client_that_does_not_declare_tasks_is_served_as_before(
 ) -> None:
     token, experiment = signed_in
     quick = await execute(http, server, token, experiment, "echo plain", declares=False)
-    assert quick.get("resultType", "complete") == "complete"
-    assert quick["structuredContent"]["stdout"] == "plain\n"
-    slow = await execute(http, server, token, experiment, "sleep 3; echo later", declares=False)
+    assert await ordinary_output(http, server, token, quick) == "plain\n"
+    slow = await execute(http, server, token, experiment, gated("later", "true"), declares=False)
     # Today's behaviour: past SYNC_WAIT_S the call returns its job id, still running.
     assert "taskId" not in slow
     assert slow["structuredContent"]["status"] == "running"
+    await release(http, server, token, experiment, "later")
     refused = await rpc(
         http, server, token, "tasks/get", {"taskId": str(uuid.uuid4())}, declares=False
     )
@@ -299,13 +336,28 @@ async def test_cancelling_a_task_kills_its_command(
     assert (await get_task(http, server, token, task_id))["status"] == "cancelled"
 
 
+async def setup_jobs(http: httpx2.AsyncClient, server: RunningServer, token: str) -> list[Any]:
+    """The jobs of the sandbox's one experiment, none while it is not listed yet."""
+    listed = (await tool(http, server, token, "list_experiments", {}))["experiments"]
+    if not listed:
+        return []
+    (experiment,) = listed
+    arguments = {"experiment_id": experiment["experiment_id"]}
+    return list((await tool(http, server, token, "get_experiment", arguments))["jobs"])
+
+
 async def test_cancelling_a_create_task_kills_its_setup_command(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
     token = await new_user(http, server.base_url)
     handle = await call(http, server, token, "create_experiment", {"setup_commands": ["sleep 60"]})
     task_id = assert_task_handle(handle)
-    await asyncio.sleep(2)
+    # Cancelled once the setup command runs (a fixed pause could end before a busy
+    # machine has made the container).
+    deadline = time.monotonic() + 60
+    while not any(job["status"] == "running" for job in await setup_jobs(http, server, token)):
+        assert time.monotonic() < deadline, "the setup command never ran"
+        await asyncio.sleep(0.2)
     await rpc(http, server, token, "tasks/cancel", {"taskId": task_id})
     assert (await get_task(http, server, token, task_id))["status"] == "cancelled"
     (experiment,) = (await tool(http, server, token, "list_experiments", {}))["experiments"]
@@ -322,7 +374,7 @@ async def test_another_sandbox_cannot_see_or_touch_a_task(
 ) -> None:
     owner, experiment = signed_in
     stranger = await new_user(http, server.base_url)
-    handle = await execute(http, server, owner, experiment, "sleep 4; echo mine")
+    handle = await execute(http, server, owner, experiment, gated("mine", "echo mine"))
     task_id = assert_task_handle(handle)
     never_existed = str(uuid.uuid4())
     for method, extra in (
@@ -336,7 +388,10 @@ async def test_another_sandbox_cannot_see_or_touch_a_task(
         assert theirs["error"] == unknown["error"], method
         assert theirs["error"]["code"] == -32602
         assert "Task not found" in theirs["error"]["message"]
-    # The stranger's cancel did nothing: the owner's command ran to its end.
+    # The stranger's cancel did nothing: the owner's command, running through all of it,
+    # runs to its end.
+    assert (await get_task(http, server, owner, task_id))["status"] == "working"
+    await release(http, server, owner, experiment, "mine")
     assert (await completed(http, server, owner, task_id))["stdout"] == "mine\n"
 
 
@@ -363,13 +418,15 @@ async def test_a_sandbox_whose_tasks_all_run_is_served_without_a_task(
     http: httpx2.AsyncClient, server: RunningServer, signed_in: tuple[str, str]
 ) -> None:
     token, experiment = signed_in
-    command = {"experiment_id": experiment, "command": "sleep 3; echo busy"}
+    # Both tasks run until the third call is answered, however long a busy machine takes.
+    command = {"experiment_id": experiment, "command": gated("busy", "echo busy")}
     first = assert_task_handle(await call(http, server, token, "execute_experiment", command))
     second = assert_task_handle(await call(http, server, token, "execute_experiment", command))
     # MAX_TASKS_PER_SANDBOX=2, both running: the third call is an ordinary one.
     third = await call(http, server, token, "execute_experiment", command)
     assert third["resultType"] == "complete"
     assert third["structuredContent"]["job_id"].startswith("job_")
+    await release(http, server, token, experiment, "busy")
     for task_id in (first, second):
         assert (await completed(http, server, token, task_id))["stdout"] == "busy\n"
     # Once they have finished, the oldest is forgotten to make room for a new task.

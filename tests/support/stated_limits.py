@@ -19,6 +19,8 @@ UNITS = {
     "B": 1,
     "KB": 1024,  # Squid's KB, and the docs', are 1024 bytes
     "KiB": 1024,
+    "MB": 1024**2,  # the docs' MB, like the code's, is 1,048,576 bytes (or characters)
+    "GB": 1024**3,
     "MiB": 1024**2,
     "GiB": 1024**3,
     "s": 1,
@@ -31,10 +33,13 @@ UNITS = {
     "day": 86400,
     "days": 86400,
 }
-UNIT = r"(?:KiB|MiB|GiB|KB|B|seconds?|minutes?|hours?|days?|s)"
-VALUE = rf"(?:\d[\d,]*(?::\d+)?(?:\s+{UNIT})?|an?\s+(?:second|minute|hour|day))"
-# "`NAME` (VALUE" : the value ends the bracket or is followed by ',' or ';'.
-NAME_THEN_VALUE = re.compile(rf"`(?:{ENV_PREFIX})?([A-Za-z][A-Za-z0-9_]*)` \(({VALUE})(?=[),;])")
+UNIT = r"(?:KiB|MiB|GiB|KB|MB|GB|B|seconds?|minutes?|hours?|days?|s)"
+VALUE = rf"(?:\d[\d,]*(?::\d+)?%?(?:\s+{UNIT})?|an?\s+(?:second|minute|hour|day))"
+# "`NAME` (VALUE", or "(`NAME`, VALUE" inside a bracket: the value ends the bracket or
+# is followed by ',', ';' or ':'.
+NAME_THEN_VALUE = re.compile(
+    rf"`(?:{ENV_PREFIX})?([A-Za-z][A-Za-z0-9_]*)`(?: \(|, )({VALUE})(?=[),;:])"
+)
 # "VALUE ... (`NAME`" : the value, a few words without a comma, a number or another
 # name, then the name (or several, comma-separated, that share the value).
 NAMES = rf"`(?:{ENV_PREFIX})?[A-Za-z][A-Za-z0-9_]*`(?:, `(?:{ENV_PREFIX})?[A-Za-z][A-Za-z0-9_]*`)*"
@@ -46,7 +51,7 @@ VALUE_THEN_NAME = re.compile(
 def number(text: str) -> int | str:
     """A stated value in base units (bytes, seconds), or as written when it is not a
     quantity (`1000:1000`)."""
-    text = " ".join(text.split())
+    text = " ".join(text.split()).replace("%", "")  # a percentage setting is its number
     if ":" in text:
         return text
     article = re.fullmatch(r"an? (\w+)", text)

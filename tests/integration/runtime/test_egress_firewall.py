@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 CHAIN = "SMCP-TEST-FW"
 REINSTALLS = 150
+LISTINGS = 25  # the watcher's looks the installs go on for, however slow it is
 
 
 @pytest.fixture
@@ -41,12 +42,18 @@ def in_namespace(name: str, *argv: str) -> list[str]:
     return ["ip", "netns", "exec", name, *argv]
 
 
-def installs_of(count: int) -> str:
-    """A Python program that installs the firewall ``count`` times, as server starts do."""
+def installs_of(count: int, until: str | None = None) -> str:
+    """A Python program that installs the firewall ``count`` times, as server starts do,
+    and then on until the file ``until`` exists (at most 200 s): a fixed count alone
+    could end before a slow watcher had looked often enough."""
     return (
+        "import os, time\n"
         "from app.runtime.egress_network import install_firewall\n"
-        f"for _ in range({count}):\n"
+        "deadline, done = time.monotonic() + 200, 0\n"
+        f"while done < {count} or ({until!r} and not os.path.exists({until!r})"
+        " and time.monotonic() < deadline):\n"
         f"    install_firewall('br-smcp-test', '{CHAIN}', '10.99.0.1', 3128)\n"
+        "    done += 1\n"
     )
 
 
@@ -58,20 +65,21 @@ def test_reinstalling_the_firewall_never_shows_a_half_filled_chain(namespace: st
         check=False,
     )
     assert first.returncode == 0, first.stderr
-    # Watch the chain from a second process while the installs run.
+    # Watch the chain from a second process while the installs run; once it has looked
+    # LISTINGS times it says so, and the installs (at least REINSTALLS) stop.
+    enough = f"/tmp/{namespace}.enough"
+    watch = (
+        f"n=0; while [ ! -e /tmp/{namespace}.done ]; do iptables -w -S {CHAIN}; echo ---; "
+        f"n=$((n+1)); [ $n -ge {LISTINGS} ] && touch {enough}; done"
+    )
     watcher = subprocess.Popen(
-        in_namespace(
-            namespace,
-            "sh",
-            "-c",
-            f"while [ ! -e /tmp/{namespace}.done ]; do iptables -w -S {CHAIN}; echo ---; done",
-        ),
+        in_namespace(namespace, "sh", "-c", watch),
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         installs = subprocess.run(
-            in_namespace(namespace, sys.executable, "-c", installs_of(REINSTALLS)),
+            in_namespace(namespace, sys.executable, "-c", installs_of(REINSTALLS, enough)),
             capture_output=True,
             text=True,
             check=False,
@@ -81,9 +89,11 @@ def test_reinstalling_the_firewall_never_shows_a_half_filled_chain(namespace: st
         open(f"/tmp/{namespace}.done", "w").close()
         out, _ = watcher.communicate(timeout=60)
         os.unlink(f"/tmp/{namespace}.done")
+        if os.path.exists(enough):
+            os.unlink(enough)
     assert installs.returncode == 0, installs.stderr
     listings = [block.strip().splitlines() for block in out.split("---") if block.strip()]
-    assert len(listings) > 20, "the watcher must have looked while the installs ran"
+    assert len(listings) >= LISTINGS, "the watcher must have looked while the installs ran"
     whole = [
         f"-N {CHAIN}",
         f"-A {CHAIN} -d 10.99.0.1/32 -p tcp -m tcp --dport 3128 --tcp-flags FIN,SYN,RST,ACK SYN "

@@ -7,7 +7,11 @@ followed by the name it belongs to, "10 a minute ... (`SIGNINS_PER_MINUTE`)",
 model), a directive of the squid.conf the server writes, or one of the code's own
 bounds below; each such pair must agree. The configuration page's default column is
 compared with the settings model field by field, and the egress allow-list the egress
-page lists with the default one.
+page lists with the default one. A name the check does not know is a failure, not a
+skip (``NOT_CHECKED`` lists the few that are not the code's numbers), and so is a name
+with a number beside it in a shape the reader misses. The defaults the README and the
+tools page state without a name ("1 CPU, 1024 MB of memory, 600 s per command") are
+compared with what an experiment gets when it asks for nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +22,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stated_limits import UNIT, number, stated_pairs
+from stated_limits import NAME_THEN_VALUE, UNIT, number, stated_pairs
 
-from app.mcp.fit import STRUCTURED_BUDGET
-from app.runtime.egress_connlimit import MAX_CONNECTIONS as EGRESS_CONNECTIONS
+from app.experiments import shelf, views
+from app.experiments.assembly import experiment_options
+from app.experiments.test_readers import _common as report_common
+from app.experiments.test_readers.junit import (  # the package's `junit` is its reader function
+    FEED_BYTES,
+    MAX_DEPTH,
+    MAX_ELEMENTS,
+    MAX_TEST_CASES,
+    MAX_TOKEN_BYTES,
+)
+from app.mcp import fit, request_bounds, resources, tasks
+from app.mcp.tools import seed_names
+from app.runtime import _clone, egress_connlimit, fast_exec, git_egress
+from app.runtime.backend import Limits
 from app.runtime.egress_rules import SquidPlan, squid_conf
 from app.settings import ENV_PREFIX, Settings, load_settings
 from auth.client_documents import LOOKUP_WAIT_S
@@ -31,12 +47,48 @@ ROOT = Path(__file__).parents[3]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 
-# Bounds that are constants of the code, not settings, under the name the docs give.
-CONSTANTS: dict[str, int] = {
-    "connlimit": EGRESS_CONNECTIONS,  # connections one container holds to the proxy
-    "STRUCTURED_BUDGET": STRUCTURED_BUDGET,  # characters of one result's structured content
-    "LOOKUP_THREADS": LOOKUP_THREADS,  # the metadata-document fetcher's DNS threads
-    "LOOKUP_WAIT_S": int(LOOKUP_WAIT_S),  # how long a fetch waits for its lookup share
+# Bounds that are constants of the code, not settings, under the name the docs give
+# (read through their modules: a constant renamed or moved fails here, not silently).
+CONSTANTS: dict[str, int | float] = {
+    "connlimit": egress_connlimit.MAX_CONNECTIONS,  # one container's connections to the proxy
+    "STRUCTURED_BUDGET": fit.STRUCTURED_BUDGET,  # characters of one result's structured content
+    # a JUnit report, read as a stream
+    "MAX_DEPTH": MAX_DEPTH,
+    "MAX_ELEMENTS": MAX_ELEMENTS,
+    "MAX_TEST_CASES": MAX_TEST_CASES,
+    "MAX_TOKEN_BYTES": MAX_TOKEN_BYTES,
+    "FEED_BYTES": FEED_BYTES,
+    "MAX_JSON_VALUES": report_common.MAX_JSON_VALUES,  # a jest/vitest JSON report
+    "MAX_KEPT_FAILING": report_common.MAX_KEPT_FAILING,
+    # the executor stream
+    "EVENTS_PER_S": fast_exec.EVENTS_PER_S,
+    "BYTES_PER_S": fast_exec.BYTES_PER_S,
+    "READS_PER_S": fast_exec.READS_PER_S,
+    "STDERR_MAX": fast_exec.STDERR_MAX,
+    # request bodies measured before the SDK parses them
+    "LARGE_BODY": request_bounds.LARGE_BODY,
+    "MAX_VALUES": request_bounds.MAX_VALUES,
+    "MAX_ESCAPES": request_bounds.MAX_ESCAPES,
+    "LARGE_PER_ADDRESS": request_bounds.LARGE_PER_ADDRESS,
+    # reads, views and the logs resource
+    "ARTIFACT_PART_BYTES": shelf.ARTIFACT_PART_BYTES,
+    "MAX_LISTED_JOBS": views.MAX_LISTED_JOBS,
+    "MAX_LISTED_COMMAND_CHARS": views.MAX_LISTED_COMMAND_CHARS,
+    "MAX_LOG_CHARS": resources.MAX_LOG_CHARS,
+    # a clone's output and its lookups
+    "MAX_SCANNED_CHARS": git_egress.MAX_SCANNED_CHARS,
+    "LOOKUPS_PER_SANDBOX": git_egress.LOOKUPS_PER_SANDBOX,
+    "LOOKUPS_PER_ADDRESS": git_egress.LOOKUPS_PER_ADDRESS,
+    "RESOLVE_TIMEOUT_S": git_egress.RESOLVE_TIMEOUT_S,
+    "pollIntervalMs": tasks.POLL_INTERVAL_MS,  # the field a task handle carries
+    # the metadata-document fetcher's DNS threads, and how long a fetch waits for its share
+    "LOOKUP_THREADS": LOOKUP_THREADS,
+    "LOOKUP_WAIT_S": LOOKUP_WAIT_S,
+}
+
+# Backticked names beside a number that are not the code's bounds, each with why.
+NOT_CHECKED = {
+    "GIT_LIMITS": "several values at once: test_the_clone_helper_s_limits_are_the_stated_ones",
 }
 
 
@@ -70,8 +122,8 @@ def defaults() -> dict[str, Any]:
 
 
 def known(defaults: dict[str, Any]) -> dict[str, int | str]:
-    values: dict[str, int | str] = {**CONSTANTS, **squid_directives()}
-    for key, value in defaults.items():
+    values: dict[str, int | str] = {**squid_directives()}
+    for key, value in [*CONSTANTS.items(), *defaults.items()]:
         if isinstance(value, bool):
             continue
         if isinstance(value, int | float):
@@ -91,12 +143,33 @@ def agrees(stated: int | str, actual: int | str) -> bool:
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_stated_value_is_the_codes(page: Path, defaults: dict[str, Any]) -> None:
     values = known(defaults)
+    pairs = stated_pairs(page.read_text())
+    unknown = sorted({name for name, _ in pairs if name not in values} - set(NOT_CHECKED))
+    assert unknown == [], "a stated name the check does not know: add it to CONSTANTS"
     wrong = [
         f"`{name}` ({value}): the code says {values[name]}"
-        for name, value in stated_pairs(page.read_text())
+        for name, value in pairs
         if name in values and not agrees(number(value), values[name])
     ]
     assert wrong == []
+
+
+# A backticked name with a number right after it: "`NAME` 64", "`NAME` (64", "`NAME`, 64".
+NAME_BESIDE_NUMBER = re.compile(rf"`(?:{ENV_PREFIX})?([A-Za-z][A-Za-z0-9_]*)`,? \(?\d")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_number_beside_a_name_is_read_as_its_value(page: Path) -> None:
+    """Once "`MAX_DEPTH` 64" was read as nothing, and "8192 frames, 64 MiB and 256 reads a
+    second (`EVENTS_PER_S`, `BYTES_PER_S`, `READS_PER_S`)" as 256 for all three: a value
+    must sit beside its own name, in brackets, where the check reads it."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    missed = [
+        " ".join(text[found.start() : found.end() + 20].split())
+        for found in NAME_BESIDE_NUMBER.finditer(text)
+        if found.group(1) not in NOT_CHECKED and not NAME_THEN_VALUE.match(text, found.start())
+    ]
+    assert missed == [], "write `NAME` (value), or value (`NAME`)"
 
 
 def test_the_pages_state_the_limits_a_tenant_meets(defaults: dict[str, Any]) -> None:
@@ -121,8 +194,88 @@ def test_the_pages_state_the_limits_a_tenant_meets(defaults: dict[str, Any]) -> 
         "client_idle_pconn_timeout",
         "request_header_max_size",
         "max_filedescriptors",
+        *CONSTANTS,  # every bound of the code's own is stated where the check reads it
     }
     assert sorted(expected - stated) == []
+
+
+def what_an_experiment_gets() -> dict[str, int | str]:
+    """What ``create_experiment`` gives when it asks for nothing, from the code: the
+    tool's ``Limits()`` and the options the server builds from default settings."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in list(os.environ):
+            if name.startswith(ENV_PREFIX):
+                env.delenv(name)
+        options = experiment_options(load_settings())
+    limits = Limits()
+    return {
+        "cpus": int(limits.cpus),
+        "memory_mb": limits.memory_mb,
+        "pids": limits.pids,
+        "tmp_mb": limits.tmp_mb,
+        "timeout_s": int(options.default_timeout_s),
+        "image": options.default_image,
+        "network": seed_names.network(None, None),
+    }
+
+
+def test_the_readme_states_what_an_experiment_gets_by_default() -> None:
+    text = " ".join((ROOT / "README.md").read_text().split())
+    match = re.search(
+        r"an experiment gets (\d+) CPU, (\d+) MB of memory, (\d+) s per command, no network"
+        r" and the `([^`]+)` image",
+        text,
+    )
+    assert match, "README no longer states an experiment's defaults where this test reads them"
+    cpus, memory_mb, timeout_s, image = match.groups()
+    code = what_an_experiment_gets()
+    assert (int(cpus), int(memory_mb), int(timeout_s), image) == (
+        code["cpus"],
+        code["memory_mb"],
+        code["timeout_s"],
+        code["image"],
+    )
+    assert code["network"] == "none"  # "no network"
+
+
+def test_the_tools_page_states_what_an_experiment_gets_by_default() -> None:
+    page = (ROOT / "docs" / "tools.md").read_text()
+    table = page.split("## What an experiment gets by default")[1]
+    column = dict(re.findall(r"^\| ([^|]+?) \| ([^|]*?) \|", table, re.M))
+    code = what_an_experiment_gets()
+    stated = {
+        "cpus": column["CPU"],
+        "memory_mb": column["memory"],
+        "pids": column["processes"],
+        "tmp_mb": column["`/tmp` and the home folder"],
+        "timeout_s": column["a command's wall clock"],
+    }
+    first = {key: int(value.split()[0]) for key, value in stated.items()}  # "1024 MB, no swap"
+    assert first == {key: code[key] for key in stated}
+    assert column["network"] == f"`{code['network']}`"
+    assert f"(`{code['image']}`)" in column["image"]
+
+
+def test_the_clone_helper_s_limits_are_the_stated_ones() -> None:
+    text = " ".join((ROOT / "docs" / "ARCHITECTURE.md").read_text().split())
+    match = re.search(
+        r"`GIT_LIMITS` \((\d+) CPU, (\d+) MB, (\d+) processes, (\d+) MB of /tmp\)", text
+    )
+    assert match, "ARCHITECTURE.md no longer states GIT_LIMITS where this test reads them"
+    limits = _clone.GIT_LIMITS
+    stated = tuple(int(value) for value in match.groups())
+    assert stated == (int(limits.cpus), limits.memory_mb, limits.pids, limits.tmp_mb)
+
+
+def test_the_readme_samples_and_image_commands_use_the_defaults(defaults: dict[str, Any]) -> None:
+    """The /health answer and the start-up line the README shows are a default start's
+    (a pool of POOL_SIZE slots), and the state folder it makes is the image's user's."""
+    readme = (ROOT / "README.md").read_text()
+    sizes = re.findall(r'"size":(\d+)|"pool_size": (\d+)', readme)
+    assert len(sizes) == 2
+    assert {int(a or b) for a, b in sizes} == {defaults["POOL_SIZE"]}
+    [uid] = re.findall(r"useradd --system --uid (\d+)", (ROOT / "Dockerfile").read_text())
+    assert f'chown {uid} "$STATE"' in readme
 
 
 # The default column: one literal, or a word for "no value"; a few are prose.

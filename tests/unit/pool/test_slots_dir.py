@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
-import time
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pool_fakes import opened
 from timing import fastest, fastest_async
 
 from jail.tree_delete import delete_tree
+from pool import slots_dir
 from pool.errors import PoolError
 from pool.provision import provision_dir
 from pool.slots import Slot
@@ -265,18 +267,36 @@ async def test_deletion_never_follows_links_out_of_the_trash(tmp_path: Path) -> 
     assert list(store.trash.iterdir()) == []
 
 
-async def test_close_is_bounded_and_the_rest_is_swept_next_time(tmp_path: Path) -> None:
+async def test_close_is_bounded_and_the_rest_is_swept_next_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The deletion is held at its start until close() has returned, so a close that
+    # waited for it would never return (the generous wait_for fails it), whatever the
+    # machine's speed; a clock bound on close() could not tell the two apart.
     await provision_dir(tmp_path, 1, owner=None)
     store = await opened(DirSlotStore(tmp_path, close_timeout=0.0))
     slot = store.slot(0)
-    for _ in range(3):
-        fill(slot.root, 2_000)
-        await store.reset(slot)
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
-    started = time.perf_counter()
-    await store.close()
-    assert time.perf_counter() - started < 1.0
+    def held(path: Path, *, stop: threading.Event) -> None:
+        started.set()
+        try:
+            release.wait(60)
+            delete_tree(path, stop=stop)  # the real deletion, told to stop by close()
+        finally:
+            finished.set()
 
+    monkeypatch.setattr(slots_dir, "delete_tree", held)
+    fill(slot.root, 2_000)
+    await store.reset(slot)
+    assert await asyncio.to_thread(started.wait, 30)
+
+    await asyncio.wait_for(store.close(), timeout=30)  # returns with the deletion unfinished
+    release.set()
+    assert await asyncio.to_thread(finished.wait, 30)
+    assert list(store.trash.iterdir()) != [], "the deletion went on after close()"
+
+    monkeypatch.undo()
     again = await opened(DirSlotStore(tmp_path))
     await again.close()
     assert list(again.trash.iterdir()) == []

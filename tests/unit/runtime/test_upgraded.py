@@ -7,10 +7,10 @@ tests/integration/runtime/test_exec_output_race.py).
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -79,13 +79,20 @@ def test_read_ahead_takes_the_buffer_and_never_waits(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     client, engine = pair
+    client.settimeout(None)  # blocking: a read that waited for the silent peer never returns
     engine.sendall(ANSWER + frame(2, b"early"))
     sock = parsed(client)
     assert read_ahead(sock) == frame(2, b"early")
-    started = time.monotonic()
-    assert read_ahead(sock) == b""  # nothing buffered, a silent peer: no wait
-    assert time.monotonic() - started < 1
-    assert client.gettimeout() == 5  # the socket is as it was
+    # Nothing buffered, a silent peer: no wait. Run aside, so a read that waited fails the
+    # generous join instead of a clock bound that a busy machine could miss.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as aside:
+        second = aside.submit(read_ahead, sock)
+        try:
+            assert second.result(timeout=30) == b""
+        finally:
+            if not second.done():
+                engine.shutdown(socket.SHUT_WR)  # end its wait, so the thread can be joined
+    assert client.gettimeout() is None  # the socket is as it was
     engine.sendall(b"next")
     assert client.recv(10) == b"next"
 
