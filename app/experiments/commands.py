@@ -24,6 +24,7 @@ from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
 from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry, RunningJob, stop_job
+from app.experiments.output_budget import CEILING, ceiling_refusal, day_of
 from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
@@ -116,6 +117,8 @@ class CommandRunner:
                 (setup commands are not counted: see ``app.experiments.job_limits``).
         """
         refuse_nul(command)
+        if self._output_bytes_per_day is not None:
+            await self._refuse_past_ceiling(command.sandbox_key, self._output_bytes_per_day)
         release = _nothing
         if command.kind != "setup":
             release = self._limits.claim(command.sandbox_key, command.experiment.experiment_id)
@@ -127,6 +130,15 @@ class CommandRunner:
         # Released when the run ends (in _finish); this covers a task cancelled unstarted.
         running.task.add_done_callback(lambda _: release())
         return running
+
+    async def _refuse_past_ceiling(self, sandbox_key: str, budget: int) -> None:
+        """Past ``CEILING`` times its daily budget of stored job output a sandbox starts
+        no job until the UTC day ends: the cut records past the budget still add rows,
+        and this bounds them (app/experiments/output_budget.py)."""
+        now = self._clock()
+        stored = await self._records.stored_output_of_day(sandbox_key, day_of(now))
+        if stored >= CEILING * budget:
+            raise ceiling_refusal(stored, budget, now)
 
     async def start_owned(self, command: Command, tests: TestContext | None = None) -> RunningJob:
         """``start``, for a caller that owns its command (see ``run_to_end``): if the call

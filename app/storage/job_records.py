@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import sqlalchemy as sa
 
-from app.experiments.output_budget import cut, stored_bytes
+from app.experiments.output_budget import cut, day_of, stored_bytes
 from app.experiments.records import (
     JobControl,
     JobOutcome,
@@ -34,8 +34,6 @@ from app.storage.experiment_rows import (
     loads_or_none,
     pids_of,
 )
-
-DAY_S = 86_400
 
 
 class JobRecords(CancelRequests):
@@ -75,7 +73,7 @@ class JobRecords(CancelRequests):
         total stays within the budget (``bytes + n <= budget`` in the statement
         itself, on the row it locked), so processes finishing jobs of one sandbox at
         once never pass it between them (SQLite writes one at a time)."""
-        day = int(outcome.finished_at // DAY_S)
+        day = day_of(outcome.finished_at)
         whole = stored_bytes(command, outcome.stdout, outcome.stderr)
         cut_outcome, cut_command = cut(outcome, command)
         if_cut = stored_bytes(cut_command, cut_outcome.stdout, cut_outcome.stderr)

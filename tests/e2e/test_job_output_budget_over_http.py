@@ -14,6 +14,7 @@ runs one such command after mallory's flood: it is kept whole.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from mcp_http import run_command, tool
 from oauth_browser import new_users
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.experiments.output_budget import COMMAND_KEPT_CHARS, TAIL_CHARS
+from app.experiments.output_budget import CEILING, COMMAND_KEPT_CHARS, JOB_ROW_BYTES, TAIL_CHARS
 
 pytestmark = pytest.mark.e2e
 
@@ -113,8 +114,8 @@ async def test_one_sandbox_s_stored_output_stays_within_its_daily_budget(
     not_kept = [n for n, r in enumerate(results) if r["output_not_kept"]]
     kept = [n for n, r in enumerate(results) if not r["output_not_kept"]]
     print(f"\nkept whole: {len(kept)}, tails only: {len(not_kept)} of {JOBS}")
-    whole = len(loud(0)) + OUTPUT + len("\nEND0\n")  # command and stdout, no stderr
-    assert len(kept) == BUDGET // whole  # as many as fit, across both processes
+    texts = len(loud(0)) + OUTPUT + len("\nEND0\n")  # command and stdout, no stderr
+    assert len(kept) == BUDGET // (JOB_ROW_BYTES + texts)  # as many as fit, across both processes
     for n in not_kept:  # and the agent was told
         assert any("daily storage budget" in note for note in results[n]["notes"]), results[n]
     for n in kept:
@@ -139,3 +140,62 @@ async def test_one_sandbox_s_stored_output_stays_within_its_daily_budget(
     assert mallory_bytes <= BUDGET + tails
     assert mallory_bytes < JOBS * OUTPUT / 2  # without the budget: all JOBS whole
     assert alice_bytes == len(loud(99)) + OUTPUT + len("\nEND99\n")  # whole
+
+
+SMALL = 65_536  # the least budget the setting takes
+
+
+def both_streams(n: int) -> str:
+    """A command printing OUTPUT bytes on stdout and on stderr, then its number."""
+    return f"head -c {OUTPUT} /dev/zero | tr '\\0' x | tee /dev/stderr; echo END{n}"
+
+
+async def test_past_the_ceiling_no_job_starts_and_the_rows_stop_growing(
+    http: httpx2.AsyncClient, tmp_path: Path
+) -> None:
+    """The tails past the budget are counted too: at CEILING times the budget the
+    sandbox's next job is refused until the day ends, so the bytes it stores a day
+    are bounded however it spends them (here: every job cut to its tails)."""
+    state = tmp_path / "state"
+    server = start_server(
+        state,
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="2",
+        SANDBOX_MCP_JOB_OUTPUT_BYTES_PER_SANDBOX_PER_DAY=str(SMALL),
+    )
+    try:
+        mallory, alice = await new_users(http, server.base_url, 2)
+        created = await tool(http, server, mallory, "create_experiment", {"name": "loud"})
+        exp = created["experiment_id"]
+        refused: dict[str, Any] | None = None
+        ran = 0
+        cut_job = JOB_ROW_BYTES + len(both_streams(0)) + 2 * TAIL_CHARS
+        for n in range(CEILING * SMALL // cut_job + 2):  # bounded: each adds a cut record
+            result = await run_command(http, server, mallory, exp, both_streams(n))
+            if result["is_error"]:
+                refused = result
+                break
+            ran += 1
+            assert result["output_not_kept"], result  # 2 MB never fit in 64 KiB
+            assert result["stdout_chars"] == OUTPUT + len(f"END{n}\n"), result
+        assert refused is not None, f"{ran} jobs ran, none refused"
+        assert refused["error"]["code"] == "LIMIT_REACHED", refused
+        assert refused["error"]["limit"] == "job_output_per_day", refused
+        assert "UTC day ends" in refused["error"]["message"]
+        print(f"\n{ran} jobs ran before the ceiling; refused: {refused['error']['message']}")
+        mine = await tool(http, server, alice, "create_experiment", {"name": "honest"})
+        # Another sandbox runs on, its small output kept (1 MB would not fit in SMALL).
+        honest = await run_command(http, server, alice, mine["experiment_id"], "echo honest")
+        assert (honest["status"], honest["output_not_kept"]) == ("completed", False), honest
+        assert honest["stdout"] == "honest\n"
+    finally:
+        stop_server(server)
+    with sqlite3.connect(state / "sandbox-mcp.db") as db:
+        texts, jobs = db.execute(
+            "SELECT sum(length(CAST(command AS BLOB)) + length(CAST(stdout AS BLOB))"
+            " + length(CAST(stderr AS BLOB))), count(*) FROM jobs WHERE experiment_id = ?",
+            (exp,),
+        ).fetchone()
+    print(f"stored for mallory: {texts:,} bytes of text in {jobs} jobs")
+    assert jobs == ran
+    assert texts + jobs * JOB_ROW_BYTES < CEILING * SMALL + cut_job

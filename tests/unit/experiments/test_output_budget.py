@@ -14,12 +14,15 @@ from db_testkit import an_experiment, migrated_sqlite
 from runtime_fakes import FakeBackend
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.errors import ServiceError
 from app.experiments.creation import CreateRequest
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.output_budget import (
+    CEILING,
     COMMAND_KEPT_CHARS,
+    JOB_ROW_BYTES,
     TAIL_CHARS,
     cut,
     stored_bytes,
@@ -61,8 +64,9 @@ def a_call(memory: SandboxMemory, key: str, slot: Path) -> CallContext:
 
 
 def test_bytes_are_counted_as_the_database_stores_them_and_cut_to_tails() -> None:
-    assert stored_bytes("abc", None, "") == 3
-    assert stored_bytes("é✓", "\ud800") == 2 + 3 + 3  # a lone surrogate is counted, not fatal
+    assert stored_bytes("abc", None, "") == JOB_ROW_BYTES + 3
+    # UTF-8 as stored; a lone surrogate is counted, not fatal.
+    assert stored_bytes("é✓", "\ud800") == JOB_ROW_BYTES + 2 + 3 + 3
     outcome = JobOutcome(
         "completed", 0, "o" * 9000 + "END", "e" * 10, False, False, 1, 1, None, None
     )
@@ -102,14 +106,30 @@ async def test_past_the_budget_a_result_is_whole_but_only_its_tails_are_kept(
 
     day = int(time.time() // 86_400)
     stored = await records.stored_output_of_day("alice", day)
-    cut_job = COMMAND_KEPT_CHARS + TAIL_CHARS
-    assert stored == 2 * (2 * LINE + 8) + 3 * cut_job
+    cut_job = JOB_ROW_BYTES + COMMAND_KEPT_CHARS + TAIL_CHARS
+    assert stored == 2 * (JOB_ROW_BYTES + 2 * LINE + 8) + 3 * cut_job
     # Another sandbox has its own budget: its output is kept whole.
     bob = a_call(memory, "bob", tmp_path / "slot-b")
     other = await manager.create(bob, CreateRequest())
     honest = await manager.execute(bob, other.experiment_id, "echo " + "y" * LINE)
     assert not honest.output_not_kept
-    assert await records.stored_output_of_day("bob", day) == 2 * LINE + 6
+    assert await records.stored_output_of_day("bob", day) == JOB_ROW_BYTES + 2 * LINE + 6
+
+    # Past the budget the tails and rows still add up: at CEILING times it, no new job
+    # starts that day (bounded loop: each job adds one cut record).
+    refused: ServiceError | None = None
+    for _ in range(CEILING * BUDGET // cut_job + 2):
+        try:
+            await manager.execute(alice, exp.experiment_id, "echo " + "x" * LINE)
+        except ServiceError as error:
+            refused = error
+            break
+    assert refused is not None
+    assert (refused.code, refused.details["limit"]) == ("LIMIT_REACHED", "job_output_per_day")
+    assert "UTC day ends" in str(refused)
+    stored = await records.stored_output_of_day("alice", day)
+    assert CEILING * BUDGET <= stored < CEILING * BUDGET + cut_job
+    assert not (await manager.execute(bob, other.experiment_id, "echo still")).output_not_kept
 
 
 async def test_a_job_s_output_is_charged_to_the_day_it_ended(engine: AsyncEngine) -> None:
@@ -124,9 +144,9 @@ async def test_a_job_s_output_is_charged_to_the_day_it_ended(engine: AsyncEngine
             "completed", 0, "o" * 100, "", False, False, finished_at, 1, None, None
         )
         assert await records.finish_job_within(
-            job_id, outcome, sandbox_key="k", command="c", day_budget=101
+            job_id, outcome, sandbox_key="k", command="c", day_budget=JOB_ROW_BYTES + 101
         )
-    assert await records.stored_output_of_day("k", 3) == 101
-    assert await records.stored_output_of_day("k", 4) == 101
+    assert await records.stored_output_of_day("k", 3) == JOB_ROW_BYTES + 101
+    assert await records.stored_output_of_day("k", 4) == JOB_ROW_BYTES + 101
     assert await records.forget_output_days_before(86_400.0 * 4) == 1
     assert await records.stored_output_of_day("k", 3) == 0
