@@ -117,8 +117,8 @@ class CommandRunner:
                 (setup commands are not counted: see ``app.experiments.job_limits``).
         """
         refuse_nul(command)
-        if self._output_bytes_per_day is not None:
-            await self._refuse_past_ceiling(command.sandbox_key, self._output_bytes_per_day)
+        if command.kind != "setup":  # create_experiment checks before its setup commands
+            await self.refuse_past_ceiling(command.sandbox_key)
         release = _nothing
         if command.kind != "setup":
             release = self._limits.claim(command.sandbox_key, command.experiment.experiment_id)
@@ -131,10 +131,17 @@ class CommandRunner:
         running.task.add_done_callback(lambda _: release())
         return running
 
-    async def _refuse_past_ceiling(self, sandbox_key: str, budget: int) -> None:
+    async def refuse_past_ceiling(self, sandbox_key: str) -> None:
         """Past ``CEILING`` times its daily budget of stored job output a sandbox starts
         no job until the UTC day ends: the cut records past the budget still add rows,
-        and this bounds them (app/experiments/output_budget.py)."""
+        and this bounds them (app/experiments/output_budget.py).
+
+        Raises:
+            LimitReached: the sandbox's day is at its ceiling.
+        """
+        budget = self._output_bytes_per_day
+        if budget is None:
+            return
         now = self._clock()
         stored = await self._records.stored_output_of_day(sandbox_key, day_of(now))
         if stored >= CEILING * budget:

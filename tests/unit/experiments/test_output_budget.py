@@ -130,6 +130,14 @@ async def test_past_the_budget_a_result_is_whole_but_only_its_tails_are_kept(
     stored = await records.stored_output_of_day("alice", day)
     assert CEILING * BUDGET <= stored < CEILING * BUDGET + cut_job
     assert not (await manager.execute(bob, other.experiment_id, "echo still")).output_not_kept
+    # Setup commands too: a creation that would run some is refused before anything is
+    # recorded (one without any still makes its experiment).
+    before = await records.of_sandbox("alice")
+    with pytest.raises(ServiceError) as setup_refused:
+        await manager.create(alice, CreateRequest(setup_commands=("echo setup",)))
+    assert setup_refused.value.details["limit"] == "job_output_per_day"
+    assert await records.of_sandbox("alice") == before
+    assert (await manager.create(alice, CreateRequest())).state == "READY"
 
 
 async def test_a_job_s_output_is_charged_to_the_day_it_ended(engine: AsyncEngine) -> None:
