@@ -12,7 +12,7 @@ first ``COMMAND_KEPT_CHARS`` (what listings show anyway), and the record says so
 
 The cut records are counted too, and each job also costs its row (``JOB_ROW_BYTES``):
 a sandbox that goes on running jobs past the budget (16 a second were measured, each
-up to 9 KB cut) still adds rows. So at ``CEILING`` times the budget no new job starts
+up to 10 KB cut) still adds rows. So at ``CEILING`` times the budget no new job starts
 in that sandbox until the UTC day ends (``LIMIT_REACHED``): the bytes one sandbox adds
 in a day are at most the ceiling plus the jobs it had in flight, however it spends them.
 

@@ -63,7 +63,8 @@ class ExperimentSettings(Group):
             "the database for every server process. Past it a job still runs and the call "
             "that waits for it gets its result whole, but its record keeps only the last "
             "4,096 characters of each stream and the command's first 1,000, and the result "
-            "says so. At least 65536."
+            "says so; at twice it the sandbox starts no job until the day ends. At least "
+            "65536."
         ),
     )
 
