@@ -44,5 +44,13 @@ class Retention:
         calls = await self.repository.forget_tool_calls_before(cutoff)
         experiments = await self.records.forget_destroyed_before(cutoff)
         egress = await self.egress.forget_before(cutoff)  # after: theirs go too
-        if calls or experiments or egress:
-            log.info("retention.swept", tool_calls=calls, experiments=experiments, egress=egress)
+        # The daily counts of stored job output (a day's matters on that day only).
+        days = await self.records.forget_output_days_before(cutoff)
+        if calls or experiments or egress or days:
+            log.info(
+                "retention.swept",
+                tool_calls=calls,
+                experiments=experiments,
+                egress=egress,
+                output_days=days,
+            )

@@ -52,6 +52,7 @@ def experiment_options(settings: Settings) -> ExperimentOptions:
         artifact_dir=settings.storage.state_dir / "artifacts",
         artifact_ttl_s=experiments.artifact_ttl_s,
         max_artifact_bytes=experiments.max_artifact_mb * 1_048_576,
+        job_output_bytes_per_day=experiments.job_output_bytes_per_sandbox_per_day,
     )
 
 

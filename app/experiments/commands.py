@@ -24,6 +24,7 @@ from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
 from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry, RunningJob, stop_job
+from app.experiments.output_budget import CEILING, ceiling_refusal, day_of
 from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
 from app.experiments.testing import TestPlan
@@ -70,8 +71,11 @@ class CommandRunner:
         limits: JobLimits,
         clock: Callable[[], float] = time.time,
         process_id: str | None = None,
+        output_bytes_per_day: int | None = None,
     ) -> None:
         self._records = records
+        # Stored job bytes per sandbox and UTC day (None: no budget); see output_budget.
+        self._output_bytes_per_day = output_bytes_per_day
         self._process_id = process_id
         self._backend = backend
         self._jobs = jobs
@@ -103,7 +107,7 @@ class CommandRunner:
             finished = await self._jobs.wait(running, wait_s) if wait_s > 0 else False
         record = await self._records.load_job(command.sandbox_key, running.job_id)
         assert record is not None  # written by start, never deleted while it runs
-        return record, finished
+        return with_whole_output(record, running), finished
 
     async def start(self, command: Command, tests: TestContext | None = None) -> RunningJob:
         """Record the job, move the experiment to RUNNING (if idle) and start the command.
@@ -113,6 +117,8 @@ class CommandRunner:
                 (setup commands are not counted: see ``app.experiments.job_limits``).
         """
         refuse_nul(command)
+        if command.kind != "setup":  # create_experiment checks before its setup commands
+            await self.refuse_past_ceiling(command.sandbox_key)
         release = _nothing
         if command.kind != "setup":
             release = self._limits.claim(command.sandbox_key, command.experiment.experiment_id)
@@ -124,6 +130,22 @@ class CommandRunner:
         # Released when the run ends (in _finish); this covers a task cancelled unstarted.
         running.task.add_done_callback(lambda _: release())
         return running
+
+    async def refuse_past_ceiling(self, sandbox_key: str) -> None:
+        """Past ``CEILING`` times its daily budget of stored job output a sandbox starts
+        no job until the UTC day ends: the cut records past the budget still add rows,
+        and this bounds them (app/experiments/output_budget.py).
+
+        Raises:
+            LimitReached: the sandbox's day is at its ceiling.
+        """
+        budget = self._output_bytes_per_day
+        if budget is None:
+            return
+        now = self._clock()
+        stored = await self._records.stored_output_of_day(sandbox_key, day_of(now))
+        if stored >= CEILING * budget:
+            raise ceiling_refusal(stored, budget, now)
 
     async def start_owned(self, command: Command, tests: TestContext | None = None) -> RunningJob:
         """``start``, for a caller that owns its command (see ``run_to_end``): if the call
@@ -199,6 +221,7 @@ class CommandRunner:
         assert experiment.container_id is not None
         stopping = asyncio.Event()
         work = self._finish(
+            sandbox_key,
             experiment.experiment_id,
             experiment.container_id,
             job_id,
@@ -210,11 +233,18 @@ class CommandRunner:
             stopping,
         )
         return self._jobs.start(
-            job_id, sandbox_key, experiment.experiment_id, experiment.container_id, work, stopping
+            job_id,
+            sandbox_key,
+            experiment.experiment_id,
+            experiment.container_id,
+            work,
+            stopping,
+            command.text,
         )
 
     async def _finish(
         self,
+        sandbox_key: str,
         experiment_id: str,
         container_id: str,
         job_id: str,
@@ -269,7 +299,9 @@ class CommandRunner:
                 # Killed through another server process (cancel_job there).
                 result = dataclasses.replace(result, exit_code=None, cancelled=True)
         summary = await self._summarize(tests, result) if tests is not None else None
-        await self._settle(experiment_id, job_id, result, test_summary=summary)
+        await self._settle(
+            experiment_id, job_id, result, test_summary=summary, stored=(sandbox_key, command)
+        )
         return result
 
     async def _runtime_failed(
@@ -336,7 +368,11 @@ class CommandRunner:
         result: ExecResult,
         reason: str | None = None,
         test_summary: dict[str, Any] | None = None,
+        stored: tuple[str, str] | None = None,
     ) -> None:
+        """Record how the job ended and move the experiment on. ``stored``: the job's
+        sandbox key and command, to charge with its output to the sandbox's daily
+        budget of stored job output (none: a job that failed to run, with no output)."""
         state = outcome_state(
             result.exit_code, timed_out=result.timed_out, cancelled=result.cancelled
         )
@@ -353,25 +389,48 @@ class CommandRunner:
         elif result.cancelled:
             reason = "Cancelled; its whole process tree was killed."
         now = self._clock()
-        await self._records.finish_job(
-            job_id,
-            JobOutcome(
-                status=status,
-                exit_code=result.exit_code,
-                stdout=result.stdout,
-                stderr=result.stderr,
-                stdout_truncated=result.stdout_truncated,
-                stderr_truncated=result.stderr_truncated,
-                finished_at=now,
-                duration_s=round(result.duration_s, 3),
-                reason=reason,
-                test_summary=test_summary,
-            ),
+        outcome = JobOutcome(
+            status=status,
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            finished_at=now,
+            duration_s=round(result.duration_s, 3),
+            reason=reason,
+            test_summary=test_summary,
         )
+        if self._output_bytes_per_day is None or stored is None:
+            await self._records.finish_job(job_id, outcome)
+        else:
+            kept = await self._records.finish_job_within(
+                job_id,
+                outcome,
+                sandbox_key=stored[0],
+                command=stored[1],
+                day_budget=self._output_bytes_per_day,
+            )
+            if not kept:
+                log.info("job.output_not_kept", job_id=job_id, experiment_id=experiment_id)
         others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
         if not others:
             with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
                 await self._records.transition(experiment_id, state, f"{job_id} {status}", now)
+
+
+def with_whole_output(record: JobRecord, running: RunningJob) -> JobRecord:
+    """``record`` with the whole output its run returned, when the budget kept only its
+    tails (app/experiments/output_budget.py) and the run ended in this process: the
+    call that waited for the job gets its result whole, as any other job's."""
+    if not record.output_not_kept or not running.task.done() or running.task.cancelled():
+        return record
+    if running.task.exception() is not None:
+        return record
+    result = running.task.result()
+    return dataclasses.replace(
+        record, stdout=result.stdout, stderr=result.stderr, command=running.command
+    )
 
 
 def _nothing() -> None:

@@ -132,6 +132,11 @@ class ExperimentCreator:
                 "destroy one with destroy_experiment first.",
                 limit=self._options.max_experiments,
             )
+        if request.setup_commands:
+            # Setup commands skip the check at their start (a refusal halfway would leave
+            # a live experiment behind): a sandbox past its ceiling is refused here, before
+            # anything is recorded, and one creation adds at most its 50 setup jobs.
+            await self._commands.refuse_past_ceiling(key)
         self._creating[key] = self._creating.get(key, 0) + 1
         try:
             return await self._create(call, request, copy_from, env)

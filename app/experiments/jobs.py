@@ -21,6 +21,8 @@ class RunningJob:
     # Set by whoever stops the job; its run reads it before it reaches the runtime,
     # where a cancel would find nothing yet to kill (see ``stop_job``).
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # Its whole command: the record may keep only its head (app/experiments/output_budget.py).
+    command: str = ""
 
 
 async def stop_job(backend: SandboxBackend, job: RunningJob) -> None:
@@ -48,10 +50,11 @@ class JobRegistry:
         container_id: str,
         work: Coroutine[Any, Any, Any],
         stopping: asyncio.Event,
+        command: str = "",
     ) -> RunningJob:
         """Run ``work`` as the job's task; ``stopping`` is the flag ``work`` reads."""
         task = asyncio.create_task(work, name=f"job-{job_id}")
-        job = RunningJob(job_id, sandbox_key, experiment_id, container_id, task, stopping)
+        job = RunningJob(job_id, sandbox_key, experiment_id, container_id, task, stopping, command)
         self._jobs[job_id] = job
         task.add_done_callback(lambda _: self._jobs.pop(job_id, None))
         return job

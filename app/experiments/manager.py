@@ -23,7 +23,7 @@ import structlog
 from app.errors import ServiceError
 from app.experiments import evidence
 from app.experiments.artifacts import ArtifactList
-from app.experiments.commands import CommandRunner
+from app.experiments.commands import CommandRunner, with_whole_output
 from app.experiments.compare import Comparison, recommend
 from app.experiments.creation import (
     CreateRequest,
@@ -100,7 +100,14 @@ class ExperimentManager:
         )
         limits = JobLimits(options.max_jobs_per_sandbox, options.max_jobs_per_experiment)
         self._commands = CommandRunner(
-            records, backend, jobs, options.max_output_bytes, limits, clock, registry.process_id
+            records,
+            backend,
+            jobs,
+            options.max_output_bytes,
+            limits,
+            clock,
+            registry.process_id,
+            output_bytes_per_day=options.job_output_bytes_per_day,
         )
         # Jobs and containers of the other server processes on this database.
         self.recovery = Recovery(records, backend, registry, jobs, self._commands.kill, clock)
@@ -159,6 +166,8 @@ class ExperimentManager:
         else:  # maybe another server process runs it: its record says when it ends
             await self._remote.wait(call.sandbox_key, job_id, wait)
         row = await self._job(call, job_id)
+        if running is not None and page is None:
+            row = with_whole_output(row, running)  # it ended here while this call waited
         view = JobView.of(row) if page is None else JobView.paged(row, *page)
         if view.status == "running":
             view.notes.append("Still running; call get_job_result again to keep waiting.")

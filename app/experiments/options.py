@@ -20,6 +20,8 @@ class ExperimentOptions:
     default_timeout_s: float = 600.0
     max_timeout_s: float = 1800.0
     max_output_bytes: int = 1_048_576
+    # Stored job bytes (command, stdout, stderr) per sandbox and UTC day: output_budget.
+    job_output_bytes_per_day: int = 256 * 1_048_576
     owner: Owner | None = None
     snapshot_excludes: tuple[str, ...] = ()
     strict_env: bool = True

@@ -63,6 +63,9 @@ class JobSummary:
     reason: str | None = None
     test_summary: dict[str, Any] | None = None  # for run_tests jobs
     owner_process: str | None = None  # the server process that runs it
+    # Its output went past the sandbox's daily storage budget: only its tails are kept
+    # (app/experiments/output_budget.py).
+    output_not_kept: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from app.experiments.changes import ChangeReport
 from app.experiments.options import ExperimentOptions
+from app.experiments.output_budget import not_kept_note
 from app.experiments.records import Experiment, JobRecord, JobSummary
 from app.experiments.result import Result
 from app.runtime.backend import RuntimeInfo
@@ -101,6 +102,13 @@ class JobView(Result):
     )
     duration_ms: int | None = Field(default=None, description="duration_s in milliseconds.")
     finished: bool = Field(default=False, description="Whether the job has ended.")
+    output_not_kept: bool = Field(
+        default=False,
+        description=(
+            "The job's output went past the sandbox's daily storage budget: its record "
+            "keeps only the last 4,096 characters of each stream."
+        ),
+    )
 
     @classmethod
     def summary(cls, row: JobSummary) -> JobView:
@@ -119,6 +127,7 @@ class JobView(Result):
             test_summary=_seed_summary(row.test_summary),
             duration_ms=None if row.duration_s is None else round(row.duration_s * 1000),
             finished=row.status != "running",
+            output_not_kept=row.output_not_kept,
         )
 
     @classmethod
@@ -129,7 +138,9 @@ class JobView(Result):
         view.stderr, view.stderr_left_out = excerpt(row.stderr or "")
         view.stdout_chars, view.stderr_chars = len(row.stdout or ""), len(row.stderr or "")
         long = [name for name in ("stdout", "stderr") if getattr(view, f"{name}_left_out")]
-        if long:
+        if row.output_not_kept:  # no pages to read: say why instead
+            view.notes.append(not_kept_note(row.job_id))
+        elif long:
             view.notes.append(
                 f"The {' and '.join(long)} {'is' if len(long) == 1 else 'are'} long: this "
                 f"result shows the first {EXCERPT_HEAD_CHARS:,} and the last "
@@ -157,6 +168,8 @@ class JobView(Result):
             total_chars=len(text),
             more=end < len(text),
         )
+        if row.output_not_kept:
+            view.notes.append(not_kept_note(row.job_id))
         return view
 
     def as_text(self) -> str:

@@ -53,6 +53,20 @@ class ExperimentSettings(Group):
         le=1_048_576,
         description="Artifacts one sandbox may keep on the shelf (MB), whatever their count.",
     )
+    job_output_bytes_per_sandbox_per_day: int = Field(
+        default=256 * 1_048_576,
+        ge=65_536,
+        le=1 << 40,
+        description=(
+            "Bytes of job output (each job's command, stdout and stderr) one sandbox may "
+            "store in the database in a UTC day, all its experiments together, counted in "
+            "the database for every server process. Past it a job still runs and the call "
+            "that waits for it gets its result whole, but its record keeps only the last "
+            "4,096 characters of each stream and the command's first 1,000, and the result "
+            "says so; at twice it the sandbox starts no job until the day ends. At least "
+            "65536."
+        ),
+    )
 
     @property
     def snapshot_exclude_list(self) -> tuple[str, ...]:

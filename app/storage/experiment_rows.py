@@ -91,6 +91,20 @@ class JobRow(_OfExperiment, Base):
     root_pid: Mapped[int | None] = mapped_column(sa.Integer)
     supervisor_pid: Mapped[int | None] = mapped_column(sa.Integer)
     cancel_requested: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    output_not_kept: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+
+
+class JobOutputDayRow(Base):
+    """A sandbox's stored job bytes of a UTC day (app/experiments/output_budget.py)."""
+
+    __tablename__ = "job_output_days"
+
+    sandbox_key: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    day: Mapped[int] = mapped_column(sa.Integer, primary_key=True)  # days since 1970, UTC
+    bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    # Whether the last job charged was kept whole: what the charging upsert returns.
+    kept: Mapped[bool] = mapped_column(sa.Boolean)
+    updated_at: Mapped[float] = mapped_column(sa.Float)
 
 
 class ArtifactRow(_OfExperiment, Base):

@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 import sqlalchemy as sa
 
+from app.experiments.output_budget import cut, day_of, stored_bytes
 from app.experiments.records import (
     JobControl,
     JobOutcome,
@@ -21,9 +22,11 @@ from app.experiments.records import (
     LostJob,
 )
 from app.storage.cancel_requests import CancelRequests
+from app.storage.db import upsert_insert
 from app.storage.experiment_rows import (
     JOB_SUMMARY_COLUMNS,
     ExperimentRow,
+    JobOutputDayRow,
     JobRow,
     dumps_or_none,
     job_of,
@@ -51,6 +54,81 @@ class JobRecords(CancelRequests):
         values["test_summary"] = dumps_or_none(values["test_summary"])
         async with self._transaction() as session:
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+
+    async def finish_job_within(
+        self,
+        job_id: str,
+        outcome: JobOutcome,
+        *,
+        sandbox_key: str,
+        command: str,
+        day_budget: int,
+    ) -> bool:
+        """``finish_job``, charging the job's command and output to its sandbox's stored
+        bytes of the day (UTC, by ``outcome.finished_at``): whole if they fit in
+        ``day_budget``, else cut (:func:`app.experiments.output_budget.cut`) and the cut
+        charged; True if kept whole.
+
+        One transaction, and one upsert on the day's row decides: whole only if the
+        total stays within the budget (``bytes + n <= budget`` in the statement
+        itself, on the row it locked), so processes finishing jobs of one sandbox at
+        once never pass it between them (SQLite writes one at a time)."""
+        day = day_of(outcome.finished_at)
+        whole = stored_bytes(command, outcome.stdout, outcome.stderr)
+        cut_outcome, cut_command = cut(outcome, command)
+        if_cut = stored_bytes(cut_command, cut_outcome.stdout, cut_outcome.stderr)
+        fits = JobOutputDayRow.bytes + whole <= day_budget
+        async with self._transaction() as session:
+            dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+            insert = upsert_insert(dialect)(JobOutputDayRow).values(
+                sandbox_key=sandbox_key,
+                day=day,
+                bytes=whole if whole <= day_budget else if_cut,
+                kept=whole <= day_budget,
+                updated_at=outcome.finished_at,
+            )
+            # One statement decides and charges; both databases evaluate every SET
+            # expression on the row as it was, so ``kept`` and ``bytes`` agree.
+            kept = bool(
+                await session.scalar(
+                    insert.on_conflict_do_update(
+                        index_elements=[JobOutputDayRow.sandbox_key, JobOutputDayRow.day],
+                        set_={
+                            "kept": fits,
+                            "bytes": sa.case(
+                                (fits, JobOutputDayRow.bytes + whole),
+                                else_=JobOutputDayRow.bytes + if_cut,
+                            ),
+                            "updated_at": insert.excluded.updated_at,
+                        },
+                    ).returning(JobOutputDayRow.kept)
+                )
+            )
+            values = asdict(outcome if kept else cut_outcome)
+            if not kept:
+                values.update(command=cut_command, output_not_kept=True)
+            values["test_summary"] = dumps_or_none(values["test_summary"])
+            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+        return kept
+
+    async def stored_output_of_day(self, sandbox_key: str, day: int) -> int:
+        """The job bytes charged to ``sandbox_key`` on ``day`` (days since 1970, UTC)."""
+        async with self._transaction() as session:
+            stored = await session.scalar(
+                sa.select(JobOutputDayRow.bytes).where(
+                    JobOutputDayRow.sandbox_key == sandbox_key, JobOutputDayRow.day == day
+                )
+            )
+            return int(stored or 0)
+
+    async def forget_output_days_before(self, cutoff: float) -> int:
+        """Retention: the days' counts last touched before ``cutoff`` (a day's budget
+        matters on that day only); how many rows went."""
+        async with self._transaction() as session:
+            gone = await session.execute(
+                sa.delete(JobOutputDayRow).where(JobOutputDayRow.updated_at < cutoff)
+            )
+            return int(getattr(gone, "rowcount", 0) or 0)
 
     async def load_job(self, sandbox_key: str, job_id: str) -> JobRecord | None:
         async with self._transaction() as session:

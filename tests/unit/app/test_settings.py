@@ -218,6 +218,17 @@ def test_the_job_caps_have_defaults_and_bounds(monkeypatch: pytest.MonkeyPatch) 
     assert lines[0].startswith("SANDBOX_MCP_MAX_JOBS_PER_SANDBOX='0' is invalid")
 
 
+def test_the_daily_budget_of_stored_job_output_has_a_default_and_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().experiments.job_output_bytes_per_sandbox_per_day == 256 * 1_048_576
+    for value in ("65535", "-1", "1.5"):
+        lines = errors_for(monkeypatch, JOB_OUTPUT_BYTES_PER_SANDBOX_PER_DAY=value)
+        assert lines[0].startswith(
+            f"SANDBOX_MCP_JOB_OUTPUT_BYTES_PER_SANDBOX_PER_DAY='{value}' is invalid"
+        ), lines
+
+
 def test_trusted_proxies_are_checked_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = errors_for(monkeypatch, TRUSTED_PROXIES="127.0.0.1, proxy.example")
     assert len(lines) == 1
