@@ -39,15 +39,20 @@ the server trusts a throwaway CA through SSL_CERT_FILE), each whole sign-in time
 For each run: the honest calls' p50, p95 and p99, their errors, the honest sign-ins
 refused, the attackers' calls refused and accepted (by attack); at the end the
 OAuth endpoints' p50 and p99 quiet and attacked side by side (issue 25 asks for the
-p99), and the ratios attacked/alone.
+p99), the ratios attacked/alone, the documents the server fetched (the honest
+clients' only, if the numeric names spent nothing), and the server's warnings by
+event (a disk kill that failed says why). The stopped server keeps its live
+experiments' containers for its next start; the bench removes them, its restricted
+network and the address on lo, leaving nothing behind.
 
 An honest registration refused is counted and the tenant signs in with a client
 registered before the runs; a sign-in refused is counted and leaves the tenant
 without a token (it runs no session). Honest errors are printed by tool and code.
 
 Bounded for 2 shared cores: 10 honest and 6 general hostile tenants (not 20 and
-20), 2 sessions each; the attackers stop when the honest tenants are done (about
-2 minutes in all on a busy machine). Run as root (the address on lo, port 443).
+20), 2 sessions each; the attackers stop when the honest tenants are done, and each
+watch of a disk writer within WRITER_WAIT_S (about 5 minutes in all on a machine
+busy with other work). Run as root (the address on lo, port 443).
 
     uv run python tests/bench/bench_fairness.py
 """
