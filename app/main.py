@@ -137,7 +137,9 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         per_sandbox=settings.mcp.threads_per_sandbox,
         per_address=settings.mcp.threads_per_address,
     )
-    disk_budget = build_disk_budget(settings.pool, pool, records, jobs, backend, threads)
+    disk_budget = build_disk_budget(
+        settings.pool, pool, records, jobs, backend, threads, trash_settled=manager.trash.settled
+    )
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.
     auth = build_auth(settings, engine, mailer, shared) if settings.auth.hosted else None
     retention = Retention(

@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -50,8 +51,21 @@ def logs_through_logging() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def quiet_logs() -> None:
+def quiet_logs() -> Iterator[None]:
+    """Also: no logger is ever cached in the test process. The server's configure_logging
+    caches each logger on first use (for speed); in a process that configures logging
+    again and again, a logger cached under one configuration keeps that configuration's
+    processor list, and ``capture_logs`` (which edits the current list) no longer sees its
+    events: a test's verdict then depended on which tests ran before it in its process."""
+    configure = structlog.configure
+
+    def configure_uncached(**settings: Any) -> None:
+        configure(**{**settings, "cache_logger_on_first_use": False})
+
+    structlog.configure = configure_uncached  # type: ignore[assignment]
     logs_through_logging()
+    yield
+    structlog.configure = configure  # type: ignore[assignment]
 
 
 @pytest.fixture(autouse=True)

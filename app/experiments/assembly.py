@@ -4,7 +4,9 @@ the rest of the service."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.jobs import JobRegistry
@@ -63,6 +65,8 @@ def build_disk_budget(
     jobs: JobRegistry,
     backend: SandboxBackend,
     threads: TenantThreads,
+    *,
+    trash_settled: Callable[[Path, float], Awaitable[bool]] | None = None,
 ) -> DiskBudget | None:
     """The measured byte budget of dir slots; None on ZFS, whose slots have a kernel quota."""
     if pool_settings.slot_backend != "dir":
@@ -77,6 +81,7 @@ def build_disk_budget(
         max_entries=pool_settings.dir_slot_max_entries,
         interval_s=pool_settings.disk_check_interval_s,
         threads=threads,
+        trash_settled=trash_settled,
     )
 
 

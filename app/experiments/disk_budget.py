@@ -67,6 +67,11 @@ log = structlog.get_logger(__name__)
 _O_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 # The calls that can add bytes to a slot; the others are never refused.
+# How long a writing call of a sandbox over its budget waits for the deletion of what it
+# destroyed (one worker deletes every sandbox's trash, so on a busy server it may lag):
+# the agent was told to destroy an experiment and continue.
+TRASH_WAIT_S = 30.0
+
 WRITING_TOOLS = frozenset(
     {
         "create_experiment",
@@ -205,8 +210,11 @@ class DiskBudget:
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
         threads: TenantThreads | None = None,
+        trash_settled: Callable[[Path, float], Awaitable[bool]] | None = None,
     ) -> None:
         self._slot_root_of = slot_root_of
+        # Waits for the deletions of what the sandbox destroyed (Trash.settled).
+        self._trash_settled = trash_settled
         # A measurement walks the sandbox's tree: in the tenants' threads, but never
         # behind the sandbox's own calls (its flood must not put off its check).
         self._threads = threads or TenantThreads()
@@ -244,8 +252,26 @@ class DiskBudget:
             usage = await self.measure(sandbox_key)
         else:
             usage = last[1]
+        if (
+            usage is not None
+            and usage.over(self.limit_bytes)
+            and await self._trash_was_due(sandbox_key)
+        ):
+            # What it destroyed to free space was still being deleted: measured again once
+            # it is gone, by a walk that starts now (not one begun while it was there).
+            usage = await self._measure_now(sandbox_key)
         if usage is not None and usage.over(self.limit_bytes):
             raise self._refusal(usage)
+
+    async def _trash_was_due(self, sandbox_key: str) -> bool:
+        root = self._slot_root_of(sandbox_key)
+        if root is None or self._trash_settled is None:
+            return False
+        return await self._trash_settled(root, TRASH_WAIT_S)
+
+    async def _measure_now(self, sandbox_key: str) -> Usage | None:
+        root = self._slot_root_of(sandbox_key)
+        return None if root is None else await self._measure(sandbox_key, root)
 
     def after(self, tool: str, sandbox_key: str) -> None:
         """Measure the slot once the call is answered (the answer does not wait)."""

@@ -57,6 +57,8 @@ class Trash:
             max_workers=1, thread_name_prefix="experiment-trash"
         )
         self._pending: set[concurrent.futures.Future[None]] = set()
+        # Deletions not yet done, by the slot whose trash holds them (for ``settled``).
+        self._pending_in: dict[Path, set[concurrent.futures.Future[None]]] = {}
         self._stop = threading.Event()
 
     async def discard(self, root: Path) -> None:
@@ -78,6 +80,17 @@ class Trash:
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
 
+    async def settled(self, slot_root: Path, timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, until what was destroyed in ``slot_root`` is deleted;
+        whether there was anything to wait for. A sandbox over its disk budget that
+        destroyed an experiment to free space is then measured without it (the trash is
+        on the slot's disk, and counted there until it is gone)."""
+        pending = [f for f in self._pending_in.get(slot_root, ()) if not f.done()]
+        if not pending:
+            return False
+        await asyncio.wait([asyncio.wrap_future(f) for f in pending], timeout=timeout_s)
+        return True
+
     async def idle(self) -> None:
         """Wait until every deletion submitted so far is done (tests, benches)."""
         while self._pending:
@@ -98,6 +111,19 @@ class Trash:
         future = self._executor.submit(self._run, path)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
+        slot_root = path.parent.parent  # <slot root>/.trash/<folder>
+        in_slot = self._pending_in.setdefault(slot_root, set())
+        in_slot.add(future)
+        future.add_done_callback(lambda done: self._forget(slot_root, done))
+
+    def _forget(self, slot_root: Path, future: concurrent.futures.Future[None]) -> None:
+        # A done callback runs on the worker thread: dict and set operations are atomic
+        # under the GIL, and ``settled`` copies what it reads.
+        in_slot = self._pending_in.get(slot_root)
+        if in_slot is not None:
+            in_slot.discard(future)
+            if not in_slot:
+                self._pending_in.pop(slot_root, None)
 
     def _sweep(self, roots: list[Path]) -> None:
         found = 0

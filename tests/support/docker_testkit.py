@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 
 from app.runtime._upgraded import close_stream, exec_stream
 from app.runtime.docker import DockerBackend
@@ -91,10 +93,13 @@ def remove_containers_mounting(folder: Path) -> None:
     prefix = f"{folder}/"
     client = docker_client()
     try:
-        for container in client.containers.list(all=True):
-            sources = [mount.get("Source", "") for mount in container.attrs.get("Mounts", [])]
+        # The engine's listing carries the mounts: no inspect per container, which fails
+        # when another test (or server) removes that container meanwhile.
+        for container in client.api.containers(all=True):
+            sources = [mount.get("Source", "") for mount in container.get("Mounts") or []]
             if any(source.startswith(prefix) for source in sources):
-                container.remove(force=True)
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.api.remove_container(container["Id"], force=True)
     finally:
         client.close()
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from stated_limits import NAME_THEN_VALUE, UNIT, number, stated_pairs
 
-from app.experiments import output_budget, shelf, views
+from app.experiments import disk_budget, output_budget, shelf, views
 from app.experiments.assembly import experiment_options
 from app.experiments.test_readers import _common as report_common
 from app.experiments.test_readers.junit import (  # the package's `junit` is its reader function
@@ -73,7 +73,8 @@ CONSTANTS: dict[str, int | float] = {
     # reads, views and the logs resource
     "ARTIFACT_PART_BYTES": shelf.ARTIFACT_PART_BYTES,
     "MAX_LISTED_JOBS": views.MAX_LISTED_JOBS,
-    "JOB_ROW_BYTES": output_budget.JOB_ROW_BYTES,  # a stored job row, charged with its texts
+    "JOB_ROW_BYTES": output_budget.JOB_ROW_BYTES,
+    "TRASH_WAIT_S": disk_budget.TRASH_WAIT_S,  # a sandbox over budget waits for its trash  # a stored job row, charged with its texts
     "MAX_LISTED_COMMAND_CHARS": views.MAX_LISTED_COMMAND_CHARS,
     "MAX_LOG_CHARS": resources.MAX_LOG_CHARS,
     # a clone's output and its lookups

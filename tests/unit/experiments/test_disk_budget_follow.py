@@ -9,6 +9,7 @@ retries a failed kill at the next interval, and lets it go once its containers a
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from runtime_fakes import FakeBackend
 
 from app.experiments.disk_budget import KILL_ALL, DiskBudget, QuotaExceeded
 from app.experiments.jobs import JobRegistry
+from app.experiments.trash import Trash
 from app.runtime.backend import ExecResult
 from jail.tree_delete import delete_tree
 
@@ -159,3 +161,67 @@ async def test_a_tree_too_deep_to_measure_is_refused_as_such(tmp_path: Path) -> 
             await budget.before("write_sandbox_file", KEY)
     finally:
         delete_tree(tmp_path / "d")  # pytest's own clean-up would recurse
+
+
+async def test_a_sandbox_that_destroyed_to_free_space_is_admitted_once_its_trash_is_gone(
+    tmp_path: Path,
+) -> None:
+    """The refusal says: destroy an experiment, then continue. The destroyed folder goes to
+    the slot's trash and one worker deletes every sandbox's trash; on a busy server the
+    next call came while it was still there and was refused again (CI, loaded)."""
+    release = threading.Event()
+
+    def held(path: Path, stop: threading.Event) -> None:
+        release.wait(30)  # the deletion lags until the test lets it go
+        delete_tree(path, stop=stop)
+
+    trash = Trash(delete=held)
+    world = World(tmp_path)
+    budget = DiskBudget(
+        slot_root_of=lambda key: tmp_path,
+        artifact_bytes_of=world.artifact_bytes_of,
+        containers_of=world.containers_of,
+        jobs=JobRegistry(),
+        backend=world.backend,
+        limit_bytes=8 * MB,
+        max_entries=1000,
+        interval_s=0.5,
+        trash_settled=trash.settled,
+    )
+    experiment = tmp_path / "exp-a"
+    experiment.mkdir()
+    (experiment / "big").write_bytes(b"x" * 12 * MB)
+    await after_a_writing_call(budget)
+    with pytest.raises(QuotaExceeded):
+        await budget.before("execute_experiment", KEY)
+
+    await trash.discard(experiment)  # destroy_experiment: moved aside, not yet deleted
+    admitted = asyncio.create_task(budget.before("create_experiment", KEY))
+    await asyncio.sleep(0.2)
+    assert not admitted.done()  # it waits for the deletion instead of refusing at once
+    release.set()
+    await asyncio.wait_for(admitted, 30)  # admitted: measured once the trash was gone
+    await trash.close()
+
+
+async def test_a_sandbox_over_its_budget_with_no_trash_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    trash = Trash()
+    world, _ = a_world(tmp_path)
+    budget = DiskBudget(
+        slot_root_of=lambda key: tmp_path,
+        artifact_bytes_of=world.artifact_bytes_of,
+        containers_of=world.containers_of,
+        jobs=JobRegistry(),
+        backend=world.backend,
+        limit_bytes=8 * MB,
+        max_entries=1000,
+        interval_s=0.5,
+        trash_settled=trash.settled,
+    )
+    world.grow(12)
+    await after_a_writing_call(budget)
+    with pytest.raises(QuotaExceeded):
+        await asyncio.wait_for(budget.before("execute_experiment", KEY), 5)
+    await trash.close()
