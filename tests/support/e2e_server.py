@@ -52,12 +52,14 @@ def start_server(
     port: int | None = None,
     host: str = "127.0.0.1",
     nofile: tuple[int, int] | None = None,
+    enter: tuple[str, ...] = (),
     **env: str,
 ) -> RunningServer:
     """Start ``python -m app serve`` (or, with ``probe``, the server plus a slot-taking
     probe tool) on ``host`` (a loopback address) and wait until /health answers.
     ``nofile`` is the (soft, hard) descriptor limit the process starts with, as a
-    systemd unit would set it."""
+    systemd unit would set it. ``enter`` prefixes the command (an ``nsenter`` that
+    runs it in another mount namespace, which execs it: the process is the server's)."""
     port = port or free_port()
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"
@@ -78,7 +80,14 @@ def start_server(
     }
     with log_path.open("wb") as log, log_path.with_suffix(".stdout").open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, str(PROBE_APP)] if probe else [sys.executable, "-m", "app", "serve"],
+            [
+                *enter,
+                *(
+                    [sys.executable, str(PROBE_APP)]
+                    if probe
+                    else [sys.executable, "-m", "app", "serve"]
+                ),
+            ],
             env=environment,
             stdout=out,
             stderr=log,

@@ -1,6 +1,6 @@
 """A server on a one-slot ZFS dataset of the test's own, and the live experiment
-whose workspace the remount tests take away and bring back (test_zfs_remount_over_http,
-test_zfs_fuse_restart)."""
+whose workspace the remount tests take away and bring back (test_zfs_remount_over_http
+on the shared pool; test_zfs_fuse_restart on a zfs-fuse and pool of its own)."""
 
 from __future__ import annotations
 
@@ -47,14 +47,19 @@ def dataset(tmp_path: Path) -> Iterator[str]:
     destroy_server_dataset(name, tmp_path)
 
 
-def start_on(dataset: str, state: Path) -> RunningServer:
-    """A server on ``dataset``'s one slot, its recovery round every 0.5 s."""
+def start_on(
+    dataset: str, state: Path, *, enter: tuple[str, ...] = (), **env: str
+) -> RunningServer:
+    """A server on ``dataset``'s one slot, its recovery round every 0.5 s (``enter``,
+    ``env``: as start_server takes them)."""
     return start_server(
         state,
+        enter=enter,
         SANDBOX_MCP_SLOT_BACKEND="zfs",
         SANDBOX_MCP_ZFS_PARENT=dataset,
         SANDBOX_MCP_POOL_SIZE="1",
         SANDBOX_MCP_PROCESS_STALE_S="3",
+        **env,
     )
 
 
