@@ -104,7 +104,9 @@ async def test_live_experiments_come_back_after_a_zfs_fuse_restart(
         )
         assert missing_flags(root) == []
         read = await read_a(http, server, experiment)
-        assert not read["is_error"], read
+        # What the remounted slot holds, to tell lost files from a path not seen yet.
+        held = sorted(str(f.relative_to(root)) for f in root.rglob("*"))
+        assert not read["is_error"], (read, held)
         assert read["content"] == "kept\n"
         # The outage passed: the experiment is as its last command left it, not failed.
         shown = await tool(http, server, "", "get_experiment", {"experiment_id": experiment})
