@@ -16,13 +16,6 @@ from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that restart a daemon the machine shares run last (stable otherwise): while
-    it is down every other test that uses it would fail, and no test after them meets a
-    daemon they restarted."""
-    items.sort(key=lambda item: item.get_closest_marker("restarts_shared_daemon") is not None)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Also what module- and session-scoped fixtures mounted, once they are done."""

@@ -8,7 +8,10 @@ without touching iptables or sysctls (the host's firewall is the shared daemon's
 and holds copies of the images the test needs (``docker save | docker load`` from
 the shared engine, which only reads it). ``outage`` stops it and starts it again
 with the same command line; ``private_dockerd`` removes its containers, stops it
-and deletes everything it wrote, however the test ends.
+and deletes everything it wrote, however the test ends. Given ``namespace_pid``, it
+runs in that process's mount namespace (zfs_control's, whose ZFS mounts its
+containers bind-mount); its socket is still reached from outside (/run is not one
+of the namespace's private folders).
 """
 
 from __future__ import annotations
@@ -125,23 +128,29 @@ def _remove_containers(daemon: PrivateDockerd) -> None:
         client.close()
 
 
-def _mounts_under(*roots: Path) -> list[str]:
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+def _mounts_under(mountinfo: Path, *roots: Path) -> list[str]:
+    points = [line.split()[4] for line in mountinfo.read_text().splitlines()]
     return [p for p in points if any(p == str(r) or p.startswith(f"{r}/") for r in roots)]
 
 
 @contextlib.contextmanager
-def private_dockerd(work: Path, *, images: tuple[str, ...]) -> Iterator[PrivateDockerd]:
+def private_dockerd(
+    work: Path, *, images: tuple[str, ...], namespace_pid: int | None = None
+) -> Iterator[PrivateDockerd]:
     """A running dockerd of this test's own with ``images``; gone afterwards, with
-    its data. ``work`` is an empty folder for its data root and log."""
+    its data. ``work`` is an empty folder for its data root and log; ``namespace_pid``
+    a process whose mount namespace it runs in (by default the test's own)."""
     # Unix socket paths are short (108 bytes): socket and exec root under /run.
     name = f"sbx-test-dockerd-{uuid.uuid4().hex[:8]}"
     exec_root = Path("/run") / name
     data_root = work / "data"
     config = work / "daemon.json"
     config.write_text("{}\n")  # not /etc/docker/daemon.json, which is the shared daemon's
+    enter = [] if namespace_pid is None else ["nsenter", f"--mount=/proc/{namespace_pid}/ns/mnt"]
+    mountinfo = Path(f"/proc/{namespace_pid or 'self'}/mountinfo")
     daemon = PrivateDockerd(
         argv=[
+            *enter,
             "dockerd",
             f"--host=unix:///run/{name}.sock",
             f"--data-root={data_root}",
@@ -165,7 +174,7 @@ def private_dockerd(work: Path, *, images: tuple[str, ...]) -> Iterator[PrivateD
     finally:
         _remove_containers(daemon)
         daemon.stop()
-        left = _mounts_under(data_root, exec_root)
+        left = _mounts_under(mountinfo, data_root, exec_root)
         assert not left, f"the test's dockerd left mounts behind: {left}"
         shutil.rmtree(exec_root, ignore_errors=True)
         shutil.rmtree(data_root, ignore_errors=True)

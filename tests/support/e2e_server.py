@@ -60,7 +60,8 @@ def start_server(
     probe tool) on ``host`` (a loopback address) and wait until /health answers.
     ``nofile`` is the (soft, hard) descriptor limit the process starts with, as a
     systemd unit would set it. ``wrapper``: a command that ends by exec'ing the rest of
-    its arguments (the server keeps its process), to start it in another setting."""
+    its arguments (the server keeps its process), to start it in another setting (an
+    ``unshare``, or an ``nsenter`` into another mount namespace)."""
     port = port or free_port()
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"

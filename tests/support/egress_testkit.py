@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -25,13 +26,16 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from e2e_server import RunningServer, start_server, stop_server
 from tls_testkit import make_ca
 
 REGISTRY_SCRIPT = Path(__file__).with_name("egress_registry.py")
-PYTHON_IMAGE = "sandbox-mcp/python-egress:e2e"
-NODE_IMAGE = "sandbox-mcp/node-egress:e2e"
+# Tagged per test process: each trusts its own world's CA, and two test processes at
+# once (CI's two workers) building one tag gave each other's containers the wrong CA.
+PYTHON_IMAGE = f"sandbox-mcp/python-egress:e2e-{os.getpid()}"
+NODE_IMAGE = f"sandbox-mcp/node-egress:e2e-{os.getpid()}"
 REGISTRY_NAMES = ("pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "github.com")
 WHEEL = "tinypkg-1.0-py3-none-any.whl"
 NPM_PACKAGE = "tiny-npm-pkg"
@@ -113,7 +117,7 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def outside_world(work: Path) -> Iterator[OutsideWorld]:
     """The registry in a namespace of its own, and the images that trust it."""
     tag = f"{os.getpid() % 0xFFFF:04x}"
-    octet = os.getpid() % 250 + 2
+    octet, claim = _claim_octet()
     world = OutsideWorld(registry=f"44.44.{octet}.2", host=f"44.44.{octet}.1")
     namespace, outer, inner = f"smcp-reg-{tag}", f"smcpeh{tag}", f"smcpen{tag}"
     ca = make_ca(work / "ca", dns_names=list(REGISTRY_NAMES), ip_addresses=[])
@@ -155,6 +159,25 @@ def outside_world(work: Path) -> Iterator[OutsideWorld]:
                 process.stdout.close()
         sh("ip", "netns", "del", namespace, check=False)
         sh("ip", "link", "del", outer, check=False)
+        # Untagged (their layers are the base images'); kept while a container uses them.
+        sh("docker", "rmi", PYTHON_IMAGE, NODE_IMAGE, check=False)
+        claim.close()  # the addresses are free for another world
+
+
+def _claim_octet() -> tuple[int, IO[bytes]]:
+    """A third octet no other world on the machine holds (two test processes at once):
+    an exclusive lock on a file per octet, held until the world is taken down."""
+    start = os.getpid() % 250
+    for step in range(250):
+        octet = (start + step) % 250 + 2
+        claim = Path(f"/tmp/smcp-egress-world-{octet}.lock").open("wb")  # noqa: SIM115
+        try:
+            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            claim.close()
+            continue
+        return octet, claim
+    raise AssertionError("every outside-world address range is held by another test process")
 
 
 @contextlib.contextmanager

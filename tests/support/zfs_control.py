@@ -1,106 +1,222 @@
-"""Restarting the real zfs-fuse under a running server (fault tests).
+"""A zfs-fuse of the test's own, for the fault test that stops it and starts it again
+(tests/e2e/test_zfs_fuse_restart.py): never the machine's shared zfs-fuse, whose
+mounts belong to everyone else on the machine.
 
-DISRUPTIVE: every ZFS mount is dead while the daemon is down, whoever uses it
-(zfs-fuse is one daemon per machine: its socket is compiled in); such tests carry
-the ``restarts_shared_daemon`` mark, which runs them last in the session.
+zfs-fuse is one daemon per mount namespace, not per machine: the daemon and every
+``zfs``/``zpool`` command meet at a socket whose path is compiled in
+(/var/run/zfs/zfs_socket), the daemon takes a lock compiled in
+(/var/lock/zfs/zfs_lock) and imports the pools listed in a cache compiled in
+(/var/lib/zfs/zpool.cache). So a holder process started with ``unshare --mount
+--propagation private`` puts a private tmpfs on each of those three folders, and a
+zfs-fuse started in that namespace (``nsenter --mount``) is the one every ``zfs``
+command run there reaches; outside it, they still reach the shared one. Its pool,
+under a unique name, lives in a small sparse file of the test's own, and the
+private cache lets the restarted daemon import it again, as the shared daemon
+imports its pools.
 
-``zfs_fuse_restart`` stops the zfs-fuse serving this machine (found by its process),
-lazily unmounts the FUSE mounts it leaves dead (deepest first), and starts it again
-with the same argv, environment and log, detached, as ``.ci/lib/services.sh``
-starts it, then waits until ``zpool list`` answers; a services.sh pid file naming
-the old daemon is pointed at the new one. What the new daemon mounts by itself is
-what the server under test gets. Afterwards (``restore_others``) the datasets that
-were mounted before and are not now are mounted again, and the mounts that were
-``nosuid,nodev`` sealed again, so other users of the pool find it as it was.
+Its mounts exist in that namespace only, so whatever uses them runs there too
+(``enter`` prefixes a command with the ``nsenter`` that does it): ``provision``, the
+server under test, and a dockerd of the test's own (dockerd_control, given
+``namespace_pid``) whose containers bind-mount the datasets. The namespace starts as
+a copy of the machine's mounts; the copies of the shared zfs-fuse's mounts are
+detached at once, so the namespace never holds one of the shared daemon's
+file systems. The test process itself stays outside (setns needs a single thread):
+it reads the namespace's paths through ``/proc/<holder>/root`` (``path``).
+
+``private_zfs`` stops the daemon, the holder (so the namespace and its mounts go)
+and deletes the pool's file however the test ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon_proc import Daemon, repoint_pid_files, wait_until
-
-from pool.mount_flags import seal
+from daemon_proc import wait_until
 
 STOP_TIMEOUT_S = 30
 START_TIMEOUT_S = 60
+POOL_SIZE = 256 * 1024 * 1024  # sparse: a few MiB are written
+
+# The folders whose paths zfs-fuse has compiled in, each a tmpfs of the namespace.
+# The lock and the socket: a second daemon in the namespace neither exits on the
+# shared daemon's lock nor answers the shared daemon's clients; the cache: the
+# private daemon imports only the private pool, the shared cache is never written.
+_PRIVATE_FOLDERS = ("/var/run/zfs", "/var/lock/zfs", "/var/lib/zfs")
+_HOLDER = """set -e
+for folder in "$@"; do
+  mkdir -p "$folder"
+  mount -t tmpfs -o mode=0700,size=4m sbx-test-zfs "$folder"
+done
+echo ready
+exec cat >/dev/null
+"""
 
 
-def current_daemon() -> tuple[Daemon, Path]:
-    """The zfs-fuse process, and the log its output goes to."""
-    found = [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and _comm(entry) == "zfs-fuse"
-    ]
-    assert len(found) == 1, f"expected one zfs-fuse, found {found}"
-    return Daemon.of(found[0]), Path(os.readlink(f"/proc/{found[0]}/fd/1"))
+@dataclass
+class PrivateZfs:
+    holder: subprocess.Popen[bytes]
+    pool: str
+    mountpoint: Path
+    log: Path
+    daemon: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
+    @property
+    def enter(self) -> list[str]:
+        """The prefix that runs a command in the namespace (in the caller's folder)."""
+        return ["nsenter", f"--mount=/proc/{self.holder.pid}/ns/mnt", f"--wd={os.getcwd()}"]
 
-def _comm(proc: Path) -> str:
-    try:
-        return (proc / "comm").read_text().strip()
-    except OSError:
-        return ""
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.enter, *argv], capture_output=True, text=True, timeout=timeout, check=False
+        )
 
+    def zfs(self, *args: str) -> str:
+        done = self.run("zfs", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
 
-def answers() -> bool:
-    done = subprocess.run(["zpool", "list", "-H"], capture_output=True, timeout=15, check=False)
-    return done.returncode == 0
+    def answers(self) -> bool:
+        return self.run("zpool", "list", "-H", timeout=15).returncode == 0
 
+    def path(self, inside: Path) -> Path:
+        """``inside`` (absolute) as the namespace sees it, from outside it."""
+        return Path(f"/proc/{self.holder.pid}/root") / inside.relative_to("/")
 
-def zfs_mounts() -> dict[str, tuple[str, bool]]:
-    """The zfs-fuse mounts now: mount point -> (dataset, sealed nosuid,nodev)."""
-    mounts = {}
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        source, point, kind, options = line.split(" ")[:4]
-        if kind == "fuse.zfs":
-            flags = set(options.split(","))
-            mounts[point.replace("\\040", " ")] = (source, {"nosuid", "nodev"} <= flags)
-    return mounts
-
-
-def _alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists() and _comm(Path(f"/proc/{pid}")) == "zfs-fuse"
-
-
-def _unmount_dead(points: list[str]) -> None:
-    for point in sorted(points, reverse=True):  # deepest first
+    def mounts(self) -> list[str]:
+        """The namespace's zfs-fuse mount points (none once the holder has gone)."""
         try:
-            os.stat(point)
+            return fuse_zfs_mounts(Path(f"/proc/{self.holder.pid}/mounts"))
         except OSError:
-            subprocess.run(["umount", "-l", point], capture_output=True, timeout=15, check=False)
+            return []
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            # A session of its own: a ^C to the test run does not reach it first.
+            self.daemon = subprocess.Popen(
+                [*self.enter, "zfs-fuse", "--no-daemon", "--no-kstat-mount"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        daemon = self.daemon
+        wait_until(
+            lambda: daemon.poll() is not None or self.answers(),
+            START_TIMEOUT_S,
+            f"the test's zfs-fuse did not answer (log: {self.log})",
+        )
+        assert daemon.poll() is None, self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """SIGTERM (SIGKILL if it does not stop); then the FUSE mounts it leaves dead
+        are unmounted lazily, deepest first, as an operator would before starting it
+        again."""
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.terminate()
+            try:
+                self.daemon.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        for point in sorted(self.mounts(), reverse=True):
+            self.run("umount", "-l", point)
+
+    def restart(self) -> None:
+        """Stop the daemon and start it again; it answers ``zpool list`` on return.
+        What it mounts by itself is what the server under test gets."""
+        self.stop()
+        self.start()
 
 
-def zfs_fuse_restart() -> dict[str, tuple[str, bool]]:
-    """Restart zfs-fuse; returns the mounts there were before (for ``restore_others``)."""
-    daemon, log = current_daemon()
-    before = zfs_mounts()
-    os.kill(daemon.pid, signal.SIGTERM)
+def fuse_zfs_mounts(mounts: Path = Path("/proc/self/mounts")) -> list[str]:
+    points = []
+    for line in mounts.read_text().splitlines():
+        _, point, kind = line.split(" ")[:3]
+        if kind == "fuse.zfs":
+            points.append(point.replace("\\040", " "))
+    return points
+
+
+def shared_zfs_fuse() -> set[int]:
+    """The zfs-fuse processes of this process's mount namespace (the machine's shared
+    one): a private zfs-fuse is in another namespace."""
+    own = os.readlink("/proc/self/ns/mnt")
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if (
+                entry.name.isdigit()
+                and (entry / "comm").read_text().strip() == "zfs-fuse"
+                and os.readlink(entry / "ns" / "mnt") == own
+            ):
+                pids.add(int(entry.name))
+    return pids
+
+
+@contextlib.contextmanager
+def private_zfs(work: Path) -> Iterator[PrivateZfs]:
+    """A running zfs-fuse of this test's own in a mount namespace of its own, with a
+    pool mounted under ``work`` (an empty folder for its file, mounts and log)."""
+    assert os.geteuid() == 0, "a zfs-fuse of the test's own needs root: run as root (CI does)"
+    assert Path("/dev/fuse").exists(), "/dev/fuse is missing: zfs-fuse cannot run here"
+    pool = f"sbxtest{uuid.uuid4().hex[:8]}"
+    vdev, mountpoint = work / "pool.vdev", work / "mnt"
+    mountpoint.mkdir()
+    with vdev.open("wb") as sparse:
+        sparse.truncate(POOL_SIZE)
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "--",
+         "sh", "-c", _HOLDER, "holder", *_PRIVATE_FOLDERS],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    zfs = PrivateZfs(holder, pool, mountpoint / pool, work / "zfs-fuse.log")
+    namespace = ""
     try:
-        wait_until(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not stop")
+        assert holder.stdout is not None
+        ready = holder.stdout.readline()  # the setup's few commands, or EOF if it failed
+        assert ready == b"ready\n", f"the namespace's setup failed (exit {holder.wait(10)})"
+        namespace = os.readlink(f"/proc/{holder.pid}/ns/mnt")
+        for point in sorted(zfs.mounts(), reverse=True):  # the shared daemon's, copied
+            done = zfs.run("umount", "-l", point)
+            assert done.returncode == 0, done.stderr
+        zfs.start()
+        created = zfs.run("zpool", "create", "-f", "-m", str(zfs.mountpoint), pool, str(vdev))
+        assert created.returncode == 0, created.stderr
+        yield zfs
     finally:
-        if _alive(daemon.pid):
-            os.kill(daemon.pid, signal.SIGKILL)
-            wait_until(lambda: not _alive(daemon.pid), STOP_TIMEOUT_S, "zfs-fuse did not die")
-        _unmount_dead(list(before))
-        new_pid = daemon.start_again(log)
-        wait_until(answers, START_TIMEOUT_S, f"zfs-fuse did not answer again (log: {log})")
-        repoint_pid_files("zfs-fuse", daemon.pid, new_pid)
-    return before
+        # The pool's only records are the private cache and its file, both gone below;
+        # destroying it first is tidiness, not needed: a "busy" answer is not waited on.
+        if zfs.daemon is not None and zfs.daemon.poll() is None:
+            zfs.run("zpool", "destroy", "-f", pool, timeout=30)
+        zfs.stop()
+        if holder.stdin is not None:
+            holder.stdin.close()  # its `cat` ends: the last process of the namespace
+        try:
+            holder.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+        vdev.unlink(missing_ok=True)
+        if namespace:  # gone with its last process, and its mounts with it
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: not in_namespace(namespace), STOP_TIMEOUT_S, "")
+            left = in_namespace(namespace)
+            assert not left, f"processes left in the test's mount namespace: {left}"
 
 
-def restore_others(before: dict[str, tuple[str, bool]]) -> None:
-    """Mount again what was mounted before the restart, and seal again what was sealed."""
-    now = zfs_mounts()
-    for point in sorted(before):  # parents first
-        dataset, sealed = before[point]
-        if point not in now:
-            subprocess.run(["zfs", "mount", dataset], capture_output=True, timeout=60, check=False)
-        if sealed and Path(point).is_dir():
-            with contextlib.suppress(Exception):
-                seal(Path(point))
+def in_namespace(namespace: str) -> list[str]:
+    """The processes (pid and name) in mount namespace ``namespace``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and os.readlink(entry / "ns" / "mnt") == namespace:
+                found.append(f"{entry.name} {(entry / 'comm').read_text().strip()}")
+    return found

@@ -1,9 +1,10 @@
 """A server on a one-slot ZFS dataset of the test's own, and the live experiment
-whose workspace the remount tests take away and bring back (test_zfs_remount_over_http,
-test_zfs_fuse_restart)."""
+whose workspace the remount tests take away and bring back (test_zfs_remount_over_http
+on the shared pool; test_zfs_fuse_restart on a zfs-fuse and pool of its own)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -47,14 +48,19 @@ def dataset(tmp_path: Path) -> Iterator[str]:
     destroy_server_dataset(name, tmp_path)
 
 
-def start_on(dataset: str, state: Path) -> RunningServer:
-    """A server on ``dataset``'s one slot, its recovery round every 0.5 s."""
+def start_on(
+    dataset: str, state: Path, *, enter: tuple[str, ...] = (), **env: str
+) -> RunningServer:
+    """A server on ``dataset``'s one slot, its recovery round every 0.5 s (``enter``,
+    ``env``: as start_server takes them)."""
     return start_server(
         state,
+        wrapper=enter,
         SANDBOX_MCP_SLOT_BACKEND="zfs",
         SANDBOX_MCP_ZFS_PARENT=dataset,
         SANDBOX_MCP_POOL_SIZE="1",
         SANDBOX_MCP_PROCESS_STALE_S="3",
+        **env,
     )
 
 
@@ -90,6 +96,23 @@ async def assert_kept_while_away(
         assert read["error"]["code"] == "WORKSPACE_UNAVAILABLE", read
     else:
         assert read["content"] == "kept\n", read  # the recovery round was quicker
+
+
+async def read_when_back(
+    http: httpx2.AsyncClient, server: RunningServer, experiment: str, timeout_s: float = 60
+) -> Any:
+    """The first read that answers the kept file, each one before it a clear error
+    (``assert_kept_while_away``), never an empty or wrong answer. Polled, not read once:
+    ``slot.remounted`` is logged once the dataset is mounted and sealed, and the file
+    tools' check that the workspace is there may answer a moment later on a busy machine
+    (seen twice in about fifty runs, 0.2 s after the log line)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        read = await read_a(http, server, experiment)
+        if not read["is_error"] or time.monotonic() > deadline:
+            return read
+        assert read["error"]["code"] == "WORKSPACE_UNAVAILABLE", read
+        await asyncio.sleep(0.25)
 
 
 async def assert_back_sealed(

@@ -73,8 +73,8 @@ CONSTANTS: dict[str, int | float] = {
     # reads, views and the logs resource
     "ARTIFACT_PART_BYTES": shelf.ARTIFACT_PART_BYTES,
     "MAX_LISTED_JOBS": views.MAX_LISTED_JOBS,
-    "JOB_ROW_BYTES": output_budget.JOB_ROW_BYTES,
-    "TRASH_WAIT_S": disk_budget.TRASH_WAIT_S,  # a sandbox over budget waits for its trash  # a stored job row, charged with its texts
+    "JOB_ROW_BYTES": output_budget.JOB_ROW_BYTES,  # a stored job row, charged with its texts
+    "TRASH_WAIT_S": disk_budget.TRASH_WAIT_S,  # a sandbox over budget waits for its trash
     "MAX_LISTED_COMMAND_CHARS": views.MAX_LISTED_COMMAND_CHARS,
     "MAX_LOG_CHARS": resources.MAX_LOG_CHARS,
     # a clone's output and its lookups
