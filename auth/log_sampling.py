@@ -1,7 +1,7 @@
 """Refusal warnings of the sign-in path, written a bounded number of times.
 
-Anyone may send /authorize and /register requests, before any sign-in: the fairness
-bench's 8 networks flooding /authorize with numeric-host client_ids wrote 26,288
+Anyone may send /authorize, /register and /token requests, before any sign-in: the
+fairness bench's 8 networks flooding /authorize with numeric-host client_ids wrote 26,288
 ``oauth.client_document_refused`` lines in about 170 s, one per request, into the log
 every tenant shares (issue 23). Now, per event and minute, the first few lines of each
 sign-in address, of each network and in all are written; the rest are counted, and
