@@ -27,6 +27,7 @@ from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig
 from auth.grants import TokenService
+from auth.log_sampling import refusals
 from auth.ratelimit import Budget
 from auth.registration import Registrar
 from auth.routes import create_auth_routes
@@ -67,8 +68,11 @@ class AuthParts:
     async def close(self) -> None:
         if self.revocations is not None:
             await self.revocations.close()
+        refusals.drain()  # the sign-in path's refusals counted and not yet told
 
     async def housekeeping(self) -> None:
+        # A flood's count is told as its minute ends, even with no refusal after it.
+        refusals.flush()
         now = time.time()
         await self.store.delete_expired(now)
         await self.store.delete_stale_clients(now - self.config.client_ttl_without_grant_s)

@@ -40,6 +40,7 @@ import structlog
 
 from auth.client_address import network_key
 from auth.errors import OAuthError
+from auth.log_sampling import refusals
 from auth.lookup_shares import HeldShare, KeyedShares
 from auth.pending import ExpiringMap
 from auth.ratelimit import DEFAULT_SHARES, Budget, PrefixedBudget, Shares
@@ -223,8 +224,11 @@ class ClientDocuments:
         try:
             self._fetcher.precheck(url)
         except FetchRefused as exc:
-            log.warning(
-                "oauth.client_document_refused", host=urlsplit(url).hostname, reason=exc.reason
+            refusals.warning(
+                "oauth.client_document_refused",
+                prefix,
+                host=urlsplit(url).hostname,
+                reason=exc.reason,
             )
             raise DocumentRefused(exc.reason) from None
         entry = self._cache.get(url)
@@ -246,8 +250,11 @@ class ClientDocuments:
                 raise
             # Flooding the budget or the host must not lock out a client we know.
             self._cache.touch(url)
-            log.warning(
-                "oauth.client_document_stale", host=urlsplit(url).hostname, reason=exc.reason
+            refusals.warning(
+                "oauth.client_document_stale",
+                prefix,
+                host=urlsplit(url).hostname,
+                reason=exc.reason,
             )
             return entry.client
 
@@ -278,7 +285,7 @@ class ClientDocuments:
                 share.release()  # that fetch's lookup has its own place
                 share = None
         if task is None:
-            task = asyncio.ensure_future(self._load(url, share))
+            task = asyncio.ensure_future(self._load(url, share, prefix))
             self._inflight[url] = task
             task.add_done_callback(lambda _: self._inflight.pop(url, None))
             if share is not None:  # a task cancelled before it ran still gives it back
@@ -315,14 +322,14 @@ class ClientDocuments:
                 transient=True,
             ) from None
 
-    async def _load(self, url: str, share: HeldShare | None = None) -> Client:
+    async def _load(self, url: str, share: HeldShare | None = None, prefix: str = "") -> Client:
         host = urlsplit(url).hostname
         started = time.monotonic()
         try:
             fetched = await self._fetcher.get(url, share=share)
             client = parse_document(url, fetched.body, now=self._clock())
         except (FetchRefused, DocumentRefused) as exc:
-            log.warning("oauth.client_document_refused", host=host, reason=exc.reason)
+            refusals.warning("oauth.client_document_refused", prefix, host=host, reason=exc.reason)
             known = isinstance(self._cache.get(url), _Good)
             if not (exc.transient and known):  # a transient failure keeps a known document
                 until = self._clock() + self._failure_ttl_s

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-import structlog
-
 from auth.client_documents import ClientDocuments, DocumentRefused, is_url_client_id
+from auth.log_sampling import refusals
 from auth.store import AuthStore, Client
-
-log = structlog.get_logger(__name__)
 
 
 class UnknownClient(Exception):
@@ -60,8 +57,9 @@ class ClientDirectory:
         except DocumentRefused as exc:
             stored = await self._store.load_client(client_id) if exc.transient else None
             if stored is not None and stored.last_grant_at is not None:
-                log.warning(
+                refusals.warning(
                     "oauth.client_document_from_store",
+                    prefix,
                     host=urlsplit(client_id).hostname,
                     reason=exc.reason,
                 )

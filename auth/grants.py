@@ -13,6 +13,7 @@ from mcp.server.auth.provider import AccessToken
 
 from auth.config import AuthConfig
 from auth.errors import OAuthError
+from auth.log_sampling import refusals
 from auth.pending import CodeGrant
 from auth.pkce import verifier_matches
 from auth.sealing import Sealer
@@ -129,7 +130,9 @@ class TokenService:
             # RFC 6749 4.1.2 / OAuth 2.1 4.1.3: a second redemption, on whatever
             # process, revokes what the first issued.
             await self.revoke_grant(redemption.previous_grant)
-            log.warning("oauth.code_replayed", client_id=client.client_id)
+            # Anyone holding a used code may send it again and again: bounded per the
+            # address that signed in (auth.log_sampling).
+            refusals.warning("oauth.code_replayed", grant.signin_prefix, client_id=client.client_id)
             raise OAuthError("invalid_grant", "The code was already used; its tokens are revoked.")
         log.info("oauth.code_exchanged", client_id=client.client_id)
         return answer

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import time
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import h11
 import structlog
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from app.sampling import ThrottledLog
 from app.settings import ServerSettings
 
 log = structlog.get_logger(__name__)
@@ -86,7 +89,12 @@ class ConnectionGuard:
     """The shared bookkeeping: who is open, and who is still sending a request (oldest first)."""
 
     def __init__(
-        self, *, max_connections: int, header_timeout_s: float, body_timeout_s: float
+        self,
+        *,
+        max_connections: int,
+        header_timeout_s: float,
+        body_timeout_s: float,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.max_connections = max_connections
         self.timeouts: dict[Phase, float] = {"headers": header_timeout_s, "body": body_timeout_s}
@@ -95,6 +103,9 @@ class ConnectionGuard:
         # still sending headers go first; a body in progress only when none is.
         self.sending: dict[Phase, dict[GuardedH11Protocol, None]] = {"headers": {}, "body": {}}
         self.evicted = 0
+        # Anyone may open connections past the cap, before any sign-in: each refusal
+        # written would be a line per connection in the log every tenant shares.
+        self._refusals = ThrottledLog(log, clock=clock)
 
     def protocol(self) -> type[GuardedH11Protocol]:
         """The class to give uvicorn as ``http=``, bound to this guard."""
@@ -104,7 +115,7 @@ class ConnectionGuard:
         if len(self.open) >= self.max_connections:
             waiting = self.sending["headers"] or self.sending["body"]
             if not waiting:
-                log.warning("http.connection_refused", open=len(self.open))
+                self._refusals.warning("http.connection_refused", open=len(self.open))
                 return False
             self.evicted += 1
             if self.evicted % 100 == 1:

@@ -94,10 +94,16 @@ class Metrics:
     def count_event(
         self, _logger: object, method: str, event: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
-        """A structlog processor: count the event, pass it on unchanged."""
+        """A structlog processor: count the event, pass it on unchanged.
+
+        A line with ``repeats_not_written`` (app/sampling.py, auth/log_sampling.py)
+        stands for that many events not written: counted as them, so the counter holds
+        every event, written or not (the count arrives as its minute ends)."""
         name = event.get("event")
         if isinstance(name, str) and name != TOOL_CALL_EVENT:
-            self._events.labels(name, method).inc()
+            repeats = event.get("repeats_not_written")
+            counted = repeats if isinstance(repeats, int) and repeats > 0 else 1
+            self._events.labels(name, method).inc(counted)
         return event
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:

@@ -14,6 +14,7 @@ from auth.client_address import ClientAddresses
 from auth.config import AuthConfig
 from auth.errors import OAuthError
 from auth.handlers._http import read_form
+from auth.log_sampling import refusals
 from auth.page import error_page, security_headers, signin_page
 from auth.signin import LocalError, RedirectError, SigninFlow
 
@@ -93,7 +94,7 @@ class AuthorizeHandler:
         prefix = self.addresses.key_of(request)
         admitted = await self.admission.admit(self.flow.issued_code(pending, prefix))
         if isinstance(admitted, Refusal):
-            log.warning("oauth.signin_refused", limit=admitted.limit)
+            refusals.warning("oauth.signin_refused", prefix, limit=admitted.limit)
             page = error_page(admitted.title, admitted.message, 429, secure=self.config.secure)
             page.headers["Retry-After"] = str(admitted.retry_after_s)
             return page

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from auth.client_address import ClientAddresses
 from auth.errors import OAuthError
 from auth.handlers._http import NO_STORE, BodyTooLarge, oauth_error, read_body, too_many
+from auth.log_sampling import refusals
 from auth.ratelimit import Budget
 from auth.registration import Registrar, check_client_metadata
 
@@ -41,7 +42,7 @@ class RegistrationHandler:
         prefix = self.addresses.key_of(request)
         wait = await self.budget.take(prefix)
         if wait:
-            log.warning("oauth.register_rate_limited")
+            refusals.warning("oauth.register_rate_limited", prefix)
             return too_many(wait)
         client = await self.registrar.save(checked)
         log.info("oauth.client_registered", client_id=client["client_id"])

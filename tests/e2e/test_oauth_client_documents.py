@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -344,6 +345,66 @@ async def test_numeric_host_names_are_refused_without_spending_the_fetch_budget(
         assert fetched == [DOCUMENT_PATH]
     finally:
         stop_server(server)
+
+
+def log_events(server: RunningServer, event: str) -> list[dict[str, object]]:
+    """The server's log lines of ``event`` (JSON lines on stderr)."""
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("event") == event]
+
+
+def assert_bounded(server: RunningServer, event: str, refused: int, minutes: int) -> None:
+    """``event``'s lines: at most 30 a minute written, and with the counts of the rest
+    exactly ``refused``."""
+    lines = log_events(server, event)
+    written = [line for line in lines if "repeats_not_written" not in line]
+    counted = [line for line in lines if "repeats_not_written" in line]
+    assert 0 < len(written) <= 30 * minutes, (event, len(written))
+    assert counted, f"{event}: the repeats are told in a line of their own"
+    told = len(written) + sum(int(str(line["repeats_not_written"])) for line in counted)
+    assert told == refused, (event, told, refused)
+
+
+async def test_a_flood_of_refused_document_urls_writes_a_bounded_log(
+    tmp_path: Path, ca: ThrowawayCA, public_address: str
+) -> None:
+    """Issue 23: 8 networks flooding /authorize with numeric-host client_ids wrote one
+    ``oauth.client_document_refused`` warning per request (26,288 in 170 s) into the
+    log every tenant shares; /register past its budget the same. Now each minute
+    writes at most 30 of each event (5 an address, 10 a network), and the rest are
+    counted in one line as the minute ends or at shutdown: every refusal is in a line
+    or a count, whatever the machine's speed."""
+    server = server_with(tmp_path, ca, SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1", **DEFAULT_SHARES)
+    flood = 600
+    registrations_refused = 0
+    started = time.monotonic()
+    try:
+        async with httpx2.AsyncClient() as http:
+            for number in range(flood):
+                host = NUMERIC_HOSTS[number % len(NUMERIC_HOSTS)]
+                page = await http.get(
+                    f"{server.base_url}/authorize",
+                    params=authorize_params(f"https://{host}/never-{number}.json"),
+                    # 8 networks of 3 addresses each, behind the trusted proxy.
+                    headers={"x-forwarded-for": f"198.51.{number % 8}.{number % 24}"},
+                )
+                assert page.status_code == 400, (host, page.text)
+            for number in range(200):  # past their shares of the 30 registrations a minute
+                registered = await http.post(
+                    f"{server.base_url}/register",
+                    json={"redirect_uris": [REDIRECT], "client_name": f"flood {number}"},
+                    headers={"x-forwarded-for": f"198.51.{number % 8}.{number % 24}"},
+                )
+                assert registered.status_code in (201, 429), registered.text
+                registrations_refused += registered.status_code == 429
+        page, _ = await signs_in_with_its_document(server, ca, public_address, "Honest")
+        assert "Honest" in page, "an honest sign-in still works"
+    finally:
+        stop_server(server)  # the count of the minute not over is written at shutdown
+    minutes = int((time.monotonic() - started) // 60) + 2  # every minute the flood may span
+    assert registrations_refused >= 170, "at most 3 a network were accepted"
+    assert_bounded(server, "oauth.client_document_refused", flood, minutes)
+    assert_bounded(server, "oauth.register_rate_limited", registrations_refused, minutes)
 
 
 async def test_many_networks_cannot_spend_every_document_fetch(

@@ -70,3 +70,18 @@ async def test_the_scraper_gets_the_format_it_asks_for_and_a_wrong_token_nothing
     )
     assert open_metrics.headers["content-type"].startswith("application/openmetrics-text")
     assert open_metrics.body.rstrip().endswith(b"# EOF")
+
+
+def test_a_line_of_repeats_not_written_counts_as_those_events() -> None:
+    """Repeated warnings are written a few times a minute and the rest told as one
+    count (issue 23): the counter still holds every event."""
+    metrics = Metrics()
+    configure_logging("INFO", stream=io.StringIO(), count_events=metrics.count_event)
+    try:
+        log = structlog.get_logger("test")
+        log.warning("unit.refused", reason="x")
+        log.warning("unit.refused", repeats_not_written=41, in_s=60)
+    finally:
+        configure_logging("INFO", stream=io.StringIO())
+    body, _ = metrics.render(None)
+    assert 'sandbox_mcp_events_total{event="unit.refused",level="warning"} 42.0' in body.decode()
