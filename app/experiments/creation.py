@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Protocol
 
 from app.errors import ServiceError
-from app.experiments import workspace
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.errors import (
     InvalidTransition,
@@ -22,12 +21,13 @@ from app.experiments.errors import (
     ProjectSourceError,
     TooManyExperiments,
 )
+from app.experiments.evidence.shelf import fingerprint
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import Experiment
-from app.experiments.shelf import fingerprint
 from app.experiments.states import State
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
-from app.experiments.workspace import ExperimentDirs
+from app.experiments.workspace import dirs as workspace
+from app.experiments.workspace.dirs import ExperimentDirs
 from app.runtime.backend import (
     Container,
     ContainerSpec,
@@ -64,7 +64,7 @@ class CreateRequest:
 
 
 class WarmSource(Protocol):
-    """Containers started before they were asked for (app/runtime/warm.py)."""
+    """Containers started before they were asked for (app/runtime/warm/pool.py)."""
 
     async def take(
         self, slot_root: Path, spec: ContainerSpec, target: Path

@@ -13,7 +13,7 @@ the budget is kept by accounting, which works wherever the server runs:
   experiments), and every ``interval_s`` while the sandbox has a running job or a
   live container: a command that kills its job's supervisor leaves the rest of its
   tree running under the container's PID 1, outside any job
-  (app/runtime/_jobs.py), and it may pause before it writes, so neither a job's
+  (app/runtime/exec/process_tree.py), and it may pause before it writes, so neither a job's
   end nor a measurement without growth is the end of its writing. An idle sandbox
   with live containers costs one walk per interval (about 2 to 9 microseconds an
   entry, each descriptor and mapping of its processes included; bounded by
@@ -31,11 +31,11 @@ the budget is kept by accounting, which works wherever the server runs:
 
 Bytes come only as fast as they are written: the containers of dir slots refuse
 the ``fallocate`` modes that reserve blocks at once and cap every file at the
-budget (``RLIMIT_FSIZE``; app/runtime/seccomp.py, app/runtime/hardening.py). So it
+budget (``RLIMIT_FSIZE``; app/runtime/docker/seccomp.py, app/runtime/docker/hardening.py). So it
 is a soft bound: a sandbox may write for up to one interval (plus one walk and the
 kill) past the budget before it is stopped, at whatever speed the disk allows. A
 server anyone can reach therefore still refuses dir slots on the database's
-filesystem (app/slot_storage.py) unless told otherwise; a hosted deployment that
+filesystem (app/root/slot_storage.py) unless told otherwise; a hosted deployment that
 wants a hard bound uses ZFS slots, which have a kernel quota.
 """
 
@@ -57,9 +57,9 @@ from app.errors import ServiceError
 from app.experiments.held_files import held_bytes, missing_capabilities
 from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.records import Experiment
-from app.experiments.tenant_threads import TenantThreads
 from app.runtime.backend import SandboxBackend
 from app.runtime.errors import ContainerGone, RuntimeFailure
+from app.tenancy.threads import TenantThreads
 from jail import Jail, JailError
 
 log = structlog.get_logger(__name__)

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from app.experiments import project, testing
 from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.creation import COMMAND_TIMEOUT_KEY, forwarded_env
 from app.experiments.errors import InvalidTransition, ProjectSourceError, TestsNotDetected
+from app.experiments.evidence import testing
+from app.experiments.evidence.testing import TestPlan
 from app.experiments.options import ExperimentOptions
 from app.experiments.states import RUNNABLE
-from app.experiments.testing import TestPlan
 from app.experiments.views import JobView
+from app.experiments.workspace import project
 from app.runtime.limits import clamp_timeout
 from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext

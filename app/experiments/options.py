@@ -1,4 +1,4 @@
-"""What the operator configured for experiments (built in app/experiments/assembly.py)."""
+"""What the operator configured for experiments (built in app/root/experiments.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.experiments.workspace import Owner
+from app.experiments.workspace.dirs import Owner
 
 
 @dataclass(frozen=True)

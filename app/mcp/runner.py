@@ -28,12 +28,12 @@ from pydantic import BaseModel
 
 from app.errors import DatabaseUnavailable, ServiceError
 from app.experiments.disk_budget import DiskBudget
-from app.experiments.tenant_threads import TenantThreads
 from app.mcp.call_sampling import CallKey, CallSampling
-from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.sampling import ThrottledLog, Unwritten
 from app.storage.audit import AuditTrail
+from app.tenancy.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
+from app.tenancy.threads import TenantThreads
 from auth.grants import SIGNIN_CLAIM
 from jail.context import CallContext, SandboxMemory, new_call_context
 from jail.errors import JailError

@@ -16,10 +16,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.admin import preflight
-from app.main import build_app
 from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
+from app.ops.admin import preflight
+from app.root.main import build_app
 from app.settings import load_settings
 from jail import CallContext, Jail
 

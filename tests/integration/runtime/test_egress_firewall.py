@@ -44,7 +44,7 @@ def in_namespace(name: str, *argv: str) -> list[str]:
 def installs_of(count: int) -> str:
     """A Python program that installs the firewall ``count`` times, as server starts do."""
     return (
-        "from app.runtime.egress_network import install_firewall\n"
+        "from app.egress.network import install_firewall\n"
         f"for _ in range({count}):\n"
         f"    install_firewall('br-smcp-test', '{CHAIN}', '10.99.0.1', 3128)\n"
     )

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from stated_limits import UNIT, number, stated_pairs
 
+from app.egress.connlimit import MAX_CONNECTIONS as EGRESS_CONNECTIONS
+from app.egress.rules import SquidPlan, squid_conf
 from app.mcp.fit import STRUCTURED_BUDGET
-from app.runtime.egress_connlimit import MAX_CONNECTIONS as EGRESS_CONNECTIONS
-from app.runtime.egress_rules import SquidPlan, squid_conf
 from app.settings import ENV_PREFIX, Settings, load_settings
 
 ROOT = Path(__file__).parents[3]

@@ -1,0 +1,1 @@
+"""Git sources: which may be cloned, where a clone may connect, and the clone helper container."""

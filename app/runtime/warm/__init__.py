@@ -1,0 +1,1 @@
+"""Warm sandboxes: containers started before anyone asks, and their slot claims across processes."""
