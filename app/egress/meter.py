@@ -58,6 +58,7 @@ import structlog
 
 from app.egress.bounds import Bounds, write_maps
 from app.egress.log import read_since, rotate
+from app.egress.records import Notice, Usage
 from app.egress.sockets import cut, live_bytes, open_connections
 from app.egress.squid import FolderLock, SquidFolder
 from app.egress.usage import (
@@ -68,7 +69,6 @@ from app.egress.usage import (
     open_bytes,
 )
 from app.errors import ConfigurationError, DatabaseUnavailable
-from app.storage.egress_store import Notice, Usage
 
 log = structlog.get_logger(__name__)
 

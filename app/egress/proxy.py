@@ -62,6 +62,7 @@ from app.egress.network import (
     remove_if_unused,
 )
 from app.egress.owner import SquidOwner, SquidSite
+from app.egress.records import Usage
 from app.egress.rules import clamp_allowlist, matches, not_public_ranges
 from app.egress.squid import (
     SquidFolder,
@@ -71,7 +72,6 @@ from app.egress.squid import (
 )
 from app.egress.usage import Client
 from app.errors import ConfigurationError, InvalidArgument
-from app.storage.egress_store import Usage
 from pool.background import cancel_and_wait
 from pool.watchdog import Leadership, SoleWatchdog
 

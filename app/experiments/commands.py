@@ -26,10 +26,10 @@ from app.experiments.evidence.testing import TestPlan
 from app.experiments.jobs import JobRegistry, RunningJob, stop_job
 from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
+from app.experiments.store import ExperimentStore
 from app.experiments.workspace import project
 from app.runtime.backend import ExecResult, SandboxBackend
 from app.runtime.errors import ExecutorStopped, RuntimeFailure
-from app.storage.experiment_store import ExperimentRecords
 from app.tenancy.job_limits import JobLimits
 from jail.context import InThread
 
@@ -64,7 +64,7 @@ def refuse_nul(command: Command) -> None:
 class CommandRunner:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         jobs: JobRegistry,
         max_output_bytes: int,

@@ -25,6 +25,7 @@ from app.experiments.evidence.shelf import fingerprint
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import Experiment
 from app.experiments.states import State
+from app.experiments.store import ExperimentStore
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import dirs as workspace
 from app.experiments.workspace.dirs import ExperimentDirs
@@ -37,7 +38,6 @@ from app.runtime.backend import (
     SandboxBackend,
 )
 from app.runtime.limits import clamp_timeout
-from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, resolve_env
 
 # Where an experiment's default command timeout is kept: beside the limits it was given.
@@ -82,7 +82,7 @@ def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[s
 class ExperimentCreator:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         commands: CommandRunner,
         options: ExperimentOptions,

@@ -19,10 +19,10 @@ from app.experiments.evidence import testing
 from app.experiments.evidence.testing import TestPlan
 from app.experiments.options import ExperimentOptions
 from app.experiments.states import RUNNABLE
+from app.experiments.store import ExperimentStore
 from app.experiments.views import JobView
 from app.experiments.workspace import project
 from app.runtime.limits import clamp_timeout
-from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext
 
 
@@ -38,7 +38,7 @@ class Execution:
 
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         commands: CommandRunner,
         options: ExperimentOptions,
         workspace: Callable[[CallContext, str], Awaitable[Path]],

@@ -45,6 +45,7 @@ from app.experiments.recovery.recovery import Recovery
 from app.experiments.recovery.remote_jobs import RemoteJobs
 from app.experiments.recovery.slot_mounts import check_workspace
 from app.experiments.states import State
+from app.experiments.store import ExperimentStore
 from app.experiments.views import (
     MAX_LISTED_COMMAND_CHARS,
     MAX_LISTED_JOBS,
@@ -59,7 +60,6 @@ from app.experiments.views import (
 from app.experiments.workspace.dirs import ExperimentDirs
 from app.experiments.workspace.trash import Trash
 from app.runtime.backend import SandboxBackend
-from app.storage.experiment_store import ExperimentRecords
 from app.tenancy.job_limits import JobLimits
 from jail import CallContext
 from jail.context import InThread
@@ -75,7 +75,7 @@ MAX_RESULT_WAIT_S = 45.0
 class ExperimentManager:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         jobs: JobRegistry,
         options: ExperimentOptions,

@@ -10,10 +10,10 @@ from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
+from app.experiments.store import ExperimentStore
 from app.experiments.workspace.dirs import Owner
 from app.runtime.backend import SandboxBackend
 from app.settings import PoolSettings, Settings
-from app.storage.experiment_store import ExperimentRecords
 from app.tenancy.threads import TenantThreads
 from jail.context import SandboxMemory
 from jail.privilege import can_chown
@@ -58,7 +58,7 @@ def experiment_options(settings: Settings) -> ExperimentOptions:
 def build_disk_budget(
     pool_settings: PoolSettings,
     pool: SlotPool,
-    records: ExperimentRecords,
+    records: ExperimentStore,
     jobs: JobRegistry,
     backend: SandboxBackend,
     threads: TenantThreads,

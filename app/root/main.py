@@ -55,9 +55,9 @@ from app.storage.db import Repository, create_engine
 from app.storage.egress_store import EgressUsageStore
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.pool_pg import EGRESS_LOCK, leadership_for, pool_state_for
-from app.storage.process_store import ProcessRecords
+from app.storage.process_store import SqlProcessRecords
 from app.storage.retention import Retention
-from app.storage.task_records import TaskRecords
+from app.storage.task_records import SqlTaskRecords
 from app.storage.warm_store import WarmClaims
 from app.tenancy.threads import TenantThreads
 from app.version import service_version
@@ -89,7 +89,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     store = slot_store(settings)
     # The runtime, on the store (it asks where the slots live once the service runs).
     jobs = JobRegistry()
-    registry = ProcessRegistry(ProcessRecords(engine), stale_s=settings.server.process_stale_s)
+    registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=settings.server.process_stale_s)
     deployment = deployment_id(settings.storage)
     egress_usage = EgressUsageStore(engine)  # the byte cap, per experiment, kept across restarts
     egress = build_egress_proxy(
@@ -173,7 +173,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         ),
     )
     mcp = build_mcp_server(
-        settings, identity, runner, pool, manager, TaskRecords(engine), registry, extra_tools
+        settings, identity, runner, pool, manager, SqlTaskRecords(engine), registry, extra_tools
     )
     probe = DockerProbe(
         images=settings.runtime.image_list, default_image=settings.runtime.default_image

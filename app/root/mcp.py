@@ -16,7 +16,7 @@ from app.mcp.resources import register_resources
 from app.mcp.runner import Identity, ToolRunner
 from app.mcp.server import SandboxMCPServer
 from app.mcp.tasks.extension import TasksExtension
-from app.mcp.tasks.mirror import TaskMirror
+from app.mcp.tasks.mirror import TaskMirror, TaskRecords
 from app.mcp.tasks.store import TaskStore
 from app.mcp.tools.evidence import register_evidence_tools
 from app.mcp.tools.experiments import register_experiment_tools
@@ -24,7 +24,6 @@ from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
 from app.mcp.transport import StatelessTransport
 from app.settings import ServerSettings, Settings
-from app.storage.task_records import TaskRecords
 from app.version import service_version
 from pool.leases import SlotPool
 

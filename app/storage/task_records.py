@@ -39,7 +39,7 @@ def _loads(text: str | None) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-class TaskRecords(CancelRequests):
+class SqlTaskRecords(CancelRequests):
     cancel_row = TaskRow
     cancel_id = "task_id"
     cancel_running = "working"

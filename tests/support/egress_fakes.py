@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from app.storage.egress_store import Notice, Usage
+from app.egress.records import Notice, Usage
 
 
 class MemoryUsage:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from app.experiments.evidence.compare import ExperimentEvidence
 from app.experiments.records import Experiment
+from app.experiments.store import ExperimentStore
 from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
 from app.experiments.workspace import changes
 from app.experiments.workspace.dirs import ExperimentDirs
-from app.storage.experiment_store import ExperimentRecords
 from jail.context import InThread
 
 # Test reports and dependency folders are not the agent's changes.
@@ -38,7 +38,7 @@ async def inspect(
 
 
 async def gather(
-    records: ExperimentRecords,
+    records: ExperimentStore,
     experiment: Experiment,
     dirs: ExperimentDirs | None,
     in_thread: InThread,

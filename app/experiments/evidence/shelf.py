@@ -16,7 +16,7 @@ from app.experiments.errors import ArtifactTooLarge, ExperimentNotFound
 from app.experiments.evidence import artifacts
 from app.experiments.evidence.artifacts import Artifact, ArtifactList
 from app.experiments.records import ArtifactRecord
-from app.storage.experiment_store import ExperimentRecords
+from app.experiments.store import ExperimentStore
 from jail.context import InThread
 
 # The most one read of an artifact returns. The MCP SDK base64-encodes and serialises a
@@ -42,7 +42,7 @@ def fingerprint(sandbox_key: str) -> str:
 class ArtifactShelf:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         directory: Path,
         ttl_s: float,
         clock: Callable[[], float] = time.time,

@@ -14,14 +14,29 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
 import structlog
-
-from app.storage.process_store import ProcessRecords
 
 log = structlog.get_logger(__name__)
 
 BEATS_PER_STALE = 6
+
+
+class ProcessRecords(Protocol):
+    """The server processes' heartbeat rows (``app.storage.process_store``)."""
+
+    async def register(self, process_id: str, host: str, pid: int, at: float) -> None: ...
+    async def beat(self, process_id: str, at: float) -> bool:
+        """Refresh the process's row; False if it was no longer there."""
+        ...
+
+    async def live(self, fresh_after: float) -> set[str]:
+        """The processes whose heartbeat is newer than ``fresh_after``."""
+        ...
+
+    async def forget_stale(self, fresh_after: float) -> int: ...
+    async def deregister(self, process_id: str) -> None: ...
 
 
 class ProcessRegistry:

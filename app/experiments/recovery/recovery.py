@@ -36,9 +36,9 @@ from app.experiments.records import LostJob
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.recreation import recreate
 from app.experiments.states import State
+from app.experiments.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
 from app.sampling import ThrottledLog
-from app.storage.experiment_store import ExperimentRecords
 from pool.background import cancel_and_wait
 from pool.slots import Slot
 
@@ -65,7 +65,7 @@ async def _nothing() -> None:
 class Recovery:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         registry: ProcessRegistry,
         jobs: JobRegistry,

@@ -13,9 +13,9 @@ import structlog
 
 from app.experiments.evidence.shelf import fingerprint
 from app.experiments.records import Experiment
+from app.experiments.store import ExperimentStore
 from app.experiments.workspace.dirs import ExperimentDirs
 from app.runtime.backend import ContainerSpec, Limits, SandboxBackend
-from app.storage.experiment_store import ExperimentRecords
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +50,7 @@ def spec_of(experiment: Experiment, slot_root: Path) -> ContainerSpec:
 
 
 async def recreate(
-    records: ExperimentRecords,
+    records: ExperimentStore,
     backend: SandboxBackend,
     experiment: Experiment,
     slot_root: Path,

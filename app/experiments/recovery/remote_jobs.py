@@ -18,8 +18,8 @@ from collections.abc import Callable
 from app.errors import ServiceError
 from app.experiments.records import JobOutcome, JobRecord
 from app.experiments.recovery.process_registry import ProcessRegistry
+from app.experiments.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
-from app.storage.experiment_store import ExperimentRecords
 
 FIRST_POLL_S = 0.1
 MAX_POLL_S = 1.0
@@ -31,7 +31,7 @@ SETTLE_WAIT_S = 10.0
 class RemoteJobs:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         registry: ProcessRegistry,
         clock: Callable[[], float] = time.time,

@@ -43,8 +43,8 @@ import structlog
 from app.errors import ServiceError
 from app.experiments.errors import InvalidTransition
 from app.experiments.states import State
+from app.experiments.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
-from app.storage.experiment_store import ExperimentRecords
 from pool import _zfs
 from pool.errors import PoolError
 from pool.mount_flags import missing_flags, seal
@@ -96,7 +96,7 @@ def mount_problem(root: Path) -> str | None:
 class SlotMounts:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         dataset_of: Callable[[Slot], str],
         slot_of: Callable[[str], Awaitable[Slot | None]],

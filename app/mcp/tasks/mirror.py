@@ -14,16 +14,35 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.mcp.tasks.store import TaskRecord, TaskStore
-from app.storage.task_records import TaskRecords
 from pool.background import cancel_and_wait
 
 log = structlog.get_logger(__name__)
+
+
+class TaskRecords(Protocol):
+    """The tasks' rows in the database (``app.storage.task_records``), with their cancel flags."""
+
+    async def add(self, record: TaskRecord, owner_process: str) -> None: ...
+    async def finish(self, record: TaskRecord) -> None: ...
+    async def get(self, sandbox_key: str, task_id: str) -> tuple[TaskRecord, str] | None:
+        """The sandbox's task and the process serving it; None for another key's."""
+        ...
+
+    async def delete(self, task_id: str) -> None: ...
+    async def forget_finished_before(self, cutoff: float) -> int: ...
+    async def forget_unfinished_of(self, live_processes: set[str], at: float) -> int:
+        """Tasks whose serving process died can never finish: end them as failed."""
+        ...
+
+    async def request_cancel(self, row_id: str) -> None: ...
+    async def cancel_requests(self, owner_process: str) -> list[str]: ...
+
 
 # How often finished tasks are forgotten, and dead processes' tasks ended.
 CLEANUP_EVERY_S = 60.0

@@ -18,9 +18,9 @@ from egress_fakes import MemoryUsage
 from app.egress import log as egress_log
 from app.egress.connlimit import take_refused
 from app.egress.meter import EgressMeter
+from app.egress.records import Usage
 from app.egress.squid import SquidFolder
 from app.egress.usage import Client
-from app.storage.egress_store import Usage
 
 ROTATE_BYTES = 16 * 1024
 CLIENTS = [

@@ -14,10 +14,10 @@ from egress_fakes import MemoryUsage
 
 from app.egress import usage as egress_usage
 from app.egress.meter import EgressMeter
+from app.egress.records import Notice, Usage
 from app.egress.squid import SquidFolder
 from app.egress.usage import Client, LogLine
 from app.errors import DatabaseUnavailable
-from app.storage.egress_store import Notice, Usage
 
 LINES = 120_000  # about 9 MB: more than two reads of the log
 CLIENTS = [

@@ -25,7 +25,7 @@ from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.states import State, check_transition
 from app.runtime.backend import Limits
 from app.storage.experiment_store import ExperimentRecords
-from app.storage.process_store import ProcessRecords
+from app.storage.process_store import SqlProcessRecords
 from app.tenancy.job_limits import JobLimits
 from jail import CallContext, JailError, SandboxMemory, new_call_context
 from pool.slots import Slot
@@ -58,7 +58,7 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
         sync_wait_s=sync_wait_s,
         artifact_dir=tmp_path / "artifacts",
     )
-    registry = ProcessRegistry(ProcessRecords(engine), stale_s=30)
+    registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
     await registry.register()
     manager = ExperimentManager(records, backend, JobRegistry(), options, registry)
     return World(manager, backend, records, slot, SandboxMemory(), engine)
@@ -66,7 +66,7 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
 
 async def another_process(world: World) -> ExperimentManager:
     """A second server process on the same database and engine."""
-    registry = ProcessRegistry(ProcessRecords(world.engine), stale_s=30)
+    registry = ProcessRegistry(SqlProcessRecords(world.engine), stale_s=30)
     await registry.register()
     options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=world.slot)
     return ExperimentManager(world.records, world.backend, JobRegistry(), options, registry)

@@ -8,11 +8,12 @@ import sqlalchemy as sa
 from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.egress.records import Notice
 from app.experiments.records import ArtifactRecord, JobRecord
 from app.experiments.states import State
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository, ToolCall
-from app.storage.egress_store import EgressUsageStore, Notice
+from app.storage.egress_store import EgressUsageStore
 from app.storage.experiment_store import ExperimentRecords
 from app.storage.retention import Retention
 

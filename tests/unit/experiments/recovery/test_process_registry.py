@@ -7,7 +7,7 @@ from pathlib import Path
 from db_testkit import migrated_sqlite
 
 from app.experiments.recovery.process_registry import ProcessRegistry
-from app.storage.process_store import ProcessRecords
+from app.storage.process_store import SqlProcessRecords
 
 
 async def test_a_process_is_dead_once_its_heartbeat_is_stale_and_comes_back_if_alive(
@@ -15,7 +15,7 @@ async def test_a_process_is_dead_once_its_heartbeat_is_stale_and_comes_back_if_a
 ) -> None:
     engine = await migrated_sqlite(tmp_path)
     now = [1000.0]
-    records = ProcessRecords(engine)
+    records = SqlProcessRecords(engine)
     a = ProcessRegistry(records, stale_s=30, process_id="proc_a", clock=lambda: now[0])
     b = ProcessRegistry(records, stale_s=30, process_id="proc_b", clock=lambda: now[0])
     try:
