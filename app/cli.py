@@ -151,8 +151,8 @@ def _serve(
         return _fail(refused, EXIT_USAGE)
     if settings.server.workers > 1 and transport == "stdio":
         return _fail("--workers serves HTTP only; stdio is one local user", EXIT_USAGE)
-    from app.ops.state_dir import prepare_state_dir
-    from app.ops.state_lock import hold_state_dir
+    from app.root.state_dir import prepare_state_dir
+    from app.root.state_lock import hold_state_dir
 
     try:
         # Before anything reads the state: a second process on a SQLite state dir is
@@ -208,7 +208,11 @@ def _serve(
         log_config=None,
         lifespan="on",
         proxy_headers=False,
-        http=guard_for(settings.server),
+        http=guard_for(
+            max_connections=settings.server.max_connections,
+            header_timeout_s=settings.server.header_timeout_s,
+            body_timeout_s=settings.server.body_timeout_s,
+        ),
         backlog=ACCEPT_BACKLOG,
     )
     server = GracefulServer(config, getattr(app.state, "begin_shutdown", None))

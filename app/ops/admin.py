@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 from app.errors import DatabaseUnavailable
 from app.ops.base_images import how_to_build
-from app.ops.state_dir import StateDirUnusable, prepare_state_dir
 from app.root.slot_storage import open_slots, slot_store
+from app.root.state_dir import StateDirUnusable, prepare_state_dir
 from app.runtime.docker.probe import DockerProbe
 from app.settings import Settings
 from app.storage.db import Repository, create_engine, upgrade_schema

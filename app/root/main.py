@@ -31,7 +31,6 @@ from app.http.metrics import Metrics, MetricsEndpoint
 from app.mcp.call_sampling import CallSampling
 from app.mcp.runner import Identity, LocalIdentity, TokenIdentity, ToolRunner
 from app.observability import configure_logging
-from app.ops.state_dir import deployment_id
 from app.root.experiments import (
     SandboxReset,
     build_disk_budget,
@@ -48,6 +47,7 @@ from app.root.runtime import (
 from app.root.services import Services
 from app.root.shared_limits import SharedLimits
 from app.root.slot_storage import slot_store
+from app.root.state_dir import deployment_id
 from app.runtime.docker.probe import DockerProbe
 from app.settings import Settings
 from app.storage.audit import AuditTrail

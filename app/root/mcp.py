@@ -88,7 +88,9 @@ def mcp_endpoint(mcp: MCPServer, server: ServerSettings, runner: ToolRunner) -> 
         mcp.streamable_http_app(
             streamable_http_path="/mcp",
             stateless_http=True,
-            transport_security=transport_security(server),
+            transport_security=transport_security(
+                server.effective_public_url, server.host, server.port
+            ),
             host=server.host,
         ),
         threads=runner.threads,

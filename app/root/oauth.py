@@ -17,8 +17,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from app.errors import ConfigurationError
-from app.ops.state_dir import prepare_state_dir
 from app.root.shared_limits import SharedLimits
+from app.root.state_dir import prepare_state_dir
 from app.settings import Settings
 from app.storage.auth_store import SqlAuthStore, parse_revocation
 from app.version import service_version

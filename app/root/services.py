@@ -19,10 +19,10 @@ from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner
 from app.mcp.server import SandboxMCPServer
-from app.ops.state_dir import prepare_state_dir
-from app.ops.state_lock import hold_state_dir, release_state_dir
 from app.root.oauth import AuthParts
 from app.root.slot_storage import open_slots
+from app.root.state_dir import prepare_state_dir
+from app.root.state_lock import hold_state_dir, release_state_dir
 from app.runtime.backend import SandboxBackend
 from app.runtime.docker.probe import DockerProbe
 from app.runtime.warm.pool import WarmPool

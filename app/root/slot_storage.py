@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import make_url
 
 from app.errors import ServiceError
-from app.settings import Settings, is_loopback_host
+from app.settings import Settings
+from jail.addresses import is_loopback_host
 from pool.provision import provision_dir
 from pool.slots import SlotStore
 from pool.slots_dir import DirSlotStore

@@ -45,7 +45,7 @@ from app.experiments.errors import InvalidTransition
 from app.experiments.states import State
 from app.experiments.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
-from pool import _zfs
+from pool import slots_zfs
 from pool.errors import PoolError
 from pool.mount_flags import missing_flags, seal
 from pool.slots import Slot
@@ -196,13 +196,12 @@ class SlotMounts:
         parts = dataset.split("/")
         for depth in range(1, len(parts) + 1):
             name = "/".join(parts[:depth])
-            found = await _zfs.get_one(name, ("mountpoint", "mounted"))
-            mountpoint = found.get("mountpoint")
-            if found.get("mounted") == "yes" or not mountpoint.startswith("/"):
+            mountpoint, mounted = await slots_zfs.mount_state(name)
+            if mounted or not mountpoint.startswith("/"):
                 continue
             if await asyncio.to_thread(mount_problem, Path(mountpoint)) == "stale":
                 await asyncio.to_thread(_lazy_unmount, Path(mountpoint))
-            await _zfs.run("zfs", "mount", name)
+            await slots_zfs.mount(name)
             log.info("slot.dataset_mounted", dataset=name)
         problem = await asyncio.to_thread(mount_problem, slot.root)
         if problem is not None:

@@ -66,7 +66,7 @@ from app.runtime.exec.sessions import Executors
 from app.runtime.git.clone import GIT_LIMITS, GIT_ROLE, Cloner
 from app.runtime.git.egress import GIT_NETWORK, clone_resolver
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
-from auth.safe_fetch import AddressPolicy, Resolver, is_public_address
+from jail.addresses import AddressPolicy, Resolver, is_public_address
 from pool.slots import SlotsRoot
 
 __all__ = [

@@ -34,7 +34,7 @@ from app.runtime.docker.threads import Offload
 from app.runtime.errors import EgressDisabled, GitEgressDisabled, RestrictedUnavailable
 from app.runtime.git.egress import LookupShares, ensure_network, pin_remote
 from app.runtime.git.sources import ClonePlan
-from auth.safe_fetch import AddressPolicy, Resolver
+from jail.addresses import AddressPolicy, Resolver
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ READS_PER_S: Final = 256
 # an honest executor writes there only a traceback as it dies, so more is a flood.
 STDERR_LOGGED: Final = 20
 STDERR_MAX: Final = 64 * 1024
-_HEADER = struct.Struct(">BxxxL")
+FRAME_HEADER = struct.Struct(">BxxxL")
 
 # Why a session was closed, in the words the agent reads (ExecutorStopped): stable.
 UNASKED: Final = (
@@ -273,16 +273,16 @@ class Session:
                 # Offsets, and one deletion per read: a long answer arrives in many
                 # frames, and shifting the buffer per frame would hold the loop.
                 pos = count = 0
-                while len(frames) - pos >= _HEADER.size:
-                    kind, length = _HEADER.unpack_from(frames, pos)
-                    end = pos + _HEADER.size + length
+                while len(frames) - pos >= FRAME_HEADER.size:
+                    kind, length = FRAME_HEADER.unpack_from(frames, pos)
+                    end = pos + FRAME_HEADER.size + length
                     if len(frames) < end:
                         break
                     count += 1
                     if kind == 1:
-                        lines += frames[pos + _HEADER.size : end]
+                        lines += frames[pos + FRAME_HEADER.size : end]
                     else:
-                        self._stderr(frames, pos + _HEADER.size, end)
+                        self._stderr(frames, pos + FRAME_HEADER.size, end)
                     pos = end
                 del frames[:pos]
                 start = 0
@@ -399,7 +399,7 @@ class Session:
             reason=reason,
             stderr_frames_not_logged=max(0, self._stderr_frames - STDERR_LOGGED),
         )
-        _close_stream(self._sock, self._keep)
+        close_raw_stream(self._sock, self._keep)
         for pending in self._pending.values():
             pending.announced.set()
             pending.done.set()
@@ -429,7 +429,7 @@ def _buffer(parts: object, cap: int) -> CappedBuffer:
     return CappedBuffer.restored(cap, head, tail, parts[2])
 
 
-def _close_stream(sock: socket.socket, wrapper: object) -> None:
+def close_raw_stream(sock: socket.socket, wrapper: object) -> None:
     """Shut and close the hijacked socket and what the SDK wraps it in (the socket's
     descriptor is only released once its ``SocketIO`` is closed too)."""
     with contextlib.suppress(OSError):
@@ -443,7 +443,7 @@ def _close_stream(sock: socket.socket, wrapper: object) -> None:
                 close()
 
 
-def _raw_socket(wrapper: object) -> socket.socket | None:
+def raw_socket(wrapper: object) -> socket.socket | None:
     raw = getattr(wrapper, "_sock", wrapper)
     if type(raw) is socket.socket:
         return raw

@@ -23,12 +23,12 @@ import structlog
 from app.runtime.backend import WORKSPACE
 from app.runtime.docker.threads import Offload
 from app.runtime.exec.protocol import (
-    _HEADER,
+    FRAME_HEADER,
     START_TIMEOUT_S,
     ExecutorLost,
     Session,
-    _close_stream,
-    _raw_socket,
+    close_raw_stream,
+    raw_socket,
 )
 from app.runtime.exec.stream import read_ahead
 
@@ -63,7 +63,7 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
         workdir=WORKSPACE,
     )["Id"]
     wrapper = api.exec_start(exec_id, socket=True)
-    sock = _raw_socket(wrapper)
+    sock = raw_socket(wrapper)
     if sock is None:
         with contextlib.suppress(Exception):
             wrapper.close()  # (its own socket goes with it)
@@ -92,13 +92,13 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
             stdout.clear()
             rest = bytes(received)
             # Everything up to the first complete stdout line of whole frames.
-            while len(rest) >= _HEADER.size:
-                kind, length = _HEADER.unpack_from(rest)
-                if len(rest) < _HEADER.size + length:
+            while len(rest) >= FRAME_HEADER.size:
+                kind, length = FRAME_HEADER.unpack_from(rest)
+                if len(rest) < FRAME_HEADER.size + length:
                     break
                 if kind == 1:
-                    stdout += rest[_HEADER.size : _HEADER.size + length]
-                rest = rest[_HEADER.size + length :]
+                    stdout += rest[FRAME_HEADER.size : FRAME_HEADER.size + length]
+                rest = rest[FRAME_HEADER.size + length :]
                 if b"\n" in stdout:
                     break
         line, _, after = bytes(stdout).partition(b"\n")
@@ -110,7 +110,7 @@ def _open_stream(api: docker.APIClient, container_id: str, user: str) -> tuple[A
         sock.setblocking(False)
         return wrapper, rest
     except BaseException:
-        _close_stream(sock, wrapper)
+        close_raw_stream(sock, wrapper)
         raise
 
 
@@ -225,7 +225,7 @@ class Executors:
         finally:
             if self._generation.get(container_id, 0) == generation:
                 self._starting.pop(container_id, None)
-        sock = _raw_socket(wrapper)
+        sock = raw_socket(wrapper)
         assert sock is not None
         session = Session(container_id, sock, wrapper)
         if self._generation.get(container_id, 0) != generation:

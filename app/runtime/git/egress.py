@@ -35,7 +35,7 @@ import docker
 import docker.errors
 
 from app.runtime.errors import GitSourceRefused
-from auth.safe_fetch import AddressPolicy, IPAddress, Resolver, is_public_address
+from jail.addresses import AddressPolicy, IPAddress, Resolver, is_public_address
 
 GIT_NETWORK: Final = "sandbox-mcp-git"
 HTTPS_PORT: Final = 443

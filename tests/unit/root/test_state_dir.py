@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from app.ops.state_dir import deployment_id
+from app.root.state_dir import deployment_id
 from app.settings import load_settings
 
 

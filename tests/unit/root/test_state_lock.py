@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.ops.state_lock import LOCK_FILE, StateDirInUse, hold_state_dir, release_state_dir
+from app.root.state_lock import LOCK_FILE, StateDirInUse, hold_state_dir, release_state_dir
 from app.settings import load_settings
 
 
