@@ -24,7 +24,6 @@ import json
 import shutil
 import socket
 import subprocess
-from typing import Any
 
 import docker
 import docker.errors
@@ -62,16 +61,6 @@ def ensure_network(api: docker.APIClient, name: str, bridge: str, labels: dict[s
         if gateway and ipaddress.ip_address(gateway).version == 4:
             return str(gateway)
     raise ConfigurationError(f"The Docker network {name} has no IPv4 gateway.")
-
-
-def network_containers(api: docker.APIClient, name: str) -> list[dict[str, Any]]:
-    """``inspect_container`` of every container on the network (after a restart)."""
-    info = api.inspect_network(name)
-    found = []
-    for container_id in info.get("Containers") or {}:
-        with contextlib.suppress(docker.errors.NotFound):
-            found.append(api.inspect_container(container_id))
-    return found
 
 
 def install_firewall(bridge: str, chain: str, gateway: str, port: int) -> None:

@@ -36,7 +36,7 @@ from app.root.experiments import (
     build_disk_budget,
     experiment_options,
 )
-from app.root.mcp import ToolRegistrar, build_mcp_server, mcp_endpoint
+from app.root.mcp import build_mcp_server, mcp_endpoint
 from app.root.oauth import build_auth
 from app.root.runtime import (
     build_backend,
@@ -68,7 +68,7 @@ from pool.slots_zfs import ZfsSlotStore
 from pool.watchdog import IdleWatchdog
 
 
-def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None) -> Services:
+def build_services(settings: Settings) -> Services:
     metrics = Metrics()
     configure_logging(settings.server.log_level, count_events=metrics.count_event)
     warn_if_sandboxes_cannot_write(settings.runtime)
@@ -173,7 +173,7 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         ),
     )
     mcp = build_mcp_server(
-        settings, identity, runner, pool, manager, SqlTaskRecords(engine), registry, extra_tools
+        settings, identity, runner, pool, manager, SqlTaskRecords(engine), registry
     )
     probe = DockerProbe(
         images=settings.runtime.image_list, default_image=settings.runtime.default_image
@@ -183,7 +183,6 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
         engine=engine,
         repository=repository,
         audit=audit,
-        memory=memory,
         pool=pool,
         mailer=mailer,
         watchdog=watchdog,
@@ -202,14 +201,16 @@ def build_services(settings: Settings, extra_tools: ToolRegistrar | None = None)
     )
 
 
-def build_app(settings: Settings, *, extra_tools: ToolRegistrar | None = None) -> Starlette:
+def build_app(settings: Settings) -> Starlette:
     """The HTTP application: ``/mcp``, ``/health``, ``/metrics`` (and, with OAuth, the
-    sign-in routes).
+    sign-in routes)."""
+    return build_http_app(build_services(settings))
 
-    ``extra_tools`` lets the test suite register a tool of its own (for example a
-    slot-taking probe) on the same runner as the real ones.
-    """
-    services = build_services(settings, extra_tools)
+
+def build_http_app(services: Services) -> Starlette:
+    """The HTTP application around services already built (a test may add a tool of its
+    own to ``services.mcp``, on ``services.runner``, before this call)."""
+    settings = services.settings
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -4,8 +4,6 @@ stateless ``/mcp`` endpoint in front of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp
 
@@ -34,7 +32,6 @@ INSTRUCTIONS = (
 )
 
 # The test suite registers a tool of its own (a slot-taking probe) on the same runner.
-ToolRegistrar = Callable[[MCPServer, ToolRunner], None]
 
 
 def build_mcp_server(
@@ -45,7 +42,6 @@ def build_mcp_server(
     manager: ExperimentManager,
     task_records: TaskRecords,
     registry: ProcessRegistry,
-    extra_tools: ToolRegistrar | None = None,
 ) -> SandboxMCPServer:
     calls = settings.mcp
     tasks = TaskStore(
@@ -75,8 +71,6 @@ def build_mcp_server(
     register_file_tools(mcp, runner, manager)
     register_evidence_tools(mcp, runner, manager, egress=egress.reaches_network)
     register_resources(mcp, runner, manager)
-    if extra_tools is not None:
-        extra_tools(mcp, runner)
     return mcp
 
 

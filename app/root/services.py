@@ -30,7 +30,6 @@ from app.settings import Settings
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository, upgrade_schema
 from app.version import service_version
-from jail.context import SandboxMemory
 from pool.leases import PoolStats, SlotPool
 from pool.mailer import ReadyMailer
 from pool.slots import SlotStore
@@ -56,7 +55,6 @@ class Services:
     engine: AsyncEngine
     repository: Repository
     audit: AuditTrail
-    memory: SandboxMemory
     pool: SlotPool
     mailer: ReadyMailer
     watchdog: IdleWatchdog

@@ -33,7 +33,6 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final
 
 import anyio
 import docker
@@ -71,7 +70,6 @@ from pool.slots import SlotsRoot
 
 __all__ = [
     "CAPABILITIES",
-    "DEFAULT_DOCKER_URL",
     "GIT_LIMITS",
     "WORKSPACE",
     "Ceilings",
@@ -81,13 +79,7 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_DOCKER_URL: Final = "unix:///var/run/docker.sock"
-
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
-
-
-def _default_client() -> docker.DockerClient:
-    return docker.DockerClient(base_url=DEFAULT_DOCKER_URL, timeout=60)
 
 
 class DockerBackend:
@@ -138,6 +130,7 @@ class DockerBackend:
         *,
         slots: SlotsRoot,
         allowed_images: tuple[str, ...],
+        client_factory: Callable[[], docker.DockerClient],
         host_paths: tuple[Path, Path] | None = None,
         default_image: str | None = None,
         ceilings: Ceilings | None = None,
@@ -156,7 +149,6 @@ class DockerBackend:
         label_prefix: str = "io.sandbox-mcp",
         deployment: str = "1",
         process_id: str | None = None,
-        client_factory: Callable[[], docker.DockerClient] | None = None,
         max_calls: int = 16,
         max_streams: int = 512,
         kill_grace_s: float = 15.0,
@@ -176,7 +168,7 @@ class DockerBackend:
         self._ceilings = ceilings or Ceilings()
         self._offload = Offload(calls=max_calls, streams=max_streams)
         self._engine = Engine(
-            client_factory=client_factory or _default_client,
+            client_factory=client_factory,
             offload=self._offload,
             slots=slots,
             shares=ContainerShares(max_containers, pool_size, max_containers_per_sandbox),

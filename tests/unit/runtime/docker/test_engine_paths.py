@@ -16,6 +16,7 @@ def backend(state: Path, host_state: Path | None) -> DockerBackend:
     return DockerBackend(
         slots=SlotsAt(state / "slots"),
         allowed_images=("sandbox-mcp/python:3",),
+        client_factory=docker.from_env,  # never called: no engine is asked
         host_paths=(state, host_state) if host_state else None,
     )
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from docker.types import HostConfig
 from hardening_checks import assert_hardened
@@ -609,7 +610,12 @@ async def test_sweep_spares_a_clone_in_flight_but_not_a_leftover(slots: Path, re
 
 def test_the_git_image_must_be_allowed(slots: Path) -> None:
     with pytest.raises(ConfigurationError):
-        DockerBackend(slots=SlotsAt(slots), allowed_images=IMAGES, git_image="alpine/git:latest")
+        DockerBackend(
+            slots=SlotsAt(slots),
+            allowed_images=IMAGES,
+            client_factory=docker.from_env,  # never called: the image is refused first
+            git_image="alpine/git:latest",
+        )
 
 
 # -- egress: public addresses only, pinned, generic errors (issue 12) --------------------
