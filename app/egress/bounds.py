@@ -68,7 +68,7 @@ def size_bounds(descriptors: int, slots: int, address_shares: int) -> Bounds:
 
 
 class Member(Protocol):
-    """A restricted container as the maps see it (``egress_usage.Client``)."""
+    """A restricted container as the maps see it (``app.egress.usage.ProxyClient``)."""
 
     @property
     def address(self) -> str: ...

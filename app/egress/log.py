@@ -23,7 +23,7 @@ from app.egress import bounds as egress_bounds
 from app.egress.bounds import Bounds
 from app.egress.connlimit import take_refused
 from app.egress.squid import SquidFolder
-from app.egress.usage import Accounted, Client, account, account_limited, read_new_lines
+from app.egress.usage import Accounted, ProxyClient, account, account_limited, read_new_lines
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +41,7 @@ def read_since(
     folder: SquidFolder,
     offset: int,
     aside: int | None,
-    clients: Mapping[str, Client],
+    clients: Mapping[str, ProxyClient],
     limit_list: str,
     proxy: tuple[str, int],
     bounds: tuple[str, Bounds] | None = None,
@@ -86,7 +86,7 @@ def rotate(folder: SquidFolder, end: int, logged: dict[str, int]) -> None:
     log.info("egress.log_rotated", bytes=end)
 
 
-def _count(path: Path, offset: int, clients: Mapping[str, Client], into: Accounted) -> int:
+def _count(path: Path, offset: int, clients: Mapping[str, ProxyClient], into: Accounted) -> int:
     """The whole lines of ``path`` from ``offset`` added into ``into``; the offset after
     them."""
     try:

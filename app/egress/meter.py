@@ -63,7 +63,7 @@ from app.egress.sockets import cut, live_bytes, open_connections
 from app.egress.squid import FolderLock, SquidFolder
 from app.egress.usage import (
     MAX_PENDING,
-    Client,
+    ProxyClient,
     clients_of,
     notice_text,
     open_bytes,
@@ -105,7 +105,7 @@ class EgressMeter:
         records: UsageRecords,
         *,
         max_bytes: int,
-        scan: Callable[[], list[Client]],
+        scan: Callable[[], list[ProxyClient]],
         on_refused: Callable[[str], None] = lambda reason: None,
         on_bytes: Callable[[int], None] = lambda size: None,
         rotate_bytes: int = ROTATE_BYTES,
@@ -125,11 +125,11 @@ class EgressMeter:
         self._scan = scan  # blocking: the containers Docker has on the network
         self._on_refused = on_refused
         self._on_bytes = on_bytes
-        self._cache: tuple[tuple[int, int], dict[str, Client]] | None = None
+        self._cache: tuple[tuple[int, int], dict[str, ProxyClient]] | None = None
 
     # -- the ACL helper's state -------------------------------------------------------
 
-    def clients(self) -> dict[str, Client]:
+    def clients(self) -> dict[str, ProxyClient]:
         """The state file's clients by address (read again only when it changed)."""
         try:
             info = os.stat(self.folder.state)
@@ -140,7 +140,7 @@ class EgressMeter:
             self._cache = (stamp, clients_of(self.folder.read_state()))
         return self._cache[1]
 
-    def client(self, container_id: str) -> Client | None:
+    def client(self, container_id: str) -> ProxyClient | None:
         return next((c for c in self.clients().values() if c.container_id == container_id), None)
 
     async def refresh_state(self) -> None:
@@ -308,7 +308,9 @@ class EgressMeter:
         days = await self._records.sandbox_days(sandboxes)
         return {s for s, size in sandboxes.items() if days.get(s, 0) + size >= self.day_bytes}
 
-    async def _stop_sandboxes(self, sandboxes: set[str], clients: Mapping[str, Client]) -> None:
+    async def _stop_sandboxes(
+        self, sandboxes: set[str], clients: Mapping[str, ProxyClient]
+    ) -> None:
         """Block and cut every container of these sandboxes whose budget is spent (the
         ones not blocked yet), each told once. Caller holds :attr:`lock`."""
         sandboxes = {
@@ -329,7 +331,7 @@ class EgressMeter:
     async def _stop(
         self,
         experiments: set[str],
-        clients: Mapping[str, Client],
+        clients: Mapping[str, ProxyClient],
         totals: Mapping[str, Usage | int],
     ) -> None:
         """Record them capped, block them in the state, cut their connections. Caller
@@ -353,7 +355,7 @@ class EgressMeter:
         await self.write_state(also_blocked=experiments)  # first: no new connection from now
         await self._cut([c for c in clients.values() if c.experiment_id in experiments])
 
-    async def _cut(self, clients: Iterable[Client]) -> None:
+    async def _cut(self, clients: Iterable[ProxyClient]) -> None:
         """Close these containers' open connections to the proxy (``ss -K``)."""
         gateway, port = self.proxy
         for client in clients:
@@ -410,7 +412,7 @@ class EgressMeter:
                 return
             await asyncio.sleep(0.01)
 
-    async def forget(self, container_id: str) -> tuple[Client, Usage] | None:
+    async def forget(self, container_id: str) -> tuple[ProxyClient, Usage] | None:
         """A removed container: its last lines counted, its notices dropped, the state
         written without it; what its experiment moved so far."""
         client = self.client(container_id)

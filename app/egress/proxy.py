@@ -70,7 +70,7 @@ from app.egress.squid import (
     make_folder,
     reachable_descriptors,
 )
-from app.egress.usage import Client
+from app.egress.usage import ProxyClient
 from app.errors import ConfigurationError, InvalidArgument
 from pool.background import cancel_and_wait
 from pool.watchdog import Leadership, SoleWatchdog
@@ -378,7 +378,7 @@ class EgressProxy:
             remove_bounds(config.table)
             self._folder.remove()
 
-    def _scan(self) -> list[Client]:
+    def _scan(self) -> list[ProxyClient]:
         """The running containers on the restricted network, as the ACL state lists them
         (blocking: one Docker call)."""
         assert self._docker is not None
@@ -396,7 +396,7 @@ class EgressProxy:
                 if n and matches(n.lstrip("."), self.config.ceiling)
             )
             found.append(
-                Client(
+                ProxyClient(
                     str(info["Id"]),
                     address,
                     allow,

@@ -97,7 +97,7 @@ def _host_port(method: str, url: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-class Client:
+class ProxyClient:
     """One container on the restricted network (an entry of the ACL helper's state)."""
 
     container_id: str
@@ -119,7 +119,7 @@ class Client:
         }
 
     @classmethod
-    def from_entry(cls, address: str, entry: Mapping[str, Any]) -> Client:
+    def from_entry(cls, address: str, entry: Mapping[str, Any]) -> ProxyClient:
         return cls(
             str(entry.get("container", "")),
             address,
@@ -131,18 +131,18 @@ class Client:
         )
 
 
-def clients_of(state: Mapping[str, Any]) -> dict[str, Client]:
+def clients_of(state: Mapping[str, Any]) -> dict[str, ProxyClient]:
     """The ACL helper's state (address -> entry) as clients, by address."""
     return {
-        address: Client.from_entry(address, entry)
+        address: ProxyClient.from_entry(address, entry)
         for address, entry in state.items()
         if isinstance(entry, dict)
     }
 
 
 @dataclass(frozen=True)
-class Refusal:
-    client: Client
+class ProxyRefusal:
+    client: ProxyClient
     line: LogLine
     reason: str  # a key of REASONS
     limit: int = 0  # the bound that refused it, for the text
@@ -159,7 +159,7 @@ class Accounted:
     moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     sandboxes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # moved, by label
     refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    refusals: list[Refusal] = field(default_factory=list)  # at most MAX_PENDING a container
+    refusals: list[ProxyRefusal] = field(default_factory=list)  # at most MAX_PENDING a container
     by_connection: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     bytes: int = 0  # every line's, known client or not (the metrics)
     reasons: list[str] = field(default_factory=list)  # every refusal's (the metrics)
@@ -167,7 +167,7 @@ class Accounted:
 
 
 def account(
-    lines: Iterable[str], clients: Mapping[str, Client], into: Accounted | None = None
+    lines: Iterable[str], clients: Mapping[str, ProxyClient], into: Accounted | None = None
 ) -> Accounted:
     """Add log lines up by experiment (``clients``: by address) into ``into``; lines of
     an address no container has are counted in the metrics only."""
@@ -193,13 +193,13 @@ def account(
             done.refused[client.experiment_id] += int(line.denied)
         if line.denied and kept[client.container_id] < MAX_PENDING:
             kept[client.container_id] += 1
-            done.refusals.append(Refusal(client, line, reason))
+            done.refusals.append(ProxyRefusal(client, line, reason))
     return done
 
 
 def account_limited(
     addresses: Iterable[str],
-    clients: Mapping[str, Client],
+    clients: Mapping[str, ProxyClient],
     proxy: tuple[str, int],
     into: Accounted,
     reason: str = "connections",
@@ -219,14 +219,14 @@ def account_limited(
         if into.listed[client.container_id] < MAX_PENDING:
             into.listed[client.container_id] += 1
             line = LogLine(address, True, 0, "CONNECT", host, port)
-            into.refusals.append(Refusal(client, line, reason, limit))
+            into.refusals.append(ProxyRefusal(client, line, reason, limit))
 
 
 def open_bytes(
     live: Mapping[str, int],
     logged: Mapping[str, int],
-    clients: Mapping[str, Client],
-    by: Callable[[Client], str] = lambda client: client.experiment_id,
+    clients: Mapping[str, ProxyClient],
+    by: Callable[[ProxyClient], str] = lambda client: client.experiment_id,
 ) -> dict[str, int]:
     """Bytes of the open connections (``live``: by client end ``address:port``) not in
     the log yet (``logged``: what kept-alive http connections logged so far), per
@@ -284,7 +284,7 @@ def notice_text(
     return text
 
 
-def refusal_reason(client: Client, line: LogLine) -> str:
+def refusal_reason(client: ProxyClient, line: LogLine) -> str:
     """Which rule refused ``line`` (Squid logs a 403 alike for all of them)."""
     wanted = HTTPS_PORT if line.method == "CONNECT" else HTTP_PORT
     if line.port != wanted:

@@ -94,7 +94,7 @@ class QuotaExceeded(ServiceError):
 
 
 @dataclass(frozen=True)
-class Usage:
+class DiskUsage:
     bytes: int
     entries: int
     truncated: bool  # stopped at max_entries: counted as over the budget
@@ -103,7 +103,7 @@ class Usage:
         return self.truncated or self.bytes > limit
 
 
-def measure_tree(root: Path, max_entries: int) -> Usage:
+def measure_tree(root: Path, max_entries: int) -> DiskUsage:
     """Bytes allocated under ``root`` (blocking; iterative, links never followed).
 
     Each folder is opened beneath ``root`` through the jail, its last step never a
@@ -116,7 +116,7 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
     try:
         tree = Jail.open(root)
     except JailError:
-        return Usage(0, 0, truncated=False)  # gone (the slot was reset meanwhile)
+        return DiskUsage(0, 0, truncated=False)  # gone (the slot was reset meanwhile)
     with tree:
         pending = ["."]
         while pending:
@@ -125,14 +125,14 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
                 fd = tree.open_fd(folder, _O_LIST)
             except JailError as exc:
                 if exc.code == "INVALID_PATH":
-                    return Usage(total, entries, truncated=True)
+                    return DiskUsage(total, entries, truncated=True)
                 continue  # removed, or swapped for a link, since it was listed
             try:
                 with os.scandir(fd) as found:
                     for entry in found:
                         entries += 1
                         if entries > max_entries:
-                            return Usage(total, entries, truncated=True)
+                            return DiskUsage(total, entries, truncated=True)
                         try:
                             st = entry.stat(follow_symlinks=False)  # fstatat beneath fd
                         except OSError:
@@ -148,12 +148,12 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
                 continue  # unreadable or removed: a tenant cannot hide bytes from root this way
             finally:
                 os.close(fd)
-    return Usage(total, entries, truncated=False)
+    return DiskUsage(total, entries, truncated=False)
 
 
 def measure_slot(
     root: Path, pids_of: Mapping[str, Sequence[int]], max_entries: int
-) -> tuple[Usage, int]:
+) -> tuple[DiskUsage, int]:
     """The slot's tree and the unlinked files its containers' processes hold on its
     filesystem (blocking), and how many of those processes could not be looked into;
     ``max_entries`` bounds the tree's entries and the descriptors together."""
@@ -165,7 +165,7 @@ def measure_slot(
     except OSError:
         return tree, 0  # gone (the slot was reset meanwhile)
     held = held_bytes(pids_of, device, max_entries - tree.entries)
-    usage = Usage(tree.bytes + held.bytes, tree.entries + held.entries, held.truncated)
+    usage = DiskUsage(tree.bytes + held.bytes, tree.entries + held.entries, held.truncated)
     return usage, held.unreadable
 
 
@@ -218,8 +218,8 @@ class DiskBudget:
         self._max_entries = max_entries
         self._interval_s = interval_s
         self._clock = clock
-        self._last: dict[str, tuple[float, Usage]] = {}
-        self._measuring: dict[str, asyncio.Task[Usage]] = {}
+        self._last: dict[str, tuple[float, DiskUsage]] = {}
+        self._measuring: dict[str, asyncio.Task[DiskUsage]] = {}
         self._watched: set[str] = set()  # wrote since their slot was leased
         self._background: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
@@ -264,7 +264,7 @@ class DiskBudget:
     def _stale(self, at: float) -> bool:
         return self._clock() - at >= self._interval_s
 
-    async def measure(self, sandbox_key: str) -> Usage | None:
+    async def measure(self, sandbox_key: str) -> DiskUsage | None:
         """The sandbox's usage now; one walk at a time per sandbox (callers share it)."""
         running = self._measuring.get(sandbox_key)
         if running is not None:
@@ -281,7 +281,7 @@ class DiskBudget:
             if task.done():
                 self._measuring.pop(sandbox_key, None)
 
-    async def _measure(self, sandbox_key: str, root: Path) -> Usage:
+    async def _measure(self, sandbox_key: str, root: Path) -> DiskUsage:
         try:
             pids_of = await self._host_pids(sandbox_key)
             tree, unreadable = await self._threads.run_server_work(
@@ -291,7 +291,7 @@ class DiskBudget:
                 self._told_unreadable = True  # once: a namespace or a capability, not a tenant
                 log.warning("disk.held_files_unreadable", sandbox=sandbox_key, processes=unreadable)
             artifacts = await self._artifact_bytes_of(sandbox_key)
-            usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
+            usage = DiskUsage(tree.bytes + artifacts, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)
             if not usage.over(self.limit_bytes):
                 self._over.pop(sandbox_key, None)  # back under (an experiment destroyed)
@@ -311,7 +311,7 @@ class DiskBudget:
                 log.warning("disk.host_pids_failed", container_id=container_id[:12], error=str(exc))
         return found
 
-    async def enforce(self, sandbox_key: str) -> Usage | None:
+    async def enforce(self, sandbox_key: str) -> DiskUsage | None:
         """Measure, and stop the sandbox's work if it is over; the usage measured."""
         try:
             usage = await self.measure(sandbox_key)
@@ -329,7 +329,7 @@ class DiskBudget:
             log.exception("disk.budget_check_failed")
             return None
 
-    async def _stop(self, sandbox_key: str, usage: Usage) -> bool:
+    async def _stop(self, sandbox_key: str, usage: DiskUsage) -> bool:
         """Cancel the sandbox's jobs and kill its processes; False if a kill failed."""
         jobs = [job for job in self._jobs.running() if job.sandbox_key == sandbox_key]
         for job in jobs:
@@ -363,7 +363,7 @@ class DiskBudget:
         )
         return failed == 0
 
-    def _refusal(self, usage: Usage) -> QuotaExceeded:
+    def _refusal(self, usage: DiskUsage) -> QuotaExceeded:
         limit_mb = self.limit_bytes // 1_048_576
         if usage.truncated and usage.entries > self._max_entries:
             what = f"more than {self._max_entries} files, folders and open files"

@@ -60,7 +60,7 @@ from app.runtime.docker.workspace import check_workspace
 from app.runtime.errors import ImageNotAllowed, RuntimeFailure
 from app.runtime.exec.process_tree import JOB_ID
 from app.runtime.exec.protocol import ExecPath
-from app.runtime.exec.runner import Executor, OnStart
+from app.runtime.exec.runner import ExecRunner, OnStart
 from app.runtime.exec.sessions import Executors
 from app.runtime.git.clone import GIT_LIMITS, GIT_ROLE, Cloner
 from app.runtime.git.egress import GIT_NETWORK, clone_resolver
@@ -194,7 +194,7 @@ class DockerBackend:
         )
         self.exec_path = exec_path
         fast = Executors(api=self._engine.api, offload=self._offload, user=user)
-        self._exec = Executor(
+        self._exec = ExecRunner(
             api=self._engine.api,
             offload=self._offload,
             user=user,

@@ -73,7 +73,7 @@ def _b64(data: bytes | bytearray) -> str:
     return base64.b64encode(bytes(data)).decode("ascii")
 
 
-class Job:
+class RunningCommand:
     def __init__(self, job_id: int, proc: subprocess.Popen[bytes], cap: int) -> None:
         self.id = job_id
         self.proc = proc
@@ -91,7 +91,7 @@ class Job:
 
 class Agent:
     def __init__(self) -> None:
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, RunningCommand] = {}
         self.selector = selectors.DefaultSelector()
         self.write_lock = threading.Lock()
         self.stdin = sys.stdin.buffer
@@ -121,7 +121,7 @@ class Agent:
         except (OSError, ValueError, TypeError) as exc:  # a NUL byte is a ValueError
             self.send({"id": job_id, "error": str(exc)})
             return
-        job = Job(job_id, proc, int(request.get("cap", 1 << 20)))
+        job = RunningCommand(job_id, proc, int(request.get("cap", 1 << 20)))
         self.jobs[job_id] = job
         for pipe in (proc.stdout, proc.stderr):
             assert pipe is not None
@@ -145,18 +145,18 @@ class Agent:
             # fork bomb). Killing it here needs none.
             self._kill_and_answer(job)
 
-    def _kill_and_answer(self, job: Job) -> None:
+    def _kill_and_answer(self, job: RunningCommand) -> None:
         self.send({"id": job.id, "killed": kill_job(job)})
 
     # -- output and ends ---------------------------------------------------------------
 
-    def on_exit(self, job: Job) -> None:
+    def on_exit(self, job: RunningCommand) -> None:
         assert job.pidfd is not None
         self.selector.unregister(job.pidfd)
         os.close(job.pidfd)
         job.pidfd = None
 
-    def on_output(self, job: Job, is_stdout: bool, pipe: IO[bytes]) -> None:
+    def on_output(self, job: RunningCommand, is_stdout: bool, pipe: IO[bytes]) -> None:
         try:
             chunk = os.read(pipe.fileno(), 65536)
         except BlockingIOError:
@@ -178,7 +178,7 @@ class Agent:
         else:
             self.announce(job, chunk)
 
-    def announce(self, job: Job, chunk: bytes) -> None:
+    def announce(self, job: RunningCommand, chunk: bytes) -> None:
         """Split W's first line ("T W") off the command's output, as ``Announcement`` does."""
         job.head += chunk
         line, newline, rest = bytes(job.head).partition(b"\n")
@@ -278,7 +278,7 @@ def _write_all(data: bytes) -> None:
             time.sleep(0.001)
 
 
-def kill_job(job: Job) -> bool:
+def kill_job(job: RunningCommand) -> bool:
     """Kill the job's tree (``_KILL_TREE`` of app.runtime.exec.process_tree, in Python: no fork);
     True if it was still running. T is ours and not reaped meanwhile, so its pid is
     not recycled under the kill."""

@@ -17,7 +17,7 @@ import structlog
 from app.runtime.docker.engine_errors import translated
 from app.runtime.docker.threads import Offload
 from app.runtime.errors import ContainerGone, RuntimeFailure
-from app.runtime.exec.process_tree import Job, killer_argv
+from app.runtime.exec.process_tree import Exec, killer_argv
 from app.runtime.exec.sessions import Executors
 
 log = structlog.get_logger(__name__)
@@ -42,7 +42,7 @@ class TreeKiller:
         self._user = user
         self._fast = fast
 
-    async def kill(self, job: Job) -> bool:
+    async def kill(self, job: Exec) -> bool:
         """Kill the job's tree through its executor if it answers, else through docker
         exec; True if it was still running. Never raises."""
         if job.fast_kill is not None:
@@ -56,7 +56,7 @@ class TreeKiller:
             log.info("runtime.executor_kill_fallback", job_id=job.job_id)
         return await self.kill_quietly(job)
 
-    async def kill_quietly(self, job: Job, api: docker.APIClient | None = None) -> bool:
+    async def kill_quietly(self, job: Exec, api: docker.APIClient | None = None) -> bool:
         """Kill the job's process tree; True if it was still running. Never raises."""
         with anyio.move_on_after(30):
             await job.announced.wait()

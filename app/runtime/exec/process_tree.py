@@ -273,7 +273,7 @@ class Announcement:
 
 
 @dataclass(eq=False)
-class Job:
+class Exec:
     """A running command, as the backend tracks it (in memory)."""
 
     container_id: str
@@ -291,24 +291,24 @@ class Job:
     settled: anyio.Event = field(default_factory=anyio.Event)
 
 
-class JobTable:
+class ExecTable:
     """Running jobs by (container, job id)."""
 
     def __init__(self) -> None:
-        self._jobs: dict[tuple[str, str], Job] = {}
+        self._jobs: dict[tuple[str, str], Exec] = {}
 
-    def add(self, container_id: str, job_id: str) -> Job | None:
+    def add(self, container_id: str, job_id: str) -> Exec | None:
         """Register a job; None if one with that id already runs in that container."""
         key = (container_id, job_id)
         if key in self._jobs:
             return None
-        job = self._jobs[key] = Job(container_id, job_id)
+        job = self._jobs[key] = Exec(container_id, job_id)
         return job
 
-    def get(self, container_id: str, job_id: str) -> Job | None:
+    def get(self, container_id: str, job_id: str) -> Exec | None:
         return self._jobs.get((container_id, job_id))
 
-    def discard(self, job: Job) -> None:
+    def discard(self, job: Exec) -> None:
         if self._jobs.get((job.container_id, job.job_id)) is job:
             del self._jobs[(job.container_id, job.job_id)]
 

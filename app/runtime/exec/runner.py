@@ -32,8 +32,8 @@ from app.runtime.exec.kill import TreeKiller
 from app.runtime.exec.process_tree import (
     Announcement,
     CappedBuffer,
-    Job,
-    JobTable,
+    Exec,
+    ExecTable,
     job_argv,
 )
 from app.runtime.exec.protocol import ExecutorLost, Session
@@ -49,7 +49,7 @@ OnStart: TypeAlias = Callable[[tuple[int, int]], Awaitable[None]]
 _Stream: TypeAlias = "CancellableStream[tuple[bytes | None, bytes | None]]"
 
 
-class Executor:
+class ExecRunner:
     """Runs commands in containers through ``docker exec`` and kills them when asked."""
 
     def __init__(
@@ -66,7 +66,7 @@ class Executor:
         self._offload = offload
         self._user = user
         self._kill_grace_s = kill_grace_s
-        self._jobs = JobTable()
+        self._jobs = ExecTable()
         self._killer = TreeKiller(api=api, offload=offload, user=user, fast=fast)
         # Results so far, by the path that ran them (for tests and benchmarks).
         self.runs: collections.Counter[str] = collections.Counter()
@@ -132,7 +132,7 @@ class Executor:
 
     async def _run_exec(
         self,
-        job: Job,
+        job: Exec,
         command: str,
         limit_s: float,
         max_output_bytes: int,
@@ -190,7 +190,7 @@ class Executor:
     async def _run_fast(
         self,
         session: Session,
-        job: Job,
+        job: Exec,
         command: str,
         limit_s: float,
         max_output_bytes: int,
@@ -247,7 +247,7 @@ class Executor:
             session.forget(request_id)
         return exit_code, stdout, stderr
 
-    async def _guard_fast(self, session: Session, job: Job, limit_s: float) -> None:
+    async def _guard_fast(self, session: Session, job: Exec, limit_s: float) -> None:
         """Kill the job on timeout or cancel; drop an executor that then never answers."""
         with anyio.move_on_after(limit_s):
             await job.stop.wait()
@@ -307,14 +307,14 @@ class Executor:
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         """Kill the process tree of a job this process does not run (another server
         process does, or did), given the pids it announced; True if it was running."""
-        job = Job(container_id, "elsewhere", pids=pids)
+        job = Exec(container_id, "elsewhere", pids=pids)
         job.announced.set()
         return await self._killer.kill_quietly(job)
 
     async def _drain(
         self,
         stream: _Stream,
-        job: Job,
+        job: Exec,
         stdout: CappedBuffer,
         stderr: CappedBuffer,
         on_start: OnStart | None,
@@ -334,7 +334,7 @@ class Executor:
         job.eof = True
 
     async def _guard(
-        self, api: docker.APIClient, job: Job, stream: _Stream, limit_s: float
+        self, api: docker.APIClient, job: Exec, stream: _Stream, limit_s: float
     ) -> None:
         """Kill the job on timeout or cancel; unblock the reader if output never ends."""
         with anyio.move_on_after(limit_s):

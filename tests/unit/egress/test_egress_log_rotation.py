@@ -20,12 +20,12 @@ from app.egress.connlimit import take_refused
 from app.egress.meter import EgressMeter
 from app.egress.records import Usage
 from app.egress.squid import SquidFolder
-from app.egress.usage import Client
+from app.egress.usage import ProxyClient
 
 ROTATE_BYTES = 16 * 1024
 CLIENTS = [
-    Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
-    Client("c2", "172.30.0.3", ("pypi.org",), "exp_2"),
+    ProxyClient("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
+    ProxyClient("c2", "172.30.0.3", ("pypi.org",), "exp_2"),
 ]
 
 

@@ -16,13 +16,13 @@ from app.egress import usage as egress_usage
 from app.egress.meter import EgressMeter
 from app.egress.records import Notice, Usage
 from app.egress.squid import SquidFolder
-from app.egress.usage import Client, LogLine
+from app.egress.usage import LogLine, ProxyClient
 from app.errors import DatabaseUnavailable
 
 LINES = 120_000  # about 9 MB: more than two reads of the log
 CLIENTS = [
-    Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
-    Client("c2", "172.30.0.3", ("pypi.org",), "exp_2"),
+    ProxyClient("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
+    ProxyClient("c2", "172.30.0.3", ("pypi.org",), "exp_2"),
 ]
 
 

@@ -22,8 +22,8 @@ from app.egress.rules import (
 )
 from app.egress.sockets import parse_ss
 from app.egress.usage import (
-    Client,
     LogLine,
+    ProxyClient,
     account,
     notice_text,
     open_bytes,
@@ -163,8 +163,8 @@ def test_each_refusal_gets_its_reason(tmp_path: Path) -> None:
     assert len(lines) == 6
     assert offset < log.stat().st_size, "the unfinished line waits"
     clients = {
-        "172.30.0.2": Client("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
-        "172.30.0.3": Client("c2", "172.30.0.3", ("pypi.org",), "exp_2", blocked=True),
+        "172.30.0.2": ProxyClient("c1", "172.30.0.2", ("pypi.org",), "exp_1"),
+        "172.30.0.3": ProxyClient("c2", "172.30.0.3", ("pypi.org",), "exp_2", blocked=True),
     }
     done = account(lines, clients)
     assert done.moved == {"exp_1": 20_300, "exp_2": 100}  # for the database
@@ -189,9 +189,11 @@ def test_each_refusal_gets_its_reason(tmp_path: Path) -> None:
 
 def test_open_connections_count_for_their_experiment() -> None:
     clients = {
-        "172.30.0.2": Client("a1", "172.30.0.2", (), "exp_a"),
-        "172.30.0.3": Client("a2", "172.30.0.3", (), "exp_a"),  # two containers, one experiment
-        "172.30.0.4": Client("b1", "172.30.0.4", (), "exp_b"),
+        "172.30.0.2": ProxyClient("a1", "172.30.0.2", (), "exp_a"),
+        "172.30.0.3": ProxyClient(
+            "a2", "172.30.0.3", (), "exp_a"
+        ),  # two containers, one experiment
+        "172.30.0.4": ProxyClient("b1", "172.30.0.4", (), "exp_b"),
     }
     live = {
         "172.30.0.2:40000": 2_000,
@@ -204,7 +206,7 @@ def test_open_connections_count_for_their_experiment() -> None:
 
 
 def test_requests_logged_on_a_kept_alive_connection_are_not_counted_twice() -> None:
-    clients = {"172.30.0.2": Client("c1", "172.30.0.2", ("deb.debian.org",), "exp_1")}
+    clients = {"172.30.0.2": ProxyClient("c1", "172.30.0.2", ("deb.debian.org",), "exp_1")}
     # Plain http kept alive: two requests logged while the connection stays open.
     done = account(
         [
@@ -243,7 +245,7 @@ def test_names_a_dot_entry_covers_are_left_to_it_for_squid() -> None:
 
 
 def test_a_clone_helper_s_refusals_are_told_though_it_has_no_experiment() -> None:
-    clients = {"172.30.0.5": Client("git1", "172.30.0.5", ("github.com",))}
+    clients = {"172.30.0.5": ProxyClient("git1", "172.30.0.5", ("github.com",))}
     done = account(["1 172.30.0.5 TCP_DENIED/403 100 0 CONNECT example.com:443"], clients)
     assert [r.text for r in done.refusals] == [
         "example.com:443: not on this experiment's allow-list"

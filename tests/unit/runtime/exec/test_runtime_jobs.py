@@ -19,7 +19,7 @@ from app.runtime.exec.process_tree import (
     SUPERVISOR,
     Announcement,
     CappedBuffer,
-    JobTable,
+    ExecTable,
     job_argv,
     killer_argv,
 )
@@ -115,7 +115,7 @@ def test_a_zero_cap_keeps_nothing_but_says_so() -> None:
 
 
 def test_a_job_id_runs_once_per_container() -> None:
-    table = JobTable()
+    table = ExecTable()
     job = table.add("c1", "j1")
     assert job is not None
     assert table.add("c1", "j1") is None
