@@ -37,7 +37,6 @@ from app.runtime.backend import (
     NetworkMode,
     SandboxBackend,
 )
-from app.runtime.limits import clamp_timeout
 from jail import CallContext, resolve_env
 
 # Where an experiment's default command timeout is kept: beside the limits it was given.
@@ -147,9 +146,7 @@ class ExperimentCreator:
     ) -> CreatedExperiment:
         assert call.slot_root is not None
         now = self._clock()
-        timeout_s, clamped = clamp_timeout(
-            request.timeout_s or self._options.default_timeout_s, self._options.max_timeout_s
-        )
+        timeout_s, clamped = self._options.command_timeout(request.timeout_s)
         experiment_id = "exp_" + uuid.uuid4().hex[:12]
         image = request.image or self._options.default_image
         record = Experiment(
