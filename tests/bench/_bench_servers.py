@@ -17,7 +17,7 @@ import docker
 import httpx2
 
 from app.runtime.backend import Limits
-from app.runtime.docker.backend import hardening
+from app.runtime.docker import hardening
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
