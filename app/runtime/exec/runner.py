@@ -13,8 +13,8 @@ import collections
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 import docker
@@ -159,15 +159,10 @@ class ExecRunner:
                     )
                 )["Id"]
                 stream = await self._offload.call(_start_stream, api, exec_id)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._guard, api, job, stream, limit_s)
-                try:
-                    with translated(container_id):
-                        await self._drain(stream, job, stdout, stderr, on_start)
-                finally:
-                    job.finished.set()
-                    job.announced.set()
-                    job.stop.set()
+            guard = functools.partial(self._guard, api, job, stream, limit_s)
+            async with self._supervised(job, guard):
+                with translated(container_id):
+                    await self._drain(stream, job, stdout, stderr, on_start)
             close_stream(stream)
             with translated(container_id):
                 exit_code = await self._offload.call(_exit_code, api, exec_id)
@@ -179,11 +174,7 @@ class ExecRunner:
         except BaseException:
             if stream is not None:
                 close_stream(stream)
-            if job.pids is not None and not job.eof and not job.was_running:
-                # Cancelled from outside, or the stream broke: never leave the
-                # command running unobserved.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-                    await self._killer.kill(job)
+            await self._kill_unobserved(job)
             raise
         return exit_code, stdout, stderr
 
@@ -207,20 +198,16 @@ class ExecRunner:
         pending = session.pending(request_id)
         job.fast_kill = functools.partial(session.kill, request_id)
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._guard_fast, session, job, limit_s)
-                try:
-                    await pending.announced.wait()
-                    job.pids = pending.pids
-                    job.announced.set()
-                    if on_start is not None and job.pids is not None and not pending.done.is_set():
-                        await on_start(job.pids)
-                    await pending.done.wait()
-                    job.eof = pending.result is not None
-                finally:
-                    job.finished.set()
-                    job.announced.set()
-                    job.stop.set()
+            async with self._supervised(
+                job, functools.partial(self._guard_fast, session, job, limit_s)
+            ):
+                await pending.announced.wait()
+                job.pids = pending.pids
+                job.announced.set()
+                if on_start is not None and job.pids is not None and not pending.done.is_set():
+                    await on_start(job.pids)
+                await pending.done.wait()
+                job.eof = pending.result is not None
             if pending.result is None and job.reason is not None and job.pids is not None:
                 # Killed on purpose, and the executor went away meanwhile (the kill
                 # fell back to docker exec): the outcome stands, its output is lost.
@@ -236,16 +223,39 @@ class ExecRunner:
             if job.reason is None and exit_code >= 128:
                 await self._require_running(container_id)  # as on the docker exec path
         except BaseException:
-            if job.pids is not None and not job.eof and not job.was_running:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-                    await self._killer.kill(job)
-                    # Until T and W are gone too, as when the job is cancelled.
-                    with anyio.move_on_after(self._kill_grace_s):
-                        await pending.done.wait()
+            # Until T and W are gone too, as when the job is cancelled.
+            await self._kill_unobserved(job, settled=pending.done.wait)
             raise
         finally:
             session.forget(request_id)
         return exit_code, stdout, stderr
+
+    @contextlib.asynccontextmanager
+    async def _supervised(
+        self, job: Exec, guard: Callable[[], Coroutine[Any, Any, None]]
+    ) -> AsyncIterator[None]:
+        """The skeleton both paths share: the guard (timeout, cancel) runs beside the
+        body, and the job's events are set however the body ends."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(guard)
+            try:
+                yield
+            finally:
+                job.finished.set()
+                job.announced.set()
+                job.stop.set()
+
+    async def _kill_unobserved(
+        self, job: Exec, settled: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
+        """Cancelled from outside, or the stream broke: never leave the command running
+        unobserved (shielded, at most 30 s; ``settled`` awaited within the kill grace)."""
+        if job.pids is not None and not job.eof and not job.was_running:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                await self._killer.kill(job)
+                if settled is not None:
+                    with anyio.move_on_after(self._kill_grace_s):
+                        await settled()
 
     async def _guard_fast(self, session: Session, job: Exec, limit_s: float) -> None:
         """Kill the job on timeout or cancel; drop an executor that then never answers."""
