@@ -144,15 +144,15 @@ def _serve(
     )
     if settings is None:
         return EXIT_USAGE
-    from app import workers as processes
+    from app.ops import workers as processes
 
     refused = processes.refusal(settings.server.workers, settings.storage.effective_database_url)
     if refused is not None:
         return _fail(refused, EXIT_USAGE)
     if settings.server.workers > 1 and transport == "stdio":
         return _fail("--workers serves HTTP only; stdio is one local user", EXIT_USAGE)
-    from app.state_dir import prepare_state_dir
-    from app.state_lock import hold_state_dir
+    from app.root.state_dir import prepare_state_dir
+    from app.root.state_lock import hold_state_dir
 
     try:
         # Before anything reads the state: a second process on a SQLite state dir is
@@ -162,9 +162,9 @@ def _serve(
     except ServiceError as exc:
         return _fail(exc.message)
     # Imported late: the heavy SDK imports only when serving.
-    from app import admin
-    from app import main as root
-    from app.base_images import ensure_default_image
+    from app.ops import admin
+    from app.ops.base_images import ensure_default_image
+    from app.root import main as root
 
     try:
         if transport == "stdio":
@@ -208,7 +208,11 @@ def _serve(
         log_config=None,
         lifespan="on",
         proxy_headers=False,
-        http=guard_for(settings.server),
+        http=guard_for(
+            max_connections=settings.server.max_connections,
+            header_timeout_s=settings.server.header_timeout_s,
+            body_timeout_s=settings.server.body_timeout_s,
+        ),
         backlog=ACCEPT_BACKLOG,
     )
     server = GracefulServer(config, getattr(app.state, "begin_shutdown", None))
@@ -253,7 +257,7 @@ def _check() -> int:
     settings = _load()
     if settings is None:
         return EXIT_USAGE
-    from app import admin
+    from app.ops import admin
 
     report = asyncio.run(admin.check(settings))
     report = {"config": public_config(settings), **report}
@@ -265,7 +269,7 @@ def _provision(slots: int, zfs_parent: str | None, quota: str | None, owner: str
     settings = _load()
     if settings is None:
         return EXIT_USAGE
-    from app import admin
+    from app.ops import admin
 
     try:
         report = asyncio.run(admin.provision(settings, slots, zfs_parent, quota, owner))

@@ -122,5 +122,5 @@ class RefusalLog:
 
 # One per process, shared by the sign-in path's handlers and the client directory: the
 # bound holds in all, whichever part refuses. The server flushes it on its housekeeping
-# and drains it at shutdown (app/oauth_server.py).
+# and drains it at shutdown (app/root/oauth.py).
 refusals = RefusalLog(structlog.get_logger("auth.refusals"))

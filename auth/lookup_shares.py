@@ -9,7 +9,7 @@ shares before it starts, and gives them back when the lookup itself ends, not wh
 caller stops waiting.
 
 Used for the metadata-document fetcher's lookups (``auth.client_documents``: per sign-in
-address and per network) and for remote clones' (``app.runtime.git_egress``: per
+address and per network) and for remote clones' (``app.runtime.git.egress``: per
 sandbox and per sign-in address). In ``auth`` so that both may import it.
 """
 

@@ -23,7 +23,7 @@ import ipaddress
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -32,19 +32,10 @@ import httpcore2
 import structlog
 
 from auth.lookup_shares import HeldShare
+from jail.addresses import AddressPolicy, Resolver, is_public_address
 
 log = structlog.get_logger(__name__)
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Awaitable[list[str]]]
-AddressPolicy = Callable[[IPAddress], bool]
-
-# IPv6 addresses are fetched only from global unicast space...
-_GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
-# ...minus the ranges there that embed an IPv4 address (NAT64, 6to4, Teredo).
-_NEVER = [
-    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
-]
 # getaddrinfo blocks a thread; a nameserver that never answers must not tie up the
 # default executor the jail and the runtime use. The client picks the host, and so may
 # pick its nameserver: each sign-in address and network may hold only its share of
@@ -71,24 +62,6 @@ class FetchRefused(Exception):
 class Fetched:
     body: bytes
     cache_control: str | None
-
-
-def is_public_address(address: IPAddress) -> bool:
-    """True only for globally routable unicast addresses.
-
-    Loopback, private, link-local (cloud metadata at 169.254.169.254), shared
-    (100.64/10), documentation, multicast, reserved and unspecified addresses are
-    refused, and so is every IPv6 form that embeds an IPv4 address (mapped
-    ``::ffff:a.b.c.d``, translated, compatible, NAT64, 6to4, Teredo), whatever the
-    embedded address is: one rule, with no per-form exceptions to get wrong, and a
-    public host that has an IPv4 address publishes it as such (an A record).
-    """
-    # Mapped, translated and compatible forms all lie outside 2000::/3.
-    if isinstance(address, ipaddress.IPv6Address) and (
-        address not in _GLOBAL_UNICAST_V6 or any(address in net for net in _NEVER)
-    ):
-        return False
-    return address.is_global and not address.is_multicast
 
 
 async def system_resolver(host: str, port: int) -> list[str]:

@@ -46,7 +46,7 @@ _NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 
 
 @dataclass
-class Tally:
+class CopyTally:
     """Running counts of one copy."""
 
     files_copied: int = 0
@@ -62,7 +62,7 @@ class Tally:
     too_deep_skipped: int = 0
     secret_paths: list[str] = field(default_factory=list)
 
-    def merge(self, other: Tally) -> None:
+    def merge(self, other: CopyTally) -> None:
         """Add the counts of a walk of another part of the same tree."""
         for name in (f.name for f in fields(self) if f.name != "secret_paths"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -89,9 +89,9 @@ class Copier:
         self._rules = rules
         self._skip = skip
         self._owner = owner
-        self.tally = Tally()
+        self.tally = CopyTally()
 
-    def copy_tree(self, src_fd: int, *dst_fds: int, workers: int = 1) -> Tally:
+    def copy_tree(self, src_fd: int, *dst_fds: int, workers: int = 1) -> CopyTally:
         """Copy the folder ``src_fd`` into each (empty) folder of ``dst_fds``.
 
         With ``workers`` > 1, the project's top-level folders are copied on that many

@@ -51,7 +51,7 @@ class CallContext:
         edit_state: the sandbox's edit state (shared across its calls).
         project_map: the sandbox's cached project map (shared across its calls).
         in_thread: runs the call's blocking work (file walks and reads) in a worker
-            thread within the sandbox's share (app/experiments/tenant_threads.py), never
+            thread within the sandbox's share (app/tenancy/threads.py), never
             on the loop's default executor, which the server's upkeep keeps.
         signin_address: the budget key of the address the caller signed in from
             (``auth.grants.SIGNIN_CLAIM``), shared by that address's sandboxes; None

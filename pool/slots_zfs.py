@@ -139,3 +139,15 @@ class ZfsSlotStore:
 
     async def close(self) -> None:
         """Nothing runs in the background: a rollback is complete when it returns."""
+
+
+async def mount_state(dataset: str) -> tuple[str, bool]:
+    """The dataset's mountpoint (``-`` or ``none`` when it has none) and whether ZFS has
+    it mounted: what a live workspace's remount (``app/experiments/recovery``) asks."""
+    found = await _zfs.get_one(dataset, ("mountpoint", "mounted"))
+    return found.get("mountpoint"), found.get("mounted") == "yes"
+
+
+async def mount(dataset: str) -> None:
+    """``zfs mount`` the dataset (its parent must be mounted already)."""
+    await _zfs.run("zfs", "mount", dataset)

@@ -20,17 +20,18 @@ from typing import Any
 import structlog
 
 from app.errors import InvalidArgument
-from app.experiments import project, testing
 from app.experiments.errors import InvalidTransition
-from app.experiments.job_limits import JobLimits
+from app.experiments.evidence import testing
+from app.experiments.evidence.testing import TestPlan
 from app.experiments.jobs import JobRegistry, RunningJob, stop_job
 from app.experiments.output_budget import CEILING, ceiling_refusal, day_of
 from app.experiments.records import Experiment, JobOutcome, JobRecord
 from app.experiments.states import State, outcome_state
-from app.experiments.testing import TestPlan
+from app.experiments.store import ExperimentStore
+from app.experiments.workspace import project
 from app.runtime.backend import ExecResult, SandboxBackend
 from app.runtime.errors import ExecutorStopped, RuntimeFailure
-from app.storage.experiment_store import ExperimentRecords
+from app.tenancy.job_limits import JobLimits
 from jail.context import InThread
 
 log = structlog.get_logger(__name__)
@@ -64,7 +65,7 @@ def refuse_nul(command: Command) -> None:
 class CommandRunner:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         jobs: JobRegistry,
         max_output_bytes: int,
@@ -114,7 +115,7 @@ class CommandRunner:
 
         Raises:
             LimitReached: the experiment or the sandbox runs its maximum of jobs at once
-                (setup commands are not counted: see ``app.experiments.job_limits``).
+                (setup commands are not counted: see ``app.tenancy.job_limits``).
         """
         refuse_nul(command)
         if command.kind != "setup":  # create_experiment checks before its setup commands
@@ -315,7 +316,7 @@ class CommandRunner:
         """The engine failed under the job (it stopped, restarted, lost the container):
         a job that ran is lost with the reason, one that never started failed; the
         experiment itself is not at fault, so it goes back to READY (its container is
-        started again once the engine is back: ``app.experiments.recovery``)."""
+        started again once the engine is back: ``app.experiments.recovery.recovery``)."""
         now = self._clock()
         if isinstance(exc, ExecutorStopped):
             # Not the engine: the sandbox's executor, and the message says why.

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Protocol
 
 from app.errors import ServiceError
-from app.experiments import workspace
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.errors import (
     InvalidTransition,
@@ -22,12 +21,14 @@ from app.experiments.errors import (
     ProjectSourceError,
     TooManyExperiments,
 )
+from app.experiments.evidence.shelf import fingerprint
 from app.experiments.options import ExperimentOptions
 from app.experiments.records import Experiment
-from app.experiments.shelf import fingerprint
 from app.experiments.states import State
+from app.experiments.store import ExperimentStore
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
-from app.experiments.workspace import ExperimentDirs
+from app.experiments.workspace import dirs as workspace
+from app.experiments.workspace.dirs import ExperimentDirs
 from app.runtime.backend import (
     Container,
     ContainerSpec,
@@ -36,8 +37,6 @@ from app.runtime.backend import (
     NetworkMode,
     SandboxBackend,
 )
-from app.runtime.limits import clamp_timeout
-from app.storage.experiment_store import ExperimentRecords
 from jail import CallContext, resolve_env
 
 # Where an experiment's default command timeout is kept: beside the limits it was given.
@@ -64,7 +63,7 @@ class CreateRequest:
 
 
 class WarmSource(Protocol):
-    """Containers started before they were asked for (app/runtime/warm.py)."""
+    """Containers started before they were asked for (app/runtime/warm/pool.py)."""
 
     async def take(
         self, slot_root: Path, spec: ContainerSpec, target: Path
@@ -82,7 +81,7 @@ def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[s
 class ExperimentCreator:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         commands: CommandRunner,
         options: ExperimentOptions,
@@ -152,9 +151,7 @@ class ExperimentCreator:
     ) -> CreatedExperiment:
         assert call.slot_root is not None
         now = self._clock()
-        timeout_s, clamped = clamp_timeout(
-            request.timeout_s or self._options.default_timeout_s, self._options.max_timeout_s
-        )
+        timeout_s, clamped = self._options.command_timeout(request.timeout_s)
         experiment_id = "exp_" + uuid.uuid4().hex[:12]
         image = request.image or self._options.default_image
         record = Experiment(

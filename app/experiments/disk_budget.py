@@ -13,7 +13,7 @@ the budget is kept by accounting, which works wherever the server runs:
   experiments), and every ``interval_s`` while the sandbox has a running job or a
   live container: a command that kills its job's supervisor leaves the rest of its
   tree running under the container's PID 1, outside any job
-  (app/runtime/_jobs.py), and it may pause before it writes, so neither a job's
+  (app/runtime/exec/process_tree.py), and it may pause before it writes, so neither a job's
   end nor a measurement without growth is the end of its writing. An idle sandbox
   with live containers costs one walk per interval (about 2 to 9 microseconds an
   entry, each descriptor and mapping of its processes included; bounded by
@@ -31,11 +31,11 @@ the budget is kept by accounting, which works wherever the server runs:
 
 Bytes come only as fast as they are written: the containers of dir slots refuse
 the ``fallocate`` modes that reserve blocks at once and cap every file at the
-budget (``RLIMIT_FSIZE``; app/runtime/seccomp.py, app/runtime/hardening.py). So it
+budget (``RLIMIT_FSIZE``; app/runtime/docker/seccomp.py, app/runtime/docker/hardening.py). So it
 is a soft bound: a sandbox may write for up to one interval (plus one walk and the
 kill) past the budget before it is stopped, at whatever speed the disk allows. A
 server anyone can reach therefore still refuses dir slots on the database's
-filesystem (app/slot_storage.py) unless told otherwise; a hosted deployment that
+filesystem (app/root/slot_storage.py) unless told otherwise; a hosted deployment that
 wants a hard bound uses ZFS slots, which have a kernel quota.
 """
 
@@ -57,9 +57,9 @@ from app.errors import ServiceError
 from app.experiments.held_files import held_bytes, missing_capabilities
 from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.records import Experiment
-from app.experiments.tenant_threads import TenantThreads
 from app.runtime.backend import SandboxBackend
 from app.runtime.errors import ContainerGone, RuntimeFailure
+from app.tenancy.threads import TenantThreads
 from jail import Jail, JailError
 
 log = structlog.get_logger(__name__)
@@ -99,7 +99,7 @@ class QuotaExceeded(ServiceError):
 
 
 @dataclass(frozen=True)
-class Usage:
+class DiskUsage:
     bytes: int
     entries: int
     truncated: bool  # stopped at max_entries: counted as over the budget
@@ -108,7 +108,7 @@ class Usage:
         return self.truncated or self.bytes > limit
 
 
-def measure_tree(root: Path, max_entries: int) -> Usage:
+def measure_tree(root: Path, max_entries: int) -> DiskUsage:
     """Bytes allocated under ``root`` (blocking; iterative, links never followed).
 
     Each folder is opened beneath ``root`` through the jail, its last step never a
@@ -121,7 +121,7 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
     try:
         tree = Jail.open(root)
     except JailError:
-        return Usage(0, 0, truncated=False)  # gone (the slot was reset meanwhile)
+        return DiskUsage(0, 0, truncated=False)  # gone (the slot was reset meanwhile)
     with tree:
         pending = ["."]
         while pending:
@@ -130,14 +130,14 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
                 fd = tree.open_fd(folder, _O_LIST)
             except JailError as exc:
                 if exc.code == "INVALID_PATH":
-                    return Usage(total, entries, truncated=True)
+                    return DiskUsage(total, entries, truncated=True)
                 continue  # removed, or swapped for a link, since it was listed
             try:
                 with os.scandir(fd) as found:
                     for entry in found:
                         entries += 1
                         if entries > max_entries:
-                            return Usage(total, entries, truncated=True)
+                            return DiskUsage(total, entries, truncated=True)
                         try:
                             st = entry.stat(follow_symlinks=False)  # fstatat beneath fd
                         except OSError:
@@ -153,12 +153,12 @@ def measure_tree(root: Path, max_entries: int) -> Usage:
                 continue  # unreadable or removed: a tenant cannot hide bytes from root this way
             finally:
                 os.close(fd)
-    return Usage(total, entries, truncated=False)
+    return DiskUsage(total, entries, truncated=False)
 
 
 def measure_slot(
     root: Path, pids_of: Mapping[str, Sequence[int]], max_entries: int
-) -> tuple[Usage, int]:
+) -> tuple[DiskUsage, int]:
     """The slot's tree and the unlinked files its containers' processes hold on its
     filesystem (blocking), and how many of those processes could not be looked into;
     ``max_entries`` bounds the tree's entries and the descriptors together."""
@@ -170,7 +170,7 @@ def measure_slot(
     except OSError:
         return tree, 0  # gone (the slot was reset meanwhile)
     held = held_bytes(pids_of, device, max_entries - tree.entries)
-    usage = Usage(tree.bytes + held.bytes, tree.entries + held.entries, held.truncated)
+    usage = DiskUsage(tree.bytes + held.bytes, tree.entries + held.entries, held.truncated)
     return usage, held.unreadable
 
 
@@ -226,8 +226,8 @@ class DiskBudget:
         self._max_entries = max_entries
         self._interval_s = interval_s
         self._clock = clock
-        self._last: dict[str, tuple[float, Usage]] = {}
-        self._measuring: dict[str, asyncio.Task[Usage]] = {}
+        self._last: dict[str, tuple[float, DiskUsage]] = {}
+        self._measuring: dict[str, asyncio.Task[DiskUsage]] = {}
         self._watched: set[str] = set()  # wrote since their slot was leased
         self._background: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
@@ -269,7 +269,7 @@ class DiskBudget:
             return False
         return await self._trash_settled(root, TRASH_WAIT_S)
 
-    async def _measure_now(self, sandbox_key: str) -> Usage | None:
+    async def _measure_now(self, sandbox_key: str) -> DiskUsage | None:
         root = self._slot_root_of(sandbox_key)
         return None if root is None else await self._measure(sandbox_key, root)
 
@@ -290,7 +290,7 @@ class DiskBudget:
     def _stale(self, at: float) -> bool:
         return self._clock() - at >= self._interval_s
 
-    async def measure(self, sandbox_key: str) -> Usage | None:
+    async def measure(self, sandbox_key: str) -> DiskUsage | None:
         """The sandbox's usage now; one walk at a time per sandbox (callers share it)."""
         running = self._measuring.get(sandbox_key)
         if running is not None:
@@ -307,7 +307,7 @@ class DiskBudget:
             if task.done():
                 self._measuring.pop(sandbox_key, None)
 
-    async def _measure(self, sandbox_key: str, root: Path) -> Usage:
+    async def _measure(self, sandbox_key: str, root: Path) -> DiskUsage:
         try:
             pids_of = await self._host_pids(sandbox_key)
             tree, unreadable = await self._threads.run_server_work(
@@ -317,7 +317,7 @@ class DiskBudget:
                 self._told_unreadable = True  # once: a namespace or a capability, not a tenant
                 log.warning("disk.held_files_unreadable", sandbox=sandbox_key, processes=unreadable)
             artifacts = await self._artifact_bytes_of(sandbox_key)
-            usage = Usage(tree.bytes + artifacts, tree.entries, tree.truncated)
+            usage = DiskUsage(tree.bytes + artifacts, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)
             if not usage.over(self.limit_bytes):
                 self._over.pop(sandbox_key, None)  # back under (an experiment destroyed)
@@ -337,7 +337,7 @@ class DiskBudget:
                 log.warning("disk.host_pids_failed", container_id=container_id[:12], error=str(exc))
         return found
 
-    async def enforce(self, sandbox_key: str) -> Usage | None:
+    async def enforce(self, sandbox_key: str) -> DiskUsage | None:
         """Measure, and stop the sandbox's work if it is over; the usage measured."""
         try:
             usage = await self.measure(sandbox_key)
@@ -355,7 +355,7 @@ class DiskBudget:
             log.exception("disk.budget_check_failed")
             return None
 
-    async def _stop(self, sandbox_key: str, usage: Usage) -> bool:
+    async def _stop(self, sandbox_key: str, usage: DiskUsage) -> bool:
         """Cancel the sandbox's jobs and kill its processes; False if a kill failed."""
         jobs = [job for job in self._jobs.running() if job.sandbox_key == sandbox_key]
         for job in jobs:
@@ -389,7 +389,7 @@ class DiskBudget:
         )
         return failed == 0
 
-    def _refusal(self, usage: Usage) -> QuotaExceeded:
+    def _refusal(self, usage: DiskUsage) -> QuotaExceeded:
         limit_mb = self.limit_bytes // 1_048_576
         if usage.truncated and usage.entries > self._max_entries:
             what = f"more than {self._max_entries} files, folders and open files"

@@ -1,10 +1,11 @@
 """Running a command, or the project's tests, in a caller's live experiment.
 
-The one way a tool runs something: the experiment's state is checked (commands run
-only in a live one), the timeout is clamped here and nowhere else (its warning is
-shown to the agent), the command goes to :class:`~app.experiments.commands.CommandRunner`
-(which records it), and the call waits as long as it may: a synchronous call
-``sync_wait_s``, a background one not at all, one served as an MCP task to the end.
+The one way a tool runs something: the experiment's state is checked (commands run only
+in a live one), the timeout is clamped once, by the rule creation's setup commands share
+(``ExperimentOptions.command_timeout``; its warning is shown to the agent), the command
+goes to :class:`~app.experiments.commands.CommandRunner` (which records it), and the
+call waits as long as it may: a synchronous call ``sync_wait_s``, a background one not
+at all, one served as an MCP task to the end.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from app.experiments import project, testing
 from app.experiments.commands import Command, CommandRunner, TestContext
 from app.experiments.creation import COMMAND_TIMEOUT_KEY, forwarded_env
 from app.experiments.errors import InvalidTransition, ProjectSourceError, TestsNotDetected
+from app.experiments.evidence import testing
+from app.experiments.evidence.testing import TestPlan
 from app.experiments.options import ExperimentOptions
 from app.experiments.states import RUNNABLE
-from app.experiments.testing import TestPlan
+from app.experiments.store import ExperimentStore
 from app.experiments.views import JobView
-from app.runtime.limits import clamp_timeout
-from app.storage.experiment_store import ExperimentRecords
+from app.experiments.workspace import project
 from jail import CallContext
 
 
@@ -37,7 +38,7 @@ class Execution:
 
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         commands: CommandRunner,
         options: ExperimentOptions,
         workspace: Callable[[CallContext, str], Awaitable[Path]],
@@ -48,10 +49,8 @@ class Execution:
         self._workspace = workspace
 
     def _timeout(self, requested: float | None, warnings: list[str]) -> float:
-        """The command's wall clock: the one place a timeout is clamped and the agent told."""
-        timeout, warning = clamp_timeout(
-            requested or self._options.default_timeout_s, self._options.max_timeout_s
-        )
+        """The command's wall clock, clamped (``ExperimentOptions.command_timeout``)."""
+        timeout, warning = self._options.command_timeout(requested)
         if warning is not None:
             warnings.append(warning)
         return timeout

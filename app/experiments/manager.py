@@ -21,10 +21,7 @@ from pathlib import Path
 import structlog
 
 from app.errors import ServiceError
-from app.experiments import evidence
-from app.experiments.artifacts import ArtifactList
 from app.experiments.commands import CommandRunner, with_whole_output
-from app.experiments.compare import Comparison, recommend
 from app.experiments.creation import (
     CreateRequest,
     ExperimentCreator,
@@ -35,18 +32,20 @@ from app.experiments.errors import (
     InvalidTransition,
     ProjectSourceError,
 )
+from app.experiments.evidence import evidence
+from app.experiments.evidence.artifacts import ArtifactList
+from app.experiments.evidence.compare import Comparison, recommend
+from app.experiments.evidence.shelf import ArtifactShelf, fingerprint
 from app.experiments.execution import Execution
-from app.experiments.job_limits import JobLimits
 from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.options import ExperimentOptions
-from app.experiments.process_registry import ProcessRegistry
 from app.experiments.records import ArtifactRecord, Experiment, JobRecord, JobSummary
-from app.experiments.recovery import Recovery
-from app.experiments.remote_jobs import RemoteJobs
-from app.experiments.shelf import ArtifactShelf, fingerprint
-from app.experiments.slot_mounts import check_workspace
+from app.experiments.recovery.process_registry import ProcessRegistry
+from app.experiments.recovery.recovery import Recovery
+from app.experiments.recovery.remote_jobs import RemoteJobs
+from app.experiments.recovery.slot_mounts import check_workspace
 from app.experiments.states import State
-from app.experiments.trash import Trash
+from app.experiments.store import ExperimentStore
 from app.experiments.views import (
     MAX_LISTED_COMMAND_CHARS,
     MAX_LISTED_JOBS,
@@ -58,9 +57,10 @@ from app.experiments.views import (
     RuntimeView,
     Stream,
 )
-from app.experiments.workspace import ExperimentDirs
+from app.experiments.workspace.dirs import ExperimentDirs
+from app.experiments.workspace.trash import Trash
 from app.runtime.backend import SandboxBackend
-from app.storage.experiment_store import ExperimentRecords
+from app.tenancy.job_limits import JobLimits
 from jail import CallContext
 from jail.context import InThread
 
@@ -75,7 +75,7 @@ MAX_RESULT_WAIT_S = 45.0
 class ExperimentManager:
     def __init__(
         self,
-        records: ExperimentRecords,
+        records: ExperimentStore,
         backend: SandboxBackend,
         jobs: JobRegistry,
         options: ExperimentOptions,

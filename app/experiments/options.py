@@ -1,4 +1,4 @@
-"""What the operator configured for experiments (built in app/experiments/assembly.py)."""
+"""What the operator configured for experiments (built in app/root/experiments.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.experiments.workspace import Owner
+from app.experiments.workspace.dirs import Owner
+from app.runtime.limits import clamp_timeout
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,10 @@ class ExperimentOptions:
     artifact_dir: Path = Path("/nonexistent")
     artifact_ttl_s: float = 86_400
     max_artifact_bytes: int = 200 * 1_048_576  # per sandbox, on the shelf
+
+    def command_timeout(self, requested: float | None) -> tuple[float, str | None]:
+        """A command's wall clock (a run's, or the setup commands' of a creation): the
+        request, or the default, clamped to the ceiling, with the warning the agent is
+        told. The one place the domain clamps a timeout; the backend keeps the
+        runtime's own ceiling for any caller (``app/runtime/docker/backend.py``)."""
+        return clamp_timeout(requested or self.default_timeout_s, self.max_timeout_s)

@@ -8,11 +8,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.experiments.changes import ChangeReport
 from app.experiments.options import ExperimentOptions
 from app.experiments.output_budget import not_kept_note
 from app.experiments.records import Experiment, JobRecord, JobSummary
 from app.experiments.result import Result
+from app.experiments.workspace.changes import ChangeReport
 from app.runtime.backend import RuntimeInfo
 
 # A result must fit the clients' windows with room to spare (Claude Code caps a tool

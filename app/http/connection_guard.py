@@ -33,7 +33,6 @@ import structlog
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.sampling import ThrottledLog
-from app.settings import ServerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -63,21 +62,23 @@ def connection_cap(wanted: int, descriptor_limit: int) -> int:
     return max(16, min(wanted, descriptor_limit - RESERVED_DESCRIPTORS))
 
 
-def guard_for(server: ServerSettings) -> type[GuardedH11Protocol]:
+def guard_for(
+    *, max_connections: int, header_timeout_s: float, body_timeout_s: float
+) -> type[GuardedH11Protocol]:
     """The protocol class for uvicorn's ``http=``, after lifting the descriptor limit."""
     limit = raise_descriptor_limit()
-    cap = connection_cap(server.max_connections, limit)
+    cap = connection_cap(max_connections, limit)
     log.info(
         "http.connection_guard",
         max_connections=cap,
         nofile=limit,
-        header_timeout_s=server.header_timeout_s,
-        body_timeout_s=server.body_timeout_s,
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
     )
     guard = ConnectionGuard(
         max_connections=cap,
-        header_timeout_s=server.header_timeout_s,
-        body_timeout_s=server.body_timeout_s,
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
     )
     return guard.protocol()
 

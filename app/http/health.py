@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from app.errors import DatabaseUnavailable
-from app.runtime.probe import RuntimeStatus
+from app.runtime.docker.probe import RuntimeStatus
 from pool.leases import PoolStats
 
 

@@ -6,11 +6,14 @@ from urllib.parse import urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
 
-from app.settings import ServerSettings, is_loopback_host
+from jail.addresses import is_loopback_host
 
 
-def transport_security(server: ServerSettings) -> TransportSecuritySettings:
-    public = urlsplit(server.effective_public_url)
+def transport_security(public_url: str, host: str, port: int) -> TransportSecuritySettings:
+    """Who may call ``/mcp``: the public URL's host and origin (``public_url``, checked by
+    the settings), and any loopback spelling when the server listens on loopback
+    (``host``, ``port``)."""
+    public = urlsplit(public_url)
     assert public.hostname is not None  # validated by Settings
     default_port = 443 if public.scheme == "https" else 80
     port = public.port or default_port
@@ -20,9 +23,9 @@ def transport_security(server: ServerSettings) -> TransportSecuritySettings:
     if port == default_port:
         hosts.add(host)
         origins.add(f"{public.scheme}://{host}")
-    if is_loopback_host(server.host) and is_loopback_host(public.hostname):
+    if is_loopback_host(host) and is_loopback_host(public.hostname):
         # Local use: any loopback spelling of this server is the same server.
         for name in ("127.0.0.1", "localhost", "[::1]"):
-            hosts.add(f"{name}:{server.port}")
-            origins.add(f"http://{name}:{server.port}")
+            hosts.add(f"{name}:{port}")
+            origins.add(f"http://{name}:{port}")
     return TransportSecuritySettings(allowed_hosts=sorted(hosts), allowed_origins=sorted(origins))

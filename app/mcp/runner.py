@@ -28,12 +28,11 @@ from pydantic import BaseModel
 
 from app.errors import DatabaseUnavailable, ServiceError
 from app.experiments.disk_budget import DiskBudget
-from app.experiments.tenant_threads import TenantThreads
 from app.mcp.call_sampling import CallKey, CallSampling
-from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
 from app.mcp.envelope import ToolFailure, error_result, ok_result
 from app.sampling import ThrottledLog, Unwritten
-from app.storage.audit import AuditTrail
+from app.tenancy.calls_in_flight import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, CallsInFlight
+from app.tenancy.threads import TenantThreads
 from auth.grants import SIGNIN_CLAIM
 from jail.context import CallContext, SandboxMemory, new_call_context
 from jail.errors import JailError
@@ -128,13 +127,34 @@ def _request_id() -> str:
     return secrets.token_hex(16)
 
 
+class AuditSink(Protocol):
+    """Where the runner's audit rows go (``app.storage.audit.AuditTrail``: group commits)."""
+
+    async def record(
+        self,
+        *,
+        request_id: str,
+        sandbox_key: str,
+        tool: str,
+        started: float,
+        outcome: str,
+        calls: int = 1,
+    ) -> None:
+        """Append one row standing for ``calls`` calls; returns once committed.
+
+        Raises:
+            DatabaseUnavailable: the commit that carried this row failed.
+        """
+        ...
+
+
 class ToolRunner:
     """Runs one tool body inside the per-call context, whatever the tool."""
 
     def __init__(
         self,
         identity: Identity,
-        audit: AuditTrail,
+        audit: AuditSink,
         memory: SandboxMemory,
         pool: SlotPool,
         *,

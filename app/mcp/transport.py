@@ -49,10 +49,10 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.experiments.tenant_threads import TenantThreads
 from app.mcp import request_bounds
 from app.mcp.request_bounds import LargeBodies
 from app.mcp.runner import LOCAL_SANDBOX_KEY
+from app.tenancy.threads import TenantThreads
 from auth.grants import SIGNIN_CLAIM
 
 log = structlog.get_logger(__name__)

@@ -168,7 +168,7 @@ class ContainerGone(RuntimeFailure):
 
 
 class ExecutorStopped(RuntimeFailure):
-    """The container's command executor (app.runtime.fast_exec) went away under a
+    """The container's command executor (app.runtime.exec.protocol) went away under a
     command; ``why`` is one of that module's stable reasons."""
 
     code = "EXECUTOR_STOPPED"

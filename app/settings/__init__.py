@@ -12,7 +12,7 @@ its own description.
 """
 
 from app.settings.auth import AuthSettings
-from app.settings.base import ENV_PREFIX, is_loopback_host
+from app.settings.base import ENV_PREFIX
 from app.settings.egress import EgressSettings
 from app.settings.experiments import ExperimentSettings
 from app.settings.mcp import McpSettings
@@ -28,6 +28,7 @@ from app.settings.runtime import RuntimeSettings
 from app.settings.server import LogLevel, ServerSettings
 from app.settings.smtp import SmtpSettings
 from app.settings.storage import StorageSettings
+from jail.addresses import is_loopback_host
 
 __all__ = [
     "ENV_PREFIX",

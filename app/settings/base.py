@@ -8,8 +8,6 @@ a validation error's location names the variable.
 
 from __future__ import annotations
 
-import ipaddress
-
 from pydantic import BaseModel, ConfigDict
 from pydantic.fields import FieldInfo
 
@@ -31,13 +29,3 @@ class Group(BaseModel):
 def variable_key(name: str, info: FieldInfo) -> str:
     """The field's variable without the prefix, in lower case (``smtp_host``)."""
     return info.alias or name
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and any loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

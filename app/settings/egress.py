@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from app.runtime.egress_rules import DEFAULT_ALLOWLIST, parse_allowlist
+from app.egress.rules import DEFAULT_ALLOWLIST, parse_allowlist
 from app.settings.base import Group
 
 if TYPE_CHECKING:
-    from app.runtime.egress_proxy import EgressConfig
+    from app.egress.proxy import EgressConfig
 
 
 class EgressSettings(Group):
@@ -130,7 +130,7 @@ class EgressSettings(Group):
         """The proxy's configuration, when the operator offers network "restricted"."""
         if not self.proxy:
             return None
-        from app.runtime.egress_proxy import EgressConfig  # Docker's SDK only when serving
+        from app.egress.proxy import EgressConfig  # Docker's SDK only when serving
 
         return EgressConfig(
             ceiling=self.ceiling,

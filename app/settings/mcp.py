@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from app.experiments.tenant_threads import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
-from app.mcp.calls_in_flight import DEFAULT_PER_ADDRESS as DEFAULT_CALLS_PER_ADDRESS
-from app.mcp.calls_in_flight import DEFAULT_PER_SANDBOX as DEFAULT_CALLS_PER_SANDBOX
 from app.settings.base import Group
+from app.tenancy.calls_in_flight import DEFAULT_PER_ADDRESS as DEFAULT_CALLS_PER_ADDRESS
+from app.tenancy.calls_in_flight import DEFAULT_PER_SANDBOX as DEFAULT_CALLS_PER_SANDBOX
+from app.tenancy.threads import DEFAULT_PER_ADDRESS, DEFAULT_PER_SANDBOX, DEFAULT_TOTAL
 
 
 class McpSettings(Group):

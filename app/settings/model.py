@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from app.settings.auth import AuthSettings
-from app.settings.base import ENV_PREFIX, Group, is_loopback_host, variable_key
+from app.settings.base import ENV_PREFIX, Group, variable_key
 from app.settings.egress import EgressSettings
 from app.settings.experiments import ExperimentSettings
 from app.settings.mcp import McpSettings
@@ -28,6 +28,7 @@ from app.settings.runtime import RuntimeSettings
 from app.settings.server import ServerSettings
 from app.settings.smtp import SmtpSettings
 from app.settings.storage import StorageSettings
+from jail.addresses import is_loopback_host
 
 # Variables of the test harness, not settings (the image build's are SANDBOX_IMAGE_*).
 HARNESS_PREFIXES = (ENV_PREFIX + "TEST_", ENV_PREFIX + "CI_")

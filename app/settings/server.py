@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 
-from app.settings.base import Group, is_loopback_host
+from app.settings.base import Group
+from jail.addresses import is_loopback_host
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 

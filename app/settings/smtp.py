@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from app.settings.base import Group, is_loopback_host
+from app.settings.base import Group
+from jail.addresses import is_loopback_host
 
 if TYPE_CHECKING:
     from pool.mailer import SmtpOptions

@@ -1,4 +1,5 @@
-"""The artifacts table: files copied out of a workspace onto the shelf (app.experiments.shelf).
+"""The artifacts table: files copied out of a workspace onto the shelf
+(app.experiments.evidence.shelf).
 
 An artifact is its sandbox's; it outlives an emptied sandbox until its clock
 (``start_artifact_clock``) runs out.

@@ -26,7 +26,7 @@ from auth.store import (
 R = TypeVar("R")
 # pg_advisory_xact_lock key serializing the admission decisions of every process.
 _ADMISSION_LOCK = 0x736D_6370_6164_6D31  # "smcpadm1"
-# Where a revocation is announced on PostgreSQL (app.ready_relay.PgChannel), in the
+# Where a revocation is announced on PostgreSQL (app.storage.ready_relay.PgChannel), in the
 # transaction that makes it, so every process hears of it once it holds:
 # "grant:<grant id>" or "token:<token hash>".
 REVOKED_CHANNEL = "sandbox_mcp_revoked"

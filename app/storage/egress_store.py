@@ -25,13 +25,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.egress.records import Notice, Usage
 from app.storage.db import Base, transaction, upsert_insert
 from app.storage.experiment_rows import ExperimentRow
 
@@ -68,21 +68,6 @@ class EgressSandboxDayRow(Base):
 
 
 DAY_S = 86_400
-
-
-@dataclass(frozen=True)
-class Usage:
-    bytes: int
-    capped: bool
-    refused: int = 0
-
-
-@dataclass(frozen=True)
-class Notice:
-    container_id: str
-    experiment_id: str
-    kind: str  # "refused" or "cap"
-    text: str = ""
 
 
 class EgressUsageStore:

@@ -84,7 +84,7 @@ class JobRow(_OfExperiment, Base):
     duration_s: Mapped[float | None] = mapped_column(sa.Float)
     reason: Mapped[str | None] = mapped_column(sa.Text)
     test_summary: Mapped[str | None] = mapped_column(sa.Text)  # JSON, for run_tests jobs
-    # Which server process runs it (app.experiments.process_registry), the pids of its
+    # Which server process runs it (app.experiments.recovery.process_registry), the pids of its
     # process tree's root and supervisor in the container (the killer's arguments), and
     # whether another process asked for it to be cancelled.
     owner_process: Mapped[str | None] = mapped_column(sa.String(40))

@@ -27,7 +27,7 @@ class ProcessRow(Base):
     heartbeat_at: Mapped[float] = mapped_column(sa.Float)
 
 
-class ProcessRecords:
+class SqlProcessRecords:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 

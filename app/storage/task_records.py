@@ -1,7 +1,7 @@
 """MCP tasks in the database, so that every server process can answer for them.
 
-The process serving a task keeps it in memory (``app.mcp.task_store``) and mirrors
-it here when it opens and when it ends (``app.mcp.task_mirror``); another process
+The process serving a task keeps it in memory (``app.mcp.tasks.store``) and mirrors
+it here when it opens and when it ends (``app.mcp.tasks.mirror``); another process
 reads it here, and asks for its cancel here.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.mcp.task_store import TaskRecord
+from app.mcp.tasks.store import TaskRecord
 from app.storage.cancel_requests import CancelRequests
 from app.storage.db import Base
 
@@ -39,7 +39,7 @@ def _loads(text: str | None) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-class TaskRecords(CancelRequests):
+class SqlTaskRecords(CancelRequests):
     cancel_row = TaskRow
     cancel_id = "task_id"
     cancel_running = "working"

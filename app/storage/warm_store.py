@@ -1,11 +1,11 @@
-"""Which slot holds a warm container, and whose it is (``app.runtime.warm``).
+"""Which slot holds a warm container, and whose it is (``app.runtime.warm.pool``).
 
 Every server process keeps warm containers of its own, in free slots all of them
 share. One row per slot is that slot's claim: inserted before a process makes
 the folder and the container (the primary key refuses a second process), and
 deleted by whoever hands the container over or removes it; a delete that finds
 no row means someone else did, and the caller leaves the container alone
-(``app.runtime.warm_claims`` says the same for one process, in memory).
+(``app.runtime.warm.claims`` says the same for one process, in memory).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.errors import DatabaseUnavailable
-from app.runtime.warm_claims import WarmClaim
+from app.runtime.warm.claims import WarmClaim
 from app.storage.db import Base, transaction
 
 

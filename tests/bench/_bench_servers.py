@@ -16,8 +16,8 @@ from pathlib import Path
 import docker
 import httpx2
 
-from app.runtime import hardening
 from app.runtime.backend import Limits
+from app.runtime.docker import hardening
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
@@ -87,7 +87,7 @@ def server_on(backend: str, root: Path, slots: int, **env: str) -> Iterator[Runn
 
 
 def hardened_host_config(api: docker.APIClient, workspace: Path) -> object:
-    """The server's own HostConfig (app/runtime/hardening.py) for a floor's container:
+    """The server's own HostConfig (app/runtime/docker/hardening.py) for a floor's container:
     default limits, the workspace bound, no network."""
     return hardening.hardened_host_config(
         api,

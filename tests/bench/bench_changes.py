@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.experiments.changes import ChangeReport, inspect
+from app.experiments.workspace.changes import ChangeReport, inspect
 
 FILES = 5000
 RUNS = 10

@@ -37,7 +37,7 @@ from docker_testkit import exec_output
 from egress_fakes import MemoryUsage
 from egress_testkit import PYTHON_IMAGE, outside_world
 
-from app.runtime.egress_proxy import EgressConfig, EgressProxy
+from app.egress.proxy import EgressConfig, EgressProxy
 
 CLIENT = """
 import json, sys, time, urllib.request

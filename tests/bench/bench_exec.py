@@ -3,7 +3,7 @@
     uv run python tests/bench/bench_exec.py [--samples 50]
 
 Two real servers (loopback, OAuth, dir slots, real Docker), one with
-``SANDBOX_MCP_EXEC_PATH=auto`` (the container's executor, app/runtime/fast_exec.py)
+``SANDBOX_MCP_EXEC_PATH=auto`` (the container's executor, app/runtime/exec/protocol.py)
 and one with ``docker-exec``; in each, one signed-in user and one experiment. In
 the same run, samples interleaved (so drift hits all alike), p50 and p95 of:
 

@@ -1,5 +1,5 @@
 """Benchmark: server start to the first /health 200 with 500 dir slots, beside two floors
-measured in the same run: ``python -c 'import app.main'`` and a bare Starlette app served
+measured in the same run: ``python -c 'import app.root.main'`` and a bare Starlette app served
 by uvicorn (start to its first 200).
 
     uv run python tests/bench/bench_startup.py [--samples 5] [--slots 500]
@@ -110,13 +110,13 @@ def main() -> None:
         ours()  # migrates the new database: a first start, not a restart
         served, imported, bare_app = [], [], []
         for _ in range(args.samples):
-            imported.append(timed([sys.executable, "-c", "import app.main"]))
+            imported.append(timed([sys.executable, "-c", "import app.root.main"]))
             bare_app.append(bare())
             served.append(ours())
         print(f"server start to /health 200, {args.slots} dir slots, {args.samples} samples")
-        print(line("floor: python -c 'import app.main'", imported))
+        print(line("floor: python -c 'import app.root.main'", imported))
         print(line("floor: bare Starlette app to /health 200", bare_app))
-        print(line("ours (vs import app.main)", served, imported))
+        print(line("ours (vs import app.root.main)", served, imported))
         print(line("ours (vs the bare Starlette app)", served, bare_app))
         # Provisioning (as root) gave the slots folder a nosuid,nodev mount of its own.
         subprocess.run(["umount", str(state / "slots")], check=False, capture_output=True)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.experiments.testing import parse, parse_any
+from app.experiments.evidence.testing import parse, parse_any
 
 TARGET_MS = 100.0
 STACK = "\n".join(f"    at frame{i} (/workspace/src/module.js:{i}:7)" for i in range(8))

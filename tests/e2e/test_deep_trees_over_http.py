@@ -52,7 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 def _slot_leftovers(server: RunningServer) -> list[str]:
     slots = server_state(server) / "slots"
     found = [p.name for p in (slots / "slot-000").iterdir() if p.name != ".trash"]
-    # Destroyed experiments are deleted in the background (app/experiments/trash.py).
+    # Destroyed experiments are deleted in the background (app/experiments/workspace/trash.py).
     for trash in (slots / ".trash", slots / "slot-000" / ".trash"):
         if trash.exists():
             found += [f"{trash.parent.name}/.trash/{p.name}" for p in trash.iterdir()]

@@ -5,7 +5,7 @@ they are written. ``fallocate`` reserved any number at once (4 GiB past a 32 MB
 budget in one call), and with ``FALLOC_FL_KEEP_SIZE`` without even growing the file.
 Now these containers' syscall filter refuses the allocating modes (EOPNOTSUPP, so
 glibc's ``posix_fallocate`` falls back to writing) and ``RLIMIT_FSIZE`` stops a file
-at the budget (app/runtime/seccomp.py, app/runtime/hardening.py).
+at the budget (app/runtime/docker/seccomp.py, app/runtime/docker/hardening.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from mcp_http import run_command, tool, write_file
 from oauth_browser import new_users
 
 # About 20 MB/s, a file a MB (RLIMIT_FSIZE stops one file at the budget). (A process
-# detached from its job with setsid dies with the job: app/runtime/_jobs.py.)
+# detached from its job with setsid dies with the job: app/runtime/exec/process_tree.py.)
 WRITER = "i=0; while :; do head -c 1048576 /dev/zero > {name}$i; i=$((i+1)); sleep 0.05; done"
 
 

@@ -1,7 +1,7 @@
 """A writer that leaves its job is still measured, and stopped near the dir slot's budget.
 
 A command that kills its own supervisor W by pid ends its job at once and hands what
-it still runs to the container's PID 1, where no job tracks it (app/runtime/_jobs.py).
+it still runs to the container's PID 1, where no job tracks it (app/runtime/exec/process_tree.py).
 The disk budget (app/experiments/disk_budget.py) therefore does not stop measuring a
 sandbox when its jobs end: it measures it every DISK_CHECK_INTERVAL_S while its
 containers live, and past the budget kills every process of the sandbox user in them,

@@ -1,10 +1,10 @@
 """Over HTTP: a tenant's command writing to its container's executor's stderr gets
 a bounded number of lines into the server's log (it was one line per write).
 
-The executor (app/runtime/executor/agent.py) runs as the tenant's uid, so a command
+The executor (app/runtime/exec/agent.py) runs as the tenant's uid, so a command
 can open ``/proc/<executor>/fd/2`` (the docker exec's stderr pipe) and write to it;
 every docker stream frame of it became a ``fast_exec.stderr`` line in the server's
-log (app/runtime/fast_exec.py Session._read), rendered on the event loop, with no
+log (app/runtime/exec/protocol.py Session._read), rendered on the event loop, with no
 bound: the tenant filled the host's log disk and held the loop.
 """
 

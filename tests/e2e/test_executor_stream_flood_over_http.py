@@ -26,7 +26,7 @@ from mcp_http import run_command, tool
 from oauth_browser import new_users
 from thread_flood import SERVER_ENV, honest_workspace, percentiles
 
-from app.runtime.fast_exec import OVERSIZED, STDERR_FLOOD, UNASKED
+from app.runtime.exec.protocol import OVERSIZED, STDERR_FLOOD, UNASKED
 
 pytestmark = pytest.mark.e2e
 

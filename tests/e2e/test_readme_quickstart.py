@@ -26,7 +26,7 @@ import pytest
 from e2e_server import RunningServer, free_port, start_server, stop_server
 from mcp_http import run_command, tool
 
-from app.runtime.hardening import missing_mount_flags
+from app.runtime.docker.hardening import missing_mount_flags
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from egress_testkit import OutsideWorld, hold, remove_restricted_network
 from mcp_http import read_when_written, run_command, tool
 from oauth_browser import new_users
 
-from app.runtime.egress_connlimit import MAX_CONNECTIONS
+from app.egress.connlimit import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.e2e
 

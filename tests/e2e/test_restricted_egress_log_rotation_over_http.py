@@ -30,7 +30,7 @@ from mcp_http import run_command, tool
 from oauth_browser import new_user
 from stated_limits import stated
 
-from app.runtime.egress_squid import SquidFolder, folder_root
+from app.egress.squid import SquidFolder, folder_root
 
 pytestmark = pytest.mark.e2e
 

@@ -37,9 +37,9 @@ from egress_testkit import (
 from mcp_http import read_when_written, run_command, tool
 from oauth_browser import new_users
 
-from app.runtime.egress_bounds import size_bounds
-from app.runtime.egress_connlimit import MAX_CONNECTIONS
-from app.runtime.egress_squid import open_files_limit
+from app.egress.bounds import size_bounds
+from app.egress.connlimit import MAX_CONNECTIONS
+from app.egress.squid import open_files_limit
 
 pytestmark = pytest.mark.e2e
 

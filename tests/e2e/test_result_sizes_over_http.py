@@ -21,7 +21,7 @@ from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user
 from stated_limits import stated
 
-from app.experiments.shelf import ARTIFACT_PART_BYTES
+from app.experiments.evidence.shelf import ARTIFACT_PART_BYTES
 from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
 from app.mcp.resources import MAX_LOG_CHARS
 

@@ -11,8 +11,8 @@ from typing import Any
 import docker
 import docker.errors
 
-from app.runtime._upgraded import close_stream, exec_stream
-from app.runtime.docker import DockerBackend
+from app.runtime.docker.backend import DockerBackend
+from app.runtime.exec.stream import close_stream, exec_stream
 from pool.slots import SlotsAt
 
 RUN = uuid.uuid4().hex[:10]
@@ -107,7 +107,7 @@ def remove_containers_mounting(folder: Path) -> None:
 def exec_output(api: docker.APIClient, container_id: str, argv: list[str]) -> tuple[int, bytes]:
     """Run ``argv`` in the container: its exit code and stdout (blocking). Not docker-py's
     ``exec_run``, whose output can come back empty on a loaded machine
-    (docker/docker-py#3332): read as the server reads it (app/runtime/_upgraded.py)."""
+    (docker/docker-py#3332): read as the server reads it (app/runtime/exec/stream.py)."""
     exec_id = api.exec_create(container_id, argv)["Id"]
     stream = exec_stream(api, exec_id)
     try:

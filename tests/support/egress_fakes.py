@@ -1,4 +1,4 @@
-"""An in-memory ``UsageRecords`` (app/runtime/egress_meter.py): for the meter's unit
+"""An in-memory ``UsageRecords`` (app/egress/meter.py): for the meter's unit
 tests and the benchmark's proxy, which run without a database; the server always
 passes the database's ``EgressUsageStore`` (tested on both databases)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from app.storage.egress_store import Notice, Usage
+from app.egress.records import Notice, Usage
 
 
 class MemoryUsage:

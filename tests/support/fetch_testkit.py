@@ -13,7 +13,8 @@ from tls_testkit import ThrowawayCA
 
 from auth.client_documents import ClientDocuments
 from auth.ratelimit import Shares
-from auth.safe_fetch import IPAddress, PublicFetcher, is_public_address
+from auth.safe_fetch import PublicFetcher
+from jail.addresses import IPAddress, is_public_address
 
 
 class SpyNetwork(httpcore2.AsyncNetworkBackend):

@@ -1,11 +1,11 @@
-"""The hardening every container of ours carries (app/runtime/hardening.py), checked
+"""The hardening every container of ours carries (app/runtime/docker/hardening.py), checked
 in one place: on the parameters we send the engine, and on what the engine reports."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.runtime.hardening import CAPABILITIES
+from app.runtime.docker.hardening import CAPABILITIES
 
 
 def assert_hardened(host: dict[str, Any], *, pids: int, memory_mb: int) -> None:

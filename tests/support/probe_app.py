@@ -16,10 +16,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.admin import preflight
-from app.main import build_app
 from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
+from app.ops.admin import preflight
+from app.root.main import build_http_app, build_services
 from app.settings import load_settings
 from jail import CallContext, Jail
 
@@ -49,7 +49,9 @@ def register_probe(server: MCPServer, runner: ToolRunner) -> None:
 def main() -> None:
     settings = load_settings()
     asyncio.run(preflight(settings))
-    app = build_app(settings, extra_tools=register_probe)
+    services = build_services(settings)
+    register_probe(services.mcp, services.runner)
+    app = build_http_app(services)
     uvicorn.run(app, host=settings.server.host, port=settings.server.port, log_config=None)
 
 

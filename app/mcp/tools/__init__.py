@@ -1,1 +1,11 @@
 """One module per family of tools; each exports a ``register_*`` function the root calls."""
+
+# The package's surface: its public modules (imported by name, never re-exported here).
+__all__ = [
+    "evidence",
+    "experiments",
+    "files",
+    "jobs",
+    "seed_names",
+    "status",
+]

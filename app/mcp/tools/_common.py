@@ -17,7 +17,7 @@ from pydantic import Field
 
 from app.experiments.views import JobView
 from app.mcp.runner import Progress, ToolRunner
-from app.mcp.tasks import running_as_task
+from app.mcp.tasks.extension import running_as_task
 from jail import CallContext
 
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]

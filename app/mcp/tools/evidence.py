@@ -8,11 +8,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.experiments import project
-from app.experiments.artifacts import ArtifactList
-from app.experiments.compare import Comparison
+from app.experiments.evidence.artifacts import ArtifactList
+from app.experiments.evidence.compare import Comparison
 from app.experiments.manager import ExperimentManager
 from app.experiments.views import ChangesView, JobView
+from app.experiments.workspace import project
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed

@@ -1,7 +1,7 @@
 """The file tools: read, write, edit, list and search an experiment's workspace.
 
 They work whether or not the experiment's container runs; every access goes
-through the jail (see app/experiments/files.py).
+through the jail (see app/experiments/workspace/files.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.experiments import files
 from app.experiments.manager import ExperimentManager
+from app.experiments.workspace import files
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools._common import READ_ONLY, ExperimentId, hints

@@ -13,7 +13,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.experiments.shelf import fingerprint
+from app.experiments.evidence.shelf import fingerprint
 from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools._common import READ_ONLY

@@ -14,7 +14,7 @@ import docker
 import pytest
 from structlog.testing import capture_logs
 
-from app.base_images import ImageBuildFailed, ensure_default_image, how_to_build
+from app.ops.base_images import ImageBuildFailed, ensure_default_image, how_to_build
 from app.settings import RuntimeSettings, load_settings
 
 pytestmark = pytest.mark.integration

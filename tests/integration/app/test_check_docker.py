@@ -28,7 +28,7 @@ def test_check_is_ok_when_docker_and_the_database_answer() -> None:
 async def test_the_probe_keeps_one_client_and_drops_it_when_docker_fails() -> None:
     from docker.errors import DockerException
 
-    from app.runtime.probe import DockerProbe
+    from app.runtime.docker.probe import DockerProbe
 
     probe = DockerProbe()
     try:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from smtp_testkit import Inbox
 
-from app.shared_limits import SharedLimits
+from app.root.shared_limits import SharedLimits
 from app.storage.db import create_engine, upgrade_schema
 from pool.mailer import ReadyMailer, SmtpOptions
 

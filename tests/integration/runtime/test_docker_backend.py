@@ -31,10 +31,10 @@ from docker_testkit import (
 )
 from hardening_checks import assert_hardened
 
-import app.runtime._kill as runtime_kill
-import app.runtime.fast_exec as fast_exec
+import app.runtime.exec.kill as runtime_kill
+import app.runtime.exec.protocol as fast_exec
 from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
-from app.runtime.docker import DockerBackend
+from app.runtime.docker.backend import DockerBackend
 from app.runtime.errors import (
     CapacityExceeded,
     ContainerGone,
@@ -63,7 +63,7 @@ async def backend(
     engine: docker.DockerClient, slots: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[DockerBackend]:
     """Every test runs on both exec paths: ``docker exec`` per command, and each
-    container's executor (app/runtime/fast_exec.py); on the fast one, every command
+    container's executor (app/runtime/exec/protocol.py); on the fast one, every command
     must have gone through the executor."""
     backend = backend_on_engine(
         slots,

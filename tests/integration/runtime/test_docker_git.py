@@ -36,16 +36,16 @@ from docker_testkit import (
 )
 from hardening_checks import assert_hardened
 
-import app.runtime._clone as runtime_clone
+import app.runtime.git.clone as runtime_clone
 from app.runtime.backend import ContainerSpec, GitSource
-from app.runtime.docker import DockerBackend
+from app.runtime.docker.backend import DockerBackend
 from app.runtime.errors import (
     CapacityExceeded,
     GitEgressDisabled,
     GitSourceRefused,
     WorkspaceRefused,
 )
-from app.runtime.git_egress import ensure_network
+from app.runtime.git.egress import ensure_network
 
 pytestmark = pytest.mark.integration
 

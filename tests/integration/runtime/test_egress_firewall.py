@@ -48,7 +48,7 @@ def installs_of(count: int, until: str | None = None) -> str:
     could end before a slow watcher had looked often enough."""
     return (
         "import os, time\n"
-        "from app.runtime.egress_network import install_firewall\n"
+        "from app.egress.network import install_firewall\n"
         "deadline, done = time.monotonic() + 200, 0\n"
         f"while done < {count} or ({until!r} and not os.path.exists({until!r})"
         " and time.monotonic() < deadline):\n"

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.egress_store import EgressUsageStore, Notice, Usage
+from app.egress.records import Notice, Usage
+from app.storage.egress_store import EgressUsageStore
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.runtime.warm_claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
+from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
 from app.storage.warm_store import WarmClaims
 
 pytestmark = pytest.mark.integration

@@ -211,7 +211,7 @@ def test_several_workers_on_sqlite_are_refused_in_one_sentence(
 
 def test_several_workers_may_offer_network_restricted() -> None:
     # One of them runs Squid (elected); all of them create restricted experiments.
-    from app import workers
+    from app.ops import workers
 
     assert workers.refusal(2, "postgresql+asyncpg://u@localhost/db") is None
 

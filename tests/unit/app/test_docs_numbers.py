@@ -24,21 +24,26 @@ from typing import Any
 import pytest
 from stated_limits import NAME_THEN_VALUE, UNIT, number, stated_pairs
 
-from app.experiments import disk_budget, output_budget, shelf, views
-from app.experiments.assembly import experiment_options
-from app.experiments.test_readers import _common as report_common
-from app.experiments.test_readers.junit import (  # the package's `junit` is its reader function
+from app.egress import connlimit as egress_connlimit
+from app.egress.rules import SquidPlan, squid_conf
+from app.experiments import disk_budget, output_budget, views
+from app.experiments.evidence import shelf
+from app.experiments.evidence.readers import _common as report_common
+from app.experiments.evidence.readers.junit import (  # the package's `junit` is its reader function
     FEED_BYTES,
     MAX_DEPTH,
     MAX_ELEMENTS,
     MAX_TEST_CASES,
     MAX_TOKEN_BYTES,
 )
-from app.mcp import fit, request_bounds, resources, tasks
+from app.mcp import fit, request_bounds, resources
+from app.mcp.tasks import extension as tasks
 from app.mcp.tools import seed_names
-from app.runtime import _clone, egress_connlimit, fast_exec, git_egress
+from app.root.experiments import experiment_options
 from app.runtime.backend import Limits
-from app.runtime.egress_rules import SquidPlan, squid_conf
+from app.runtime.exec import protocol as fast_exec
+from app.runtime.git import clone as _clone
+from app.runtime.git import egress as git_egress
 from app.settings import ENV_PREFIX, Settings, load_settings
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS

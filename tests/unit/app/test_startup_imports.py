@@ -1,5 +1,5 @@
 """Start-up imports only what serving needs: a SQLite server never loads PostgreSQL's
-driver or dialect (they were a fifth of the import of app.main; issue 13's /health)."""
+driver or dialect (they were a fifth of the import of app.root.main; issue 13's /health)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DEFERRED = ("asyncpg", "sqlalchemy.dialects.postgresql")
 
 def test_importing_the_server_leaves_postgresql_unloaded() -> None:
     probe = (
-        "import json, sys; import app.main; "
+        "import json, sys; import app.root.main; "
         f"print(json.dumps([m for m in {list(DEFERRED)!r} if m in sys.modules]))"
     )
     done = subprocess.run(

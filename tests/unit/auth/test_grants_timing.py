@@ -189,7 +189,7 @@ async def test_the_longest_state_travels_sealed_and_a_longer_one_is_refused(
 
 async def test_the_access_token_names_the_address_that_signed_in(server: Server) -> None:
     """The tool layer shares the tenant threads among one address's sandboxes
-    (app/experiments/tenant_threads.py): the verified token says which address."""
+    (app/tenancy/threads.py): the verified token says which address."""
     verifier, challenge = pkce_pair()
     pending = await server.flow.start(
         authorization_request(server.client.client_id, REDIRECT, challenge)
@@ -223,7 +223,7 @@ async def test_a_revocation_heard_drops_the_cached_token(server: Server) -> None
     assert await other.verify_token(access) is not None  # cached there
     await server.tokens.revoke(server.client, access)
     assert await other.verify_token(access) is not None, "not heard yet: the cache holds"
-    # What the notification does on arrival (app.oauth_server.AuthParts._revoked).
+    # What the notification does on arrival (app.root.oauth.AuthParts._revoked).
     other.forget(token_hash=TokenHasher(TOKEN_KEY).digest(access))
     assert await other.verify_token(access) is None
 

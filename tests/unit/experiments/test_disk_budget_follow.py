@@ -19,7 +19,7 @@ from runtime_fakes import FakeBackend
 
 from app.experiments.disk_budget import KILL_ALL, DiskBudget, QuotaExceeded
 from app.experiments.jobs import JobRegistry
-from app.experiments.trash import Trash
+from app.experiments.workspace.trash import Trash
 from app.runtime.backend import ExecResult
 from jail.tree_delete import delete_tree
 

@@ -17,7 +17,7 @@ import pytest
 from runtime_fakes import FakeBackend
 
 from app.experiments import held_files
-from app.experiments.disk_budget import DiskBudget, Usage, measure_slot
+from app.experiments.disk_budget import DiskBudget, DiskUsage, measure_slot
 from app.experiments.held_files import held_bytes, missing_capabilities
 from app.experiments.jobs import JobRegistry
 
@@ -146,7 +146,8 @@ async def test_the_budget_counts_what_its_containers_processes_hold(slot: Path) 
         interval_s=60,
     )
     with holding(slot, files=6, mb_each=2) as pid:
-        assert (await budget.measure("sandbox")) == Usage(0, 0, truncated=False)  # no pids known
+        # no pids known
+        assert (await budget.measure("sandbox")) == DiskUsage(0, 0, truncated=False)
         backend.host_processes["c-1"] = [pid]
         with pytest.MonkeyPatch.context() as patch:  # the holder stands for c-1's process
             patch.setattr(held_files, "_of_container", lambda p, c: p == pid and c == "c-1")

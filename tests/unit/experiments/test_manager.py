@@ -17,16 +17,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.errors import ServiceError
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.creation import CreateRequest
-from app.experiments.job_limits import JobLimits
+from app.experiments.evidence.shelf import fingerprint
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
-from app.experiments.process_registry import ProcessRegistry
-from app.experiments.shelf import fingerprint
+from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.states import State, check_transition
 from app.runtime.backend import Limits
 from app.storage.experiment_store import ExperimentRecords
-from app.storage.process_store import ProcessRecords
+from app.storage.process_store import SqlProcessRecords
+from app.tenancy.job_limits import JobLimits
 from jail import CallContext, JailError, SandboxMemory, new_call_context
 from pool.slots import Slot
 
@@ -58,7 +58,7 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
         sync_wait_s=sync_wait_s,
         artifact_dir=tmp_path / "artifacts",
     )
-    registry = ProcessRegistry(ProcessRecords(engine), stale_s=30)
+    registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
     await registry.register()
     manager = ExperimentManager(records, backend, JobRegistry(), options, registry)
     return World(manager, backend, records, slot, SandboxMemory(), engine)
@@ -66,7 +66,7 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
 
 async def another_process(world: World) -> ExperimentManager:
     """A second server process on the same database and engine."""
-    registry = ProcessRegistry(ProcessRecords(world.engine), stale_s=30)
+    registry = ProcessRegistry(SqlProcessRecords(world.engine), stale_s=30)
     await registry.register()
     options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=world.slot)
     return ExperimentManager(world.records, world.backend, JobRegistry(), options, registry)
@@ -269,7 +269,7 @@ async def test_destroy_walks_the_workspace_while_the_container_is_removed(
 ) -> None:
     """The evidence walk and the container's removal overlap: each was about 100 ms of
     the caller's time on a 5,000-file project, one after the other (issue 13)."""
-    from app.experiments import evidence
+    from app.experiments.evidence import evidence
 
     exp = await world.manager.create(world.call(), CreateRequest(files={"a.py": "x\n"}))
     (world.slot / f"exp-{exp.experiment_id}" / "workspace" / "b.py").write_text("new\n")

@@ -27,10 +27,10 @@ from app.experiments.output_budget import (
     cut,
     stored_bytes,
 )
-from app.experiments.process_registry import ProcessRegistry
 from app.experiments.records import JobOutcome, JobRecord
+from app.experiments.recovery.process_registry import ProcessRegistry
 from app.storage.experiment_store import ExperimentRecords
-from app.storage.process_store import ProcessRecords
+from app.storage.process_store import SqlProcessRecords
 from jail import CallContext, SandboxMemory, new_call_context
 
 BUDGET = 250_000
@@ -51,7 +51,7 @@ async def a_manager(engine: AsyncEngine, tmp_path: Path) -> ExperimentManager:
         artifact_dir=tmp_path / "artifacts",
         job_output_bytes_per_day=BUDGET,
     )
-    registry = ProcessRegistry(ProcessRecords(engine), stale_s=30)
+    registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
     await registry.register()
     return ExperimentManager(
         ExperimentRecords(engine), FakeBackend(), JobRegistry(), options, registry

@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from app.http.health import HealthEndpoint
-from app.runtime.probe import RuntimeStatus
+from app.runtime.docker.probe import RuntimeStatus
 from app.storage.db import Repository, create_engine
 from pool.leases import PoolStats
 
@@ -78,7 +78,7 @@ async def test_unreachable_docker_is_degraded_not_down(tmp_path: Path) -> None:
 
 
 async def test_a_missing_default_image_is_degraded_and_named(tmp_path: Path) -> None:
-    from app.runtime.probe import ImagesStatus
+    from app.runtime.docker.probe import ImagesStatus
 
     async def image_missing() -> RuntimeStatus:
         images = ImagesStatus(ready=("a:1",), missing=("b:1",), default="b:1")

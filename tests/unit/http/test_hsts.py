@@ -3,7 +3,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from app.main import build_app
+from app.root.main import build_app
 from app.settings import load_settings
 
 

@@ -1,0 +1,8 @@
+"""Git sources: which may be cloned, where a clone may connect, and the clone helper container."""
+
+# The package's surface: its public modules (imported by name, never re-exported here).
+__all__ = [
+    "clone",
+    "egress",
+    "sources",
+]

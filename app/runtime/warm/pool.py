@@ -1,0 +1,395 @@
+"""Warm sandboxes: hardened containers started before anyone asks, one per free slot.
+
+A new sandbox's first ``create_experiment`` would otherwise wait for ``docker
+create`` and ``start`` (about 250 ms here). The pool keeps up to ``count``
+containers of the default image running, each created by the backend exactly
+like a cold one (same hardening, same code path), and each attached to one of
+the free slots the pool hands out next (lowest index first):
+
+    <slot root>/.warm-<token>/workspace   bind-mounted at /workspace
+
+Why a slot, and not a shared folder moved in later: on ZFS a slot is a dataset
+of its own (its quota), and a folder cannot be renamed across datasets. A
+mount is fixed when the container starts, so a warm container must be born in
+the slot whose sandbox will use it.
+
+Hand-over (:meth:`WarmPool.take`): only the caller whose slot it is can get the
+slot's warm container, and it is removed from the pool the moment it is taken,
+so it is never shared between sandbox keys; a destroyed experiment's container
+is removed as any other, and the pool makes a new one (replaced, never reused).
+Its folder is renamed to the experiment's (same filesystem, the mount follows
+the folder), its CPU, memory and pids limits are updated to the request's, and
+from then on it counts in the caller's container share. A request it cannot
+serve (another image, network, environment or /tmp size) removes it first, then
+goes the cold way.
+
+Capacity (see :mod:`app.runtime.docker.capacity`): a warm container is the first
+container of its slot, counted under a key of its own (``warm-slot-NNN``), and
+a slot never holds a warm container beside one of its sandbox's: a sandbox's
+first create takes it or removes it before anything else is admitted, and the
+pool only fills free slots. So every slot's promise still holds.
+
+A slot emptied while it held an unused warm container loses the folder (dir:
+moved to the trash; zfs: rolled back); the pool notices (the folder's identity
+is checked on every pass and at hand-over) and replaces the container, as it
+replaces one that stopped (an engine restart).
+
+Several server processes (``app.runtime.warm.claims``): each keeps warm
+containers of its own in the free slots they share, and claims a slot before it
+makes anything there, so no slot ever holds two. Only the process that made a
+warm container hands it over; a sandbox whose first create reaches another
+process removes it (its claim first) and goes the cold way, so the slot still
+holds its sandbox's containers only. A process that dies leaves its claims: once
+its heartbeat is stale, the next pass of any other process removes its warm
+containers and folders and claims the slots afresh; a starting process deletes
+only the warm folders no claim names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import structlog
+
+from app.errors import ServiceError
+from app.runtime.backend import Container, ContainerSpec, SandboxBackend
+from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
+from app.sampling import ThrottledLog
+from jail.tree_delete import delete_tree
+from pool.background import cancel_and_wait
+from pool.slots import Slot
+
+log = structlog.get_logger(__name__)
+
+PREFIX = ".warm-"
+# A warm creation in flight for the caller's slot is waited for at most this long
+# (it is already under way, so it is the quickest way to a container).
+PENDING_WAIT_S = 30.0
+_POLL_S = 0.1
+
+
+class WarmBackend(SandboxBackend, Protocol):
+    """A backend that can hand a running container over (DockerBackend)."""
+
+    async def running(self) -> set[str]:
+        """The ids of our containers that are running now."""
+        ...
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        """Count ``container_id`` in ``sandbox_label``'s share from now on."""
+        ...
+
+    async def hand_over(self, warm: Container, spec: ContainerSpec) -> Container | None:
+        """``warm`` made the container ``spec`` asks for; None when it cannot be."""
+        ...
+
+
+@dataclass(frozen=True)
+class WarmContainer:
+    slot: Slot
+    root: Path  # <slot root>/.warm-<token>
+    identity: tuple[int, int]  # (st_dev, st_ino) of root when it was made
+    container: Container
+    claim: WarmClaim
+
+
+class WarmPool:
+    """Up to ``count`` warm containers of ``image``, one per free slot; see the module doc.
+
+    Args:
+        backend: Creates, hands over and removes the containers.
+        next_free: The ``n`` free slots the pool hands out next.
+        count: How many to keep ready (0: none, the pool does nothing).
+        image: The image they run (the default image).
+        owner: (uid, gid) the workspace is given to (None: this process's).
+        refill_every_s: How often the pool looks for newly freed slots.
+        claims: The slots' claims every process sees (default: this process's only).
+        process_id: This process, as its claims and heartbeat name it.
+        live_processes: The processes whose heartbeat is fresh (default: this one).
+        refresh_free: Re-reads which slots are free, when other processes change them.
+    """
+
+    def __init__(
+        self,
+        backend: WarmBackend,
+        next_free: Callable[[int], list[Slot]],
+        *,
+        count: int,
+        image: str,
+        owner: tuple[int, int] | None = None,
+        refill_every_s: float = 5.0,
+        claims: WarmClaimLedger | None = None,
+        process_id: str = "this-process",
+        live_processes: Callable[[], Awaitable[set[str]]] | None = None,
+        refresh_free: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._next_free = next_free
+        self.count = count
+        self._image = image
+        self._owner = owner
+        self._every = refill_every_s
+        self._claims: WarmClaimLedger = claims or LocalWarmClaims()
+        self._me = process_id
+        self._live = live_processes
+        self._refresh_free = refresh_free
+        self._ready: dict[Path, WarmContainer] = {}  # by slot root
+        self._pending: dict[Path, asyncio.Event] = {}
+        self._awaited: set[Path] = set()  # slots whose lessee waits for their creation
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
+        # Docker down refuses every slot on every pass: one line a minute per reason.
+        self._refusals = ThrottledLog(log)
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
+
+    def ready_slots(self) -> list[Path]:
+        return list(self._ready)
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        """After a restart: a handed-over container counts in its sandbox's share again."""
+        self._backend.claim(container_id, sandbox_label)
+
+    def start(self, slot_roots: Iterable[Path] = ()) -> None:
+        """Start filling, after deleting the folders of an earlier run's warm containers
+        (the start-up sweep removed the containers) from ``slot_roots``."""
+        if self.count > 0 and self._task is None:
+            self._task = asyncio.create_task(self._run(list(slot_roots)), name="warm-pool")
+
+    async def stop(self) -> None:
+        """Stop refilling and remove the unused warm containers and their folders."""
+        await cancel_and_wait(self._task)
+        self._task = None
+        with anyio.CancelScope(shield=True):
+            for warm in list(self._ready.values()):
+                await self._discard(warm)
+
+    async def take(self, slot_root: Path, spec: ContainerSpec, target: Path) -> Container | None:
+        """The warm container of the caller's slot, as ``spec`` asks, with its folder
+        renamed to ``target`` (whose ``workspace`` it mounts); None: none fits, go cold.
+
+        ``slot_root`` is the caller's own slot (from its lease), so no other key can get it.
+        """
+        pending = self._pending.get(slot_root)
+        if pending is not None:
+            self._awaited.add(slot_root)  # its lessee waits here: it stays when made
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pending.wait(), PENDING_WAIT_S)
+            finally:
+                self._awaited.discard(slot_root)
+        claim = await self._claims.of_slot(slot_root.name)
+        warm = self._ready.pop(slot_root, None)  # taken: no second caller can have it
+        if claim is None:
+            return None  # none in this slot (one this process made was removed elsewhere)
+        if warm is None or warm.claim.root != claim.root:
+            # Another process's: only its maker hands it over. Removed, so the slot holds
+            # its sandbox's containers only; this create goes the cold way.
+            await self._remove_foreign(claim)
+            return None
+        if not await self._claims.release(warm.claim):
+            return None  # another process removed it a moment ago: leave it alone
+        self._wake.set()
+        try:
+            if not await asyncio.to_thread(_same_folder, warm):
+                raise LookupError("the warm folder is gone (its slot was emptied)")
+            container = await self._backend.hand_over(warm.container, spec)
+            if container is None:
+                raise LookupError("the request does not fit the warm container")
+            await asyncio.to_thread(os.rename, warm.root, target)
+        except (LookupError, OSError, ServiceError) as exc:
+            log.info("warm.not_used", slot=warm.slot.name, reason=str(exc))
+            with anyio.CancelScope(shield=True):
+                await self._remove(warm.container.container_id, warm.root)
+            return None
+        log.info("warm.handed_over", slot=warm.slot.name, container_id=container.container_id[:12])
+        return container
+
+    async def fill(self) -> int:
+        """One pass: forget warm containers another process took or removed, drop those
+        whose folder is gone, remove dead processes' ones, then start new ones on the
+        next free unclaimed slots until ``count`` are ready; how many were started."""
+        claims = {claim.slot: claim for claim in await self._claims.all()}
+        for warm in list(self._ready.values()):
+            if claims.get(warm.claim.slot) != warm.claim:
+                # Its claim is gone: the process that released it removed the container.
+                self._ready.pop(warm.slot.root, None)
+                log.info("warm.removed_elsewhere", slot=warm.slot.name)
+        # Gone stale: the folder went with a slot reset, or the engine restarted and the
+        # container stopped.
+        running = await self._backend.running() if self._ready else set()
+        for warm in list(self._ready.values()):
+            fresh = warm.container.container_id in running
+            if not fresh or not await asyncio.to_thread(_same_folder, warm):
+                self._ready.pop(warm.slot.root, None)
+                claims.pop(warm.claim.slot, None)
+                await self._discard(warm)
+        for claim in await self._claims_of_dead(list(claims.values())):
+            claims.pop(claim.slot, None)
+            if await self._claims.release(claim):
+                log.info("warm.orphan_removed", slot=claim.slot, owner=claim.process_id)
+                await self._remove(claim.container_id, Path(claim.root))
+        want = self.count - len(self._ready) - len(self._pending)
+        if want <= 0:
+            return 0
+        if self._refresh_free is not None:
+            await self._refresh_free()  # another process may have leased one meanwhile
+        taken = set(claims) | {root.name for root in self._pending}
+        free = [s for s in self._next_free(self.count + len(taken)) if s.root.name not in taken]
+        chosen = free[:want]
+        # Marked before any await: a caller leased one of these slots meanwhile waits for it.
+        for slot in chosen:
+            self._pending[slot.root] = asyncio.Event()
+        started = 0
+        for slot in chosen:
+            try:
+                started += await self._make(slot)
+            finally:
+                self._pending.pop(slot.root).set()
+        if started:
+            log.info("warm.filled", started=started, ready=len(self._ready))
+        return started
+
+    async def _still_free(self, slot: Slot) -> bool:
+        if self._refresh_free is None or slot.root in self._awaited:
+            return True  # one process: its own view is current; or its lessee waits for it
+        await self._refresh_free()
+        return slot.root in {free.root for free in self._next_free(sys.maxsize)}
+
+    async def _claims_of_dead(self, claims: list[WarmClaim]) -> list[WarmClaim]:
+        others = [claim for claim in claims if claim.process_id != self._me]
+        if not others or self._live is None:
+            return []
+        live = await self._live()
+        return [claim for claim in others if claim.process_id not in live]
+
+    async def _remove_foreign(self, claim: WarmClaim) -> None:
+        """Remove another process's warm container from the caller's slot (its claim
+        first, so that process leaves it alone), once its creation is over."""
+        deadline = time.monotonic() + PENDING_WAIT_S
+        while claim.container_id is None and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL_S)  # its maker is creating it; then it is removed
+            current = await self._claims.of_slot(claim.slot)
+            if current is None or current.root != claim.root:
+                return  # its maker gave it up
+            claim = current
+        with anyio.CancelScope(shield=True):
+            if await self._claims.release(claim):
+                log.info("warm.removed_foreign", slot=claim.slot, owner=claim.process_id)
+                await self._remove(claim.container_id, Path(claim.root))
+
+    async def _make(self, slot: Slot) -> int:
+        root = slot.root / f"{PREFIX}{secrets.token_hex(6)}"
+        claim = WarmClaim(slot.root.name, self._me, str(root))
+        if not await self._claims.place(claim.slot, self._me, claim.root, time.time()):
+            return 0  # another process claimed it a moment ago
+        made: Container | None = None
+        try:
+            identity = await asyncio.to_thread(_make_folder, root, self._owner)
+            spec = ContainerSpec(
+                experiment_id=f"warm-{root.name.removeprefix(PREFIX)}",
+                sandbox_label=f"warm-{slot.name}",
+                image=self._image,
+                workspace=root / "workspace",
+            )
+            made = await self._backend.create(spec)
+            claim = WarmClaim(claim.slot, self._me, claim.root, made.container_id)
+            if not await self._claims.started(claim, made.container_id):
+                # Its slot's sandbox reached another process, which gave it up meanwhile.
+                raise LookupError("the slot was taken while its warm container started")
+            if not await self._still_free(slot):
+                # Leased through another process, whose create may have gone cold before
+                # this claim: a warm container must not sit beside its sandbox's.
+                raise LookupError("the slot was leased while its warm container started")
+        except (OSError, ServiceError, LookupError) as exc:
+            # Full, or Docker is down: try again at the next pass.
+            self._refusals.info("warm.create_refused", str(exc), slot=slot.name, reason=str(exc))
+            with anyio.CancelScope(shield=True):
+                await self._claims.release(claim)
+                await self._remove(made.container_id if made else None, root)
+            return 0
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._claims.release(claim)
+                await self._remove(made.container_id if made else None, root)
+            raise
+        self._ready[slot.root] = WarmContainer(slot, root, identity, made, claim)
+        return 1
+
+    async def _discard(self, warm: WarmContainer) -> None:
+        if await self._claims.release(warm.claim):
+            await self._remove(warm.container.container_id, warm.root)
+
+    async def _remove(self, container_id: str | None, root: Path) -> None:
+        if container_id is not None:
+            try:
+                await self._backend.remove(container_id)
+            except ServiceError:
+                log.warning("warm.remove_failed", container_id=container_id[:12])
+        await asyncio.to_thread(_delete_quietly, root)
+
+    async def _run(self, leftovers_in: list[Path]) -> None:
+        # Another live process's warm folders are claimed: only unclaimed ones go.
+        claimed = {Path(claim.root) for claim in await self._claims.all()}
+        await asyncio.to_thread(_delete_leftovers, leftovers_in, claimed)
+        while True:
+            try:
+                await self.fill()
+            except Exception:  # the loop must outlive one bad pass
+                log.exception("warm.fill_failed")
+            self.filled.set()
+            self.filled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._every)
+            self._wake.clear()
+
+
+def _make_folder(root: Path, owner: tuple[int, int] | None) -> tuple[int, int]:
+    """``root`` (0700, the server's) and its empty ``workspace`` (the sandbox user's)."""
+    root.mkdir(mode=0o700)
+    workspace = root / "workspace"
+    workspace.mkdir(mode=0o755)
+    if owner is not None:
+        os.chown(workspace, *owner)
+    st = os.lstat(root)
+    return (st.st_dev, st.st_ino)
+
+
+def _same_folder(warm: WarmContainer) -> bool:
+    try:
+        st = os.lstat(warm.root)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == warm.identity
+
+
+def _delete_leftovers(slot_roots: list[Path], claimed: set[Path]) -> None:
+    for slot_root in slot_roots:
+        try:
+            with os.scandir(slot_root) as entries:
+                found = [e.name for e in entries if e.name.startswith(PREFIX)]
+        except OSError:
+            continue
+        for name in found:
+            if slot_root / name not in claimed:
+                _delete_quietly(slot_root / name)
+
+
+def _delete_quietly(root: Path) -> None:
+    try:
+        delete_tree(root)
+    except OSError:
+        log.warning("warm.folder_left", path=str(root))

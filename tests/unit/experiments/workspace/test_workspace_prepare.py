@@ -1,0 +1,78 @@
+"""workspace.prepare's own copies, on real folders: given files land in the workspace and
+the baseline alike (same bytes, modes and mtimes, so inspect_changes reads nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from app.experiments.workspace import changes
+from app.experiments.workspace import dirs as workspace
+from app.experiments.workspace.dirs import ExperimentDirs, Owner
+from jail import Jail
+
+FILES = {f"pkg/mod{i}.py": f"VALUE = {i}\n" for i in range(12)} | {"main.py": "print('hi')\n"}
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+async def test_given_files_are_written_to_both_sides_with_the_same_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dirs = ExperimentDirs.of(tmp_path, "exp_files")
+    report = await workspace.prepare(
+        dirs,
+        files=FILES,
+        project_path=None,
+        copy_from=None,
+        excludes=(),
+        owner=None,
+        in_thread=asyncio.to_thread,
+    )
+    assert (report.source, report.files) == ("files", len(FILES))
+    assert _tree(dirs.workspace) == _tree(dirs.baseline)
+    assert set(_tree(dirs.baseline)) == set(FILES)
+
+    seen: list[str] = []
+    open_fd = Jail.open_fd
+    monkeypatch.setattr(
+        Jail,
+        "open_fd",
+        lambda self, path, *a, **k: seen.append(path) or open_fd(self, path, *a, **k),
+    )
+    assert changes.inspect(dirs.workspace, dirs.baseline, include_diff=True).files_changed == 0
+    assert seen == []  # equal size and mtime: nothing read
+
+
+async def test_the_workspace_is_the_sandbox_users_and_the_baseline_stays_the_servers(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("giving files away takes root: run the tests as root (CI does)")
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "a.py").write_text("a = 1\n")
+    os.symlink("a.py", project / "src" / "link.py")
+    for source in ("files", "project_path"):
+        dirs = ExperimentDirs.of(tmp_path, f"exp_{source}")
+        await workspace.prepare(
+            dirs,
+            files={"src/a.py": "a = 1\n"} if source == "files" else None,
+            project_path=project if source == "project_path" else None,
+            copy_from=None,
+            excludes=(),
+            owner=Owner(4321, 4322),
+            in_thread=asyncio.to_thread,
+        )
+        inside = [dirs.workspace, *dirs.workspace.rglob("*")]
+        assert {(p.lstat().st_uid, p.lstat().st_gid) for p in inside} == {(4321, 4322)}
+        assert {p.lstat().st_uid for p in dirs.baseline.rglob("*")} == {0}
