@@ -27,7 +27,10 @@ the budget is kept by accounting, which works wherever the server runs:
   (destroying an experiment, reading, listing and the slot's reset still work),
   the sandbox's running jobs are cancelled and every process of the sandbox user
   in its containers is killed: once, unless the sandbox still grows afterwards or
-  a kill failed (then again at the next interval).
+  a kill failed (then again at the next interval). The kill comes from outside
+  the container (``SandboxBackend.kill_all``: a ``docker exec`` of its own,
+  retried, and as the last resort a restart of the container), never through its
+  command executor, which the sandbox can stop or kill.
 
 Bytes come only as fast as they are written: the containers of dir slots refuse
 the ``fallocate`` modes that reserve blocks at once and cap every file at the
@@ -45,7 +48,6 @@ import asyncio
 import os
 import stat
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,16 +78,6 @@ WRITING_TOOLS = frozenset(
         "edit_sandbox_file",
         "collect_artifacts",
     }
-)
-# Kills every process of the sandbox user in the container but the keep-alive (the
-# lowest PID after tini's 1: it started first, no tenant process can come before
-# it). Everything is frozen first (kill(-1) spares only PID 1 and the caller), so
-# nothing forks while the list is walked; then the keep-alive is thawed.
-KILL_ALL = (
-    "kill -STOP -1 2>/dev/null; "
-    "pids=$(ls /proc | grep -E '^[0-9]+$' | sort -n); keep=$(echo \"$pids\" | sed -n 2p); "
-    'for p in $pids; do [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] '
-    '&& kill -KILL "$p" 2>/dev/null; done; kill -CONT "$keep" 2>/dev/null; true'
 )
 
 
@@ -337,21 +329,16 @@ class DiskBudget:
         containers = list(await self._containers_of(sandbox_key))
         failed = 0
         for container_id in containers:
+            # From outside the container (its own docker exec, retried, then a restart),
+            # never through its executor: the tenant can stop that, and the kill kills
+            # it too (app/runtime/_kill.py).
             try:
-                result = await self._backend.run(
-                    container_id, KILL_ALL, timeout_s=10, job_id=f"quota-{uuid.uuid4().hex[:12]}"
-                )
+                await self._backend.kill_all(container_id)
             except ContainerGone:
                 continue  # its processes went with it
             except Exception as exc:
                 failed += 1
                 log.warning("disk.kill_failed", container_id=container_id[:12], error=str(exc))
-                continue
-            if result.exit_code != 0:  # timed out (every pid taken), or could not start
-                failed += 1
-                log.warning(
-                    "disk.kill_failed", container_id=container_id[:12], exit_code=result.exit_code
-                )
         log.warning(
             "disk.budget_exceeded",
             used_bytes=usage.bytes,

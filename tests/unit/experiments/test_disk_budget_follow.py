@@ -16,9 +16,10 @@ import pytest
 from deep_trees import build_deep_tree
 from runtime_fakes import FakeBackend
 
-from app.experiments.disk_budget import KILL_ALL, DiskBudget, QuotaExceeded
+from app.experiments.disk_budget import DiskBudget, QuotaExceeded
 from app.experiments.jobs import JobRegistry
 from app.runtime.backend import ExecResult
+from app.runtime.errors import RuntimeUnavailable
 from jail.tree_delete import delete_tree
 
 MB = 1_048_576
@@ -30,14 +31,17 @@ class KillRecorder(FakeBackend):
     kills: int = 0
     kills_to_fail: int = 0
 
+    commands: list[str] = field(default_factory=list)
+
     async def run(self, container_id: str, command: str, **kwargs: object) -> ExecResult:  # type: ignore[override]
-        if command != KILL_ALL:
-            return await super().run(container_id, command, **kwargs)  # type: ignore[arg-type]
+        self.commands.append(command)
+        return await super().run(container_id, command, **kwargs)  # type: ignore[arg-type]
+
+    async def kill_all(self, container_id: str) -> None:
         self.kills += 1
         if self.kills_to_fail > 0:
             self.kills_to_fail -= 1
-            return ExecResult(None, "", "", False, False, 10.0, timed_out=True)
-        return ExecResult(0, "", "", False, False, 0.01)
+            raise RuntimeUnavailable("The container runtime is unavailable (HTTP 500).")
 
 
 @dataclass
@@ -159,3 +163,14 @@ async def test_a_tree_too_deep_to_measure_is_refused_as_such(tmp_path: Path) -> 
             await budget.before("write_sandbox_file", KEY)
     finally:
         delete_tree(tmp_path / "d")  # pytest's own clean-up would recurse
+
+
+async def test_the_kill_never_runs_as_a_command_in_the_sandbox(tmp_path: Path) -> None:
+    """The sandbox's command path (its executor) is the tenant's: it can stop or kill
+    it, so a stop through it may never come. The kill goes around it (kill_all)."""
+    world, budget = a_world(tmp_path)
+    await after_a_writing_call(budget)
+    world.grow(10)
+    await budget.check_once()
+    assert world.backend.kills == 1
+    assert world.backend.commands == []
