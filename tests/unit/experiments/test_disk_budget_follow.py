@@ -134,7 +134,7 @@ async def test_a_failed_kill_is_tried_again_at_the_next_interval(tmp_path: Path)
     await after_a_writing_call(budget)
     world.grow(10)
     await budget.check_once()
-    assert world.backend.kills == 1  # failed (every pid taken, say)
+    assert world.backend.kills == 1  # failed (the engine away even for the restart, say)
     await budget.check_once()
     assert world.backend.kills == 2  # no growth, but the stop is still owed: failed again
     await budget.check_once()
