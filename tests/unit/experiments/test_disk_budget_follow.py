@@ -174,3 +174,44 @@ async def test_the_kill_never_runs_as_a_command_in_the_sandbox(tmp_path: Path) -
     await budget.check_once()
     assert world.backend.kills == 1
     assert world.backend.commands == []
+
+
+async def test_a_slow_sandbox_does_not_put_off_another_sandboxs_check(tmp_path: Path) -> None:
+    """Each interval's checks run side by side: one sandbox's slow check (its walk, its
+    docker top, its kill, under load) must not hold up the stop of another's writer."""
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "fast").mkdir()
+    world = World(tmp_path / "fast")
+    held = asyncio.Event()
+    slow_asked = asyncio.Event()
+
+    async def containers_of(sandbox_key: str) -> list[str]:
+        if sandbox_key == "slow":
+            slow_asked.set()
+            await held.wait()  # its engine calls do not answer yet
+        else:
+            await slow_asked.wait()  # checked while the slow one is, whatever the order
+        return ["c-" + sandbox_key]
+
+    budget = DiskBudget(
+        slot_root_of=lambda key: tmp_path / key,
+        artifact_bytes_of=world.artifact_bytes_of,
+        containers_of=containers_of,
+        jobs=JobRegistry(),
+        backend=world.backend,
+        limit_bytes=8 * MB,
+        max_entries=1000,
+        interval_s=0.5,
+    )
+    budget._watched.update({"slow", "fast"})
+    world.grow(10)  # the fast sandbox is over
+    check = asyncio.create_task(budget.check_once())
+    for _ in range(1000):  # bounded: until the fast sandbox was stopped
+        if world.backend.kills:
+            break
+        await asyncio.sleep(0.01)
+    stopped_while_held = world.backend.kills
+    held.set()
+    slow_asked.set()
+    await check
+    assert stopped_while_held == 1, "the slow sandbox held up the other's stop"
