@@ -171,6 +171,17 @@ class SandboxBackend(Protocol):
         pids); False if it was not running any more."""
         ...
 
+    async def kill_all(self, container_id: str) -> None:
+        """Kill every process of the sandbox user in the container but its keep-alive
+        (the dir slots' disk budget), from outside it: never through anything the
+        sandbox can stop, such as its command executor; retried, and as the last
+        resort the container restarted (the workspace stays).
+
+        Raises:
+            RuntimeFailure: CONTAINER_GONE, RUNTIME_UNAVAILABLE (the engine is away).
+        """
+        ...
+
     async def revive(self, container_ids: set[str]) -> Revival:
         """Start again those of ``container_ids`` that the engine holds stopped (an engine
         restart stops every container); which were started, and which the engine no

@@ -30,6 +30,7 @@ class FakeBackend:
     ran: list[str] = field(default_factory=list)
     cloned_for: list[str] = field(default_factory=list)  # the sandbox label of each clone
     killed_trees: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+    killed_all: list[str] = field(default_factory=list)  # containers kill_all emptied
     stopped: set[str] = field(default_factory=set)  # containers the "engine" holds stopped
     host_processes: dict[str, list[int]] = field(default_factory=dict)  # host pids, by container
     _events: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -124,6 +125,9 @@ class FakeBackend:
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         self.killed_trees.append((container_id, pids))
         return True
+
+    async def kill_all(self, container_id: str) -> None:
+        self.killed_all.append(container_id)
 
     async def stop(self, container_id: str) -> None:
         self.stopped.add(container_id)

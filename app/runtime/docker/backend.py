@@ -314,6 +314,9 @@ class DockerBackend:
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         return await self._exec.kill_tree(container_id, pids)
 
+    async def kill_all(self, container_id: str) -> None:
+        await self._exec.kill_all(container_id)
+
     async def fast_exec_ready(self, container_id: str) -> bool:
         """Wait until the container's executor is ready (tests, benchmarks); False if
         its commands go through docker exec."""

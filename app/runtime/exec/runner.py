@@ -314,6 +314,11 @@ class ExecRunner:
             await job.settled.wait()
         return True
 
+    async def kill_all(self, container_id: str) -> None:
+        """Kill every process of the sandbox user in the container but its keep-alive,
+        never through its executor (:meth:`app.runtime._kill.TreeKiller.kill_all`)."""
+        await self._killer.kill_all(container_id)
+
     async def kill_tree(self, container_id: str, pids: tuple[int, int]) -> bool:
         """Kill the process tree of a job this process does not run (another server
         process does, or did), given the pids it announced; True if it was running."""

@@ -17,10 +17,11 @@ import pytest
 from deep_trees import build_deep_tree
 from runtime_fakes import FakeBackend
 
-from app.experiments.disk_budget import KILL_ALL, DiskBudget, QuotaExceeded
+from app.experiments.disk_budget import DiskBudget, QuotaExceeded
 from app.experiments.jobs import JobRegistry
 from app.experiments.workspace.trash import Trash
 from app.runtime.backend import ExecResult
+from app.runtime.errors import RuntimeUnavailable
 from jail.tree_delete import delete_tree
 
 MB = 1_048_576
@@ -32,14 +33,17 @@ class KillRecorder(FakeBackend):
     kills: int = 0
     kills_to_fail: int = 0
 
+    commands: list[str] = field(default_factory=list)
+
     async def run(self, container_id: str, command: str, **kwargs: object) -> ExecResult:  # type: ignore[override]
-        if command != KILL_ALL:
-            return await super().run(container_id, command, **kwargs)  # type: ignore[arg-type]
+        self.commands.append(command)
+        return await super().run(container_id, command, **kwargs)  # type: ignore[arg-type]
+
+    async def kill_all(self, container_id: str) -> None:
         self.kills += 1
         if self.kills_to_fail > 0:
             self.kills_to_fail -= 1
-            return ExecResult(None, "", "", False, False, 10.0, timed_out=True)
-        return ExecResult(0, "", "", False, False, 0.01)
+            raise RuntimeUnavailable("The container runtime is unavailable (HTTP 500).")
 
 
 @dataclass
@@ -132,7 +136,7 @@ async def test_a_failed_kill_is_tried_again_at_the_next_interval(tmp_path: Path)
     await after_a_writing_call(budget)
     world.grow(10)
     await budget.check_once()
-    assert world.backend.kills == 1  # failed (every pid taken, say)
+    assert world.backend.kills == 1  # failed (the engine away even for the restart, say)
     await budget.check_once()
     assert world.backend.kills == 2  # no growth, but the stop is still owed: failed again
     await budget.check_once()
@@ -225,3 +229,55 @@ async def test_a_sandbox_over_its_budget_with_no_trash_is_refused_at_once(
     with pytest.raises(QuotaExceeded):
         await asyncio.wait_for(budget.before("execute_experiment", KEY), 5)
     await trash.close()
+
+
+async def test_the_kill_never_runs_as_a_command_in_the_sandbox(tmp_path: Path) -> None:
+    """The sandbox's command path (its executor) is the tenant's: it can stop or kill
+    it, so a stop through it may never come. The kill goes around it (kill_all)."""
+    world, budget = a_world(tmp_path)
+    await after_a_writing_call(budget)
+    world.grow(10)
+    await budget.check_once()
+    assert world.backend.kills == 1
+    assert world.backend.commands == []
+
+
+async def test_a_slow_sandbox_does_not_put_off_another_sandboxs_check(tmp_path: Path) -> None:
+    """Each interval's checks run side by side: one sandbox's slow check (its walk, its
+    docker top, its kill, under load) must not hold up the stop of another's writer."""
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "fast").mkdir()
+    world = World(tmp_path / "fast")
+    held = asyncio.Event()
+    slow_asked = asyncio.Event()
+
+    async def containers_of(sandbox_key: str) -> list[str]:
+        if sandbox_key == "slow":
+            slow_asked.set()
+            await held.wait()  # its engine calls do not answer yet
+        else:
+            await slow_asked.wait()  # checked while the slow one is, whatever the order
+        return ["c-" + sandbox_key]
+
+    budget = DiskBudget(
+        slot_root_of=lambda key: tmp_path / key,
+        artifact_bytes_of=world.artifact_bytes_of,
+        containers_of=containers_of,
+        jobs=JobRegistry(),
+        backend=world.backend,
+        limit_bytes=8 * MB,
+        max_entries=1000,
+        interval_s=0.5,
+    )
+    budget._watched.update({"slow", "fast"})
+    world.grow(10)  # the fast sandbox is over
+    check = asyncio.create_task(budget.check_once())
+    for _ in range(1000):  # bounded: until the fast sandbox was stopped
+        if world.backend.kills:
+            break
+        await asyncio.sleep(0.01)
+    stopped_while_held = world.backend.kills
+    held.set()
+    slow_asked.set()
+    await check
+    assert stopped_while_held == 1, "the slow sandbox held up the other's stop"
