@@ -25,14 +25,14 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer
 from egress_testkit import (
     BIG_BYTES,
     BIG_FILE,
     FETCH,
     OutsideWorld,
     hold,
-    remove_restricted_network,
+    restricted_server,
 )
 from mcp_http import read_when_written, run_command, tool
 from oauth_browser import new_users
@@ -121,14 +121,11 @@ DAY_BYTES = 2 * 1024**2  # a sandbox's daily budget here: one big download, not 
 def server(
     tmp_path_factory: pytest.TempPathFactory, world: OutsideWorld
 ) -> Iterator[RunningServer]:
-    running = start_server(
+    with restricted_server(
         tmp_path_factory.mktemp("shared-proxy") / "state",
+        world,
         nofile=SERVER_NOFILE,
-        SANDBOX_MCP_AUTH="oauth",
-        **{
-            **world.server_env(),
-            "SANDBOX_MCP_EGRESS_ALLOWLIST": "pypi.org,files.pythonhosted.org",
-        },
+        SANDBOX_MCP_EGRESS_ALLOWLIST="pypi.org,files.pythonhosted.org",
         SANDBOX_MCP_EGRESS_SANDBOX_BYTES_PER_DAY=str(DAY_BYTES),
         SANDBOX_MCP_MAX_EXPERIMENTS="4",
         SANDBOX_MCP_POOL_SIZE=str(SLOTS),
@@ -136,15 +133,8 @@ def server(
         SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
         SANDBOX_MCP_EGRESS_PROXY_DESCRIPTORS=str(DESCRIPTORS),
         SANDBOX_MCP_EGRESS_ADDRESS_SHARES=str(ADDRESS_SHARES),
-    )
-    network = None
-    try:
-        network = started(running)["network"]
+    ) as running:
         yield running
-    finally:
-        stop_server(running)
-        if network is not None:
-            remove_restricted_network(network)
 
 
 def started(server: RunningServer) -> dict[str, Any]:
@@ -260,25 +250,17 @@ async def test_one_address_holds_its_share_however_many_sandboxes_and_is_told(
 @pytest.fixture
 def crowded(world: OutsideWorld, tmp_path: Path) -> Iterator[RunningServer]:
     """A server of its own (16 slots, Squid asked for 1,024 descriptors) for the crowd."""
-    running = start_server(
+    with restricted_server(
         tmp_path / "state",
+        world,
         nofile=SERVER_NOFILE,
-        SANDBOX_MCP_AUTH="oauth",
-        **world.server_env(),
         SANDBOX_MCP_POOL_SIZE=str(CROWD_SLOTS),
         SANDBOX_MCP_QUEUE_WAIT_S="0",
         SANDBOX_MCP_TRUSTED_PROXIES="127.0.0.1",
         SANDBOX_MCP_EGRESS_PROXY_DESCRIPTORS=str(CROWD_DESCRIPTORS),
         SANDBOX_MCP_EGRESS_ADDRESS_SHARES=str(ADDRESS_SHARES),
-    )
-    network = None
-    try:
-        network = started(running)["network"]
+    ) as running:
         yield running
-    finally:
-        stop_server(running)
-        if network is not None:
-            remove_restricted_network(network)
 
 
 def squid_serves(server: RunningServer) -> tuple[int, int, int]:

@@ -181,10 +181,13 @@ def _claim_octet() -> tuple[int, IO[bytes]]:
 
 
 @contextlib.contextmanager
-def restricted_server(state: Path, world: OutsideWorld, **env: str) -> Iterator[RunningServer]:
-    """A real server offering network "restricted" (hosted mode); stopped afterwards,
-    and its restricted network removed with it."""
-    server = start_server(state, SANDBOX_MCP_AUTH="oauth", **world.server_env(), **env)
+def restricted_server(
+    state: Path, world: OutsideWorld, *, nofile: tuple[int, int] | None = None, **env: str
+) -> Iterator[RunningServer]:
+    """A real server offering network "restricted" (hosted mode; ``env`` over the world's
+    settings); stopped afterwards, and its restricted network removed with it."""
+    settings = {"SANDBOX_MCP_AUTH": "oauth", **world.server_env(), **env}
+    server = start_server(state, nofile=nofile, **settings)
     network = None
     try:
         network = restricted_network_of(server)

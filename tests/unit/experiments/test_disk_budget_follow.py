@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +67,12 @@ class World:
         return 0
 
 
-def a_world(tmp_path: Path, limit_mb: int = 8, max_entries: int = 1000) -> tuple[World, DiskBudget]:
+def a_world(
+    tmp_path: Path,
+    limit_mb: int = 8,
+    max_entries: int = 1000,
+    trash_settled: Callable[[Path, float], Awaitable[bool]] | None = None,
+) -> tuple[World, DiskBudget]:
     world = World(tmp_path)
     budget = DiskBudget(
         slot_root_of=lambda key: tmp_path,
@@ -77,6 +83,7 @@ def a_world(tmp_path: Path, limit_mb: int = 8, max_entries: int = 1000) -> tuple
         limit_bytes=limit_mb * MB,
         max_entries=max_entries,
         interval_s=0.5,
+        trash_settled=trash_settled,
     )
     return world, budget
 
@@ -180,18 +187,7 @@ async def test_a_sandbox_that_destroyed_to_free_space_is_admitted_once_its_trash
         delete_tree(path, stop=stop)
 
     trash = Trash(delete=held)
-    world = World(tmp_path)
-    budget = DiskBudget(
-        slot_root_of=lambda key: tmp_path,
-        artifact_bytes_of=world.artifact_bytes_of,
-        containers_of=world.containers_of,
-        jobs=JobRegistry(),
-        backend=world.backend,
-        limit_bytes=8 * MB,
-        max_entries=1000,
-        interval_s=0.5,
-        trash_settled=trash.settled,
-    )
+    _, budget = a_world(tmp_path, trash_settled=trash.settled)
     experiment = tmp_path / "exp-a"
     experiment.mkdir()
     (experiment / "big").write_bytes(b"x" * 12 * MB)
@@ -212,18 +208,7 @@ async def test_a_sandbox_over_its_budget_with_no_trash_is_refused_at_once(
     tmp_path: Path,
 ) -> None:
     trash = Trash()
-    world, _ = a_world(tmp_path)
-    budget = DiskBudget(
-        slot_root_of=lambda key: tmp_path,
-        artifact_bytes_of=world.artifact_bytes_of,
-        containers_of=world.containers_of,
-        jobs=JobRegistry(),
-        backend=world.backend,
-        limit_bytes=8 * MB,
-        max_entries=1000,
-        interval_s=0.5,
-        trash_settled=trash.settled,
-    )
+    world, budget = a_world(tmp_path, trash_settled=trash.settled)
     world.grow(12)
     await after_a_writing_call(budget)
     with pytest.raises(QuotaExceeded):
