@@ -46,6 +46,7 @@ from mcp.shared.inbound import (
 from mcp_types import CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -144,7 +145,14 @@ class StatelessTransport:
         if state == "complete":
             await self._label_by_body(scope, _body_of(messages))
         app = self._endpoint if scope["path"] == self._path else self._app
-        await app(scope, _replay(messages, receive), send)
+        try:
+            await app(scope, _replay(messages, receive), send)
+        except ClientDisconnect:
+            # The client went away while the SDK read its body: nobody to answer, and no
+            # fault of ours (uvicorn would log a traceback at error level for each one).
+            log.info(
+                "mcp.client_disconnected", read_bytes=sum(len(m.get("body", b"")) for m in messages)
+            )
 
     async def _label_by_body(self, scope: Scope, body: bytes) -> None:
         """Make the version header say what the body says (the body is the request)."""

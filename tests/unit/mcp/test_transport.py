@@ -10,6 +10,7 @@ import httpx2
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.shared.inbound import decode_header_value
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 from structlog.testing import capture_logs
 
@@ -324,3 +325,29 @@ async def test_a_large_body_counts_for_its_sign_in_address_whole_or_in_pieces() 
     # Answered, each gave its place back; a body of exactly 64 KiB never took one.
     assert await post_in_pieces(adapter, {**signed_in("a", "s1"), "outer": True}, [exact]) == 200
     assert meanwhile.pop() == (200, 200)
+
+
+async def test_a_client_gone_mid_body_is_logged_not_raised() -> None:
+    """The SDK reads the body with Starlette, which raises ClientDisconnect when the
+    client goes away; that is no server error (uvicorn would log a traceback for it)."""
+
+    async def sdk(scope: Scope, receive: Receive, send: Send) -> None:
+        await Request(scope, receive).body()
+        raise AssertionError("a body was read from a client that went away")
+
+    incoming: list[Message] = [
+        {"type": "http.request", "body": b'{"jsonrpc": "2.0", ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> Message:
+        return incoming.pop(0)
+
+    async def no_send(message: Message) -> None:
+        raise AssertionError(f"an answer was sent to a client that went away: {message}")
+
+    scope: Scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": []}
+    with capture_logs() as logs:
+        await StatelessTransport(sdk)(scope, receive, no_send)
+    gone = [e for e in logs if e["event"] == "mcp.client_disconnected"]
+    assert gone == [{"event": "mcp.client_disconnected", "log_level": "info", "read_bytes": 19}]
