@@ -12,7 +12,6 @@ import docker
 import httpx2
 import pytest
 from db_testkit import fresh_postgres_blocking
-from docker_testkit import docker_client
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc, run_command, tool
 
@@ -70,9 +69,8 @@ def job_processes(engine: docker.DockerClient, experiment_id: str) -> list[str]:
 
 
 async def test_a_job_is_read_and_cancelled_through_another_process(
-    http: httpx2.AsyncClient, pair: Pair
+    http: httpx2.AsyncClient, pair: Pair, engine: docker.DockerClient
 ) -> None:
-    engine = docker_client()
     created = await tool(http, pair.servers[0], "", "create_experiment", {"name": "two"})
     assert not created["is_error"], created
     exp = created["experiment_id"]
@@ -138,9 +136,8 @@ async def task_state(http: httpx2.AsyncClient, server: RunningServer, task_id: s
 
 
 async def test_an_mcp_task_is_polled_and_cancelled_through_another_process(
-    http: httpx2.AsyncClient, pair: Pair
+    http: httpx2.AsyncClient, pair: Pair, engine: docker.DockerClient
 ) -> None:
-    engine = docker_client()
     first, other = pair.servers
     exp = (await tool(http, first, "", "create_experiment", {"name": "tasks"}))["experiment_id"]
 
