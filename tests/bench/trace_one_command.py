@@ -79,7 +79,8 @@ async def main() -> None:
     print("one execute_experiment('echo hi'), steady state (the executor already up):")
     print(f"  modules of ours entered: {len(modules)}")
     for name, count in sorted(Counter(package(m) for m in modules).items()):
-        print(f"    {name:<22} {count}")
+        inside = sorted(m.removeprefix(name + ".") for m in modules if package(m) == name)
+        print(f"    {name:<18} {count:>3}  {' '.join(inside)}")
     print(f"  deepest chain: {len(deepest)} modules, {len(deepest) - 1} hops")
     for module in deepest:
         print(f"    {module}")
