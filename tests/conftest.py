@@ -12,6 +12,7 @@ import pytest
 import structlog
 from db_testkit import migrated_sqlite
 from dns_testkit import SlowNameserver
+from e2e_server import Servers
 from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -91,3 +92,19 @@ def slow_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNameserver]:
     nameserver = SlowNameserver().install(monkeypatch)
     yield nameserver
     nameserver.release.set()
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Servers]:
+    """Starts servers for one test (``serve(**options)``); stops them when it ends."""
+    servers = Servers(tmp_path)
+    yield servers
+    servers.stop_all()
+
+
+@pytest.fixture(scope="module")
+def serve_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """Starts servers for one module's tests; stops them when the module is done."""
+    servers = Servers(tmp_path_factory.mktemp("servers"))
+    yield servers
+    servers.stop_all()

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import docker
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from egress_testkit import OutsideWorld, outside_world
 from mcp_http import tool
 from oauth_browser import new_user
@@ -21,10 +20,8 @@ async def http() -> AsyncIterator[httpx2.AsyncClient]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state")
-    yield running
-    stop_server(running)
+def server(serve: Servers) -> RunningServer:
+    return serve()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from claude_code import ClaudeCode
-from e2e_server import RunningServer, free_port, start_server, stop_server
+from e2e_server import RunningServer, Servers, free_port
 from oauth_browser import new_user
 from recording_proxy import RecordingProxy
 
@@ -58,10 +58,8 @@ def claude(tmp_path: Path) -> ClaudeCode:
 
 
 @pytest.fixture
-def hosted(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state", **HOSTED)
-    yield running
-    stop_server(running)
+def hosted(serve: Servers) -> RunningServer:
+    return serve(**HOSTED)
 
 
 def add(claude: ClaudeCode, name: str, url: str, *header: str) -> None:
@@ -91,14 +89,12 @@ def test_local_mode_is_connected(server: RunningServer, claude: ClaudeCode) -> N
 
 
 @pytest.fixture
-def recorded(tmp_path: Path) -> Iterator[tuple[RunningServer, RecordingProxy]]:
+def recorded(serve: Servers) -> Iterator[tuple[RunningServer, RecordingProxy]]:
     """A local-mode server behind a proxy that writes down what Claude Code sends."""
     proxy = RecordingProxy(free_port(), free_port()).start()
-    running = start_server(
-        tmp_path / "state", port=proxy.target_port, SANDBOX_MCP_PUBLIC_URL=proxy.base_url
-    )
+    running = serve(port=proxy.target_port, SANDBOX_MCP_PUBLIC_URL=proxy.base_url)
     yield running, proxy
-    stop_server(running)
+    serve.stop(running)
     proxy.stop()
 
 
@@ -155,15 +151,11 @@ async def test_hosted_mode_with_a_bearer_header_is_connected(
 
 
 @pytest.fixture
-def hosted_without_documents(tmp_path: Path) -> Iterator[RunningServer]:
+def hosted_without_documents(serve: Servers) -> RunningServer:
     # Where the server advertises client ID metadata documents, Claude Code identifies
     # itself as https://claude.ai/oauth/claude-code-client-metadata, which the server
     # must fetch from the internet (CI has none). Without them it registers (RFC 7591).
-    running = start_server(
-        tmp_path / "state", **HOSTED, SANDBOX_MCP_CLIENT_METADATA_DOCUMENTS="false"
-    )
-    yield running
-    stop_server(running)
+    return serve(**HOSTED, SANDBOX_MCP_CLIENT_METADATA_DOCUMENTS="false")
 
 
 def test_claude_code_signs_in_by_itself_and_is_connected(

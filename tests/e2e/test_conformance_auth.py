@@ -17,12 +17,11 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, free_port, start_server, stop_server
+from e2e_server import RunningServer, Servers, free_port
 from oauth_browser import query_of, read_page
 
 pytestmark = pytest.mark.e2e
@@ -118,10 +117,8 @@ class Runner:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state", SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="4")
-    yield running
-    stop_server(running)
+def server(serve: Servers) -> RunningServer:
+    return serve(SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="4")
 
 
 def test_authorization_runner_passes(node: Path, server: RunningServer, tmp_path: Path) -> None:

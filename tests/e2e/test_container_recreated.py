@@ -4,15 +4,13 @@ server's back) gets a new one on its intact workspace, hardened as the first was
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import docker
 import httpx2
 import pytest
 from docker_testkit import HOST_HARDENING, docker_client
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 
 pytestmark = pytest.mark.e2e
@@ -21,10 +19,8 @@ HARDENING = HOST_HARDENING
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state", SANDBOX_MCP_PROCESS_STALE_S="3")
-    yield running
-    stop_server(running)
+def server(serve: Servers) -> RunningServer:
+    return serve(SANDBOX_MCP_PROCESS_STALE_S="3")
 
 
 def containers_of(engine: docker.DockerClient, experiment_id: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from deep_trees import build_deep_tree
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import tool
 
 from jail.tree_delete import delete_tree
@@ -32,9 +32,8 @@ DEEP = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("deep") / "state",
+def server(serve_module: Servers) -> Iterator[RunningServer]:
+    running = serve_module(
         # Two slots, so four containers: the clone test needs a clone helper beside its
         # experiment while the destroy tests' containers may still be on their way out
         # on a busy machine (with one slot, two containers in all, the clone was refused
@@ -43,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_SYNC_WAIT_S="50",
     )
     yield running
-    stop_server(running)
+    serve_module.stop(running)
     # pytest deletes old tmp dirs with shutil.rmtree, which a deep tree left by a
     # failed test would break for every later run on this machine.
     delete_tree(server_state(running))

@@ -5,12 +5,11 @@ Driven through the MCP tools over HTTP as an agent would, on the real Docker dae
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import tool
 from oauth_browser import new_user
 
@@ -28,10 +27,8 @@ def project_files() -> dict[str, str]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state", SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="2")
-    yield running
-    stop_server(running)
+def server(serve: Servers) -> RunningServer:
+    return serve(SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="2")
 
 
 async def test_three_fixes_and_a_recommendation(server: RunningServer) -> None:

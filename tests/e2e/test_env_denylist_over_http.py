@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 
 pytestmark = pytest.mark.e2e
@@ -25,17 +25,14 @@ class Deployment:
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["strict", "lenient"])
-def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
+def deployment(request: pytest.FixtureRequest, serve_module: Servers) -> Iterator[Deployment]:
     strict: bool = request.param
-    running = start_server(
-        tmp_path_factory.mktemp("env") / "state",
+    running = serve_module(
         SANDBOX_MCP_POOL_SIZE="1",
         SANDBOX_MCP_STRICT_ENV_DENYLIST=str(strict).lower(),
     )
     yield Deployment(running, strict)
-    stop_server(running)
+    serve_module.stop(running)
 
 
 def assert_refused(answer: dict[str, object], name: str) -> None:

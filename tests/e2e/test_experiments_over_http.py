@@ -6,14 +6,13 @@ import contextlib
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import httpx2
 import pytest
 from docker.models.containers import Container
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers, start_server, stop_server
 from mcp_http import post_rpc, run_command, tool
 from oauth_browser import ManualClient
 
@@ -21,9 +20,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("experiments") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="20",
         SANDBOX_MCP_QUEUE_WAIT_S="0",
@@ -31,8 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_SANDBOXES_PER_ADDRESS="1000",  # every test's users sign in from loopback
         SANDBOX_MCP_SYNC_WAIT_S="8",
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.fixture

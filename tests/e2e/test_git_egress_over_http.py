@@ -6,26 +6,21 @@ internal names were cloned from, and git's error lines came back (a port prober)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import tool
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("git-egress") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_ALLOW_GIT_EGRESS="true",
         SANDBOX_MCP_POOL_SIZE="2",
         # The default MAX_EXPERIMENTS: the six refusals below must not use it up.
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import post_rpc, read_jsonrpc, tool
 
 pytestmark = pytest.mark.e2e
@@ -42,16 +42,13 @@ LEAKS = ("Traceback", 'File "', str(REPO), "site-packages", "sqlalchemy", "state
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(serve_module: Servers) -> RunningServer:
     PWNED.unlink(missing_ok=True)
-    running = start_server(
-        tmp_path_factory.mktemp("hostile") / "state",
+    return serve_module(
         SANDBOX_MCP_POOL_SIZE="2",
         SANDBOX_MCP_QUEUE_WAIT_S="0",
         SANDBOX_MCP_SYNC_WAIT_S="5",
     )
-    yield running
-    stop_server(running)
 
 
 PWNED = Path("/tmp/pwned")

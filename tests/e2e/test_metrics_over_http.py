@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers, start_server, stop_server
 from mcp_http import tool
 from oauth_browser import ManualClient
 
@@ -18,15 +17,12 @@ TOKEN = "metrics-token-0123456789"
 
 
 @pytest.fixture
-def oauth_server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path / "state",
+def oauth_server(serve: Servers) -> RunningServer:
+    return serve(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="3",
         SANDBOX_MCP_METRICS_TOKEN=TOKEN,
     )
-    yield running
-    stop_server(running)
 
 
 def sample(text: str, name: str, **labels: str) -> float:

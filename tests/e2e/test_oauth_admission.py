@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, Servers, start_server, stop_server
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
 from stated_limits import stated
 
@@ -30,24 +30,15 @@ Start = Callable[..., RunningServer]
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
-    """Starts servers with the given settings (and the production shares); stops them
-    all at the end."""
-    started: list[RunningServer] = []
+def start(serve: Servers) -> Start:
+    """Starts servers with the given settings (and the production shares)."""
 
     def run(**env: str) -> RunningServer:
-        running = start_server(
-            tmp_path / f"state{len(started)}",
-            SANDBOX_MCP_AUTH="oauth",
-            SANDBOX_MCP_POOL_SIZE="2",
-            **{**DEFAULT_SHARES, **env},
+        return serve(
+            SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="2", **{**DEFAULT_SHARES, **env}
         )
-        started.append(running)
-        return running
 
-    yield run
-    for running in started:
-        stop_server(running)
+    return run
 
 
 async def press(

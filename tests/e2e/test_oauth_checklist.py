@@ -7,12 +7,11 @@ tests/unit/auth/test_grants_timing.py.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import call_tool, read_jsonrpc
 from oauth_browser import REDIRECT_URI, ManualClient, pkce_pair, press_button, query_of, read_page
 
@@ -20,9 +19,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("oauth") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="4",
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
@@ -30,8 +28,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_SANDBOXES_PER_ADDRESS="1000",  # every test's user signs in from loopback
         SANDBOX_MCP_LOG_LEVEL="DEBUG",
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.fixture

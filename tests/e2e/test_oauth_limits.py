@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx2
 import pytest
-from e2e_server import DEFAULT_SHARES, RunningServer, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, Servers
 from oauth_browser import ManualClient, pkce_pair, press_button, read_page
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def limited(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path / "state",
+def limited(serve: Servers) -> RunningServer:
+    return serve(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="2",
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="5",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="3",
         **DEFAULT_SHARES,
     )
-    yield running
-    stop_server(running)
 
 
 async def test_14_a_registration_flood_gets_429(limited: RunningServer) -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sdk_signin import sdk_signin
@@ -17,10 +15,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def oauth_server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state", SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="4")
-    yield running
-    stop_server(running)
+def oauth_server(serve: Servers) -> RunningServer:
+    return serve(SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="4")
 
 
 async def test_sdk_client_full_flow_both_eras_and_rotating_refresh(

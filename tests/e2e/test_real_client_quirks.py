@@ -18,14 +18,13 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers, start_server, stop_server
 from held_slot import a_held_slot
 from mcp_http import LEGACY, SESSIONLESS_META, legacy_rpc, read_jsonrpc
 from oauth_browser import new_user, new_users
@@ -41,10 +40,8 @@ MISMATCH_EVENT = "mcp.protocol_version_header_mismatch"
 
 
 @pytest.fixture
-def oauth_server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "state", **ENV)
-    yield running
-    stop_server(running)
+def oauth_server(serve: Servers) -> RunningServer:
+    return serve(**ENV)
 
 
 async def initialize(

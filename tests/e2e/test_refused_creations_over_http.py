@@ -7,12 +7,11 @@ the default limit, a few typos and TOO_MANY_EXPERIMENTS hid the real error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 
 from app.settings import ExperimentSettings
@@ -24,17 +23,14 @@ ABSENT_IMAGE = "sandbox-mcp/never-built:1"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(serve_module: Servers) -> RunningServer:
     # Local mode (project_path is only refused there for a reason of its own), with the
     # default MAX_EXPERIMENTS.
-    running = start_server(
-        tmp_path_factory.mktemp("refused") / "state",
+    return serve_module(
         SANDBOX_MCP_POOL_SIZE="1",
         SANDBOX_MCP_MAX_CONTAINERS="10",  # room for MAX_EXPERIMENTS containers in one sandbox
         SANDBOX_MCP_IMAGES=f"sandbox-mcp/python:3,{ABSENT_IMAGE}",
     )
-    yield running
-    stop_server(running)
 
 
 REFUSED: list[tuple[dict[str, Any], str]] = [

@@ -16,13 +16,13 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import rpc_request, run_command, tool
 from oauth_browser import new_user
 
@@ -38,9 +38,8 @@ HELD_REFUSED = '"limit": "large_bodies_per_address"'
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("bodies") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="3",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
@@ -48,8 +47,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         # default 60 s the server would close them mid-test and give their places back.
         SANDBOX_MCP_BODY_TIMEOUT_S="600",
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.fixture

@@ -11,12 +11,11 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user
 from stated_limits import stated
@@ -33,15 +32,12 @@ FIVE_MB = 'python3 -c \'import sys\nfor n in range(500_000): sys.stdout.write(f"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("sizes") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="7",  # a sandbox for each of the seven tests
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
-    yield running
-    stop_server(running)
 
 
 async def raw_call(

@@ -26,7 +26,7 @@ from browser_testkit import (
     exchange,
     lands_on,
 )
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from oauth_browser import query_of
 from playwright.sync_api import (
     APIResponse,
@@ -63,17 +63,14 @@ IDLE_S = 900  # not the default 600: the page must state the setting, not a cons
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("signin-browser") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="4",
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="1000",
         SANDBOX_MCP_IDLE_TIMEOUT_S=str(IDLE_S),
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -70,11 +70,9 @@ def soft_nofile(pid: int) -> int:
 
 
 @pytest.fixture
-def capped_server(tmp_path: Path) -> Iterator[RunningServer]:
+def capped_server(serve: Servers) -> RunningServer:
     # Soft and hard limit 1,024, as a default systemd unit: nothing to raise.
-    running = start_server(tmp_path / "state", nofile=(1024, 1024))
-    yield running
-    stop_server(running)
+    return serve(nofile=(1024, 1024))
 
 
 @pytest.mark.parametrize("partial", [PARTIAL, PARTIAL_BODY], ids=["headers", "body"])

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import post_rpc, read_jsonrpc, run_command, tool
 from oauth_browser import new_user
 
@@ -35,9 +34,8 @@ def gated(name: str, then: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("tasks") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="20",
         SANDBOX_MCP_QUEUE_WAIT_S="0",
@@ -47,8 +45,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_SYNC_WAIT_S=str(SYNC_WAIT_S),
         SANDBOX_MCP_MAX_TASKS_PER_SANDBOX="2",
     )
-    yield running
-    stop_server(running)
 
 
 async def rpc(

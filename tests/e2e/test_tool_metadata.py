@@ -7,13 +7,12 @@ Claude runs read-only tools without asking: a wrong hint is a wrong permission.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers, start_server, stop_server
 from mcp_http import post_rpc, read_jsonrpc
 
 pytestmark = pytest.mark.e2e
@@ -43,10 +42,8 @@ async def listed_tools(server: RunningServer) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def closed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("meta") / "state", SANDBOX_MCP_POOL_SIZE="1")
-    yield running
-    stop_server(running)
+def closed(serve_module: Servers) -> RunningServer:
+    return serve_module(SANDBOX_MCP_POOL_SIZE="1")
 
 
 async def test_every_tool_has_a_title_all_hints_and_a_usable_description(

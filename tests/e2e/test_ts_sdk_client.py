@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from npm_clients import NODE, TS_CLIENT, installed, pinned, require
 
 pytestmark = pytest.mark.e2e
@@ -32,15 +31,12 @@ PACKAGES = {"v1": "@modelcontextprotocol/sdk", "v2": "@modelcontextprotocol/clie
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("ts-sdk") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="4",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.fixture(

@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import (
     LEGACY,
     MODERN,
@@ -31,17 +30,14 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("waiting") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="8",
         SANDBOX_MCP_QUEUE_WAIT_S="0",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
         SANDBOX_MCP_PROGRESS_INTERVAL_S="1",
     )
-    yield running
-    stop_server(running)
 
 
 async def call_with_progress(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import docker
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 from oauth_browser import ManualClient
 
@@ -21,9 +21,8 @@ PREFIX = f"io.sandbox-mcp-warm-e2e-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("warm") / "state",
+def server(serve_module: Servers) -> Iterator[RunningServer]:
+    running = serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="3",
         SANDBOX_MCP_WARM_CONTAINERS="1",
@@ -32,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
     yield running
-    stop_server(running)
+    serve_module.stop(running)
     with contextlib.closing(docker.from_env()) as engine:
         for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
             engine.api.remove_container(found["Id"], force=True)

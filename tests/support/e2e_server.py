@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx2
 
@@ -123,3 +124,33 @@ def stop_server(server: RunningServer) -> None:
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait()
+
+
+class Servers:
+    """The e2e tests' one way to start servers: each call starts one (``start_server``'s
+    options) in a state dir of its own below ``root``, and ``stop_all`` stops every one
+    still running, the last started first. The fixtures ``serve`` (one test) and
+    ``serve_module`` (one module) hand a test this factory and stop what it started."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._running: list[RunningServer] = []
+
+    def __call__(self, *, state_dir: Path | None = None, **options: Any) -> RunningServer:
+        """A started server; ``state_dir`` shared with another one makes several
+        processes of one deployment (the first gets ``root/state``)."""
+        if state_dir is None:
+            taken = len(self._running)
+            state_dir = self._root / ("state" if taken == 0 else f"state-{taken + 1}")
+        server = start_server(state_dir, **options)
+        self._running.append(server)
+        return server
+
+    def stop(self, server: RunningServer) -> None:
+        """Stop one now (the rest at the end)."""
+        self._running.remove(server)
+        stop_server(server)
+
+    def stop_all(self) -> None:
+        while self._running:
+            stop_server(self._running.pop())
