@@ -2,6 +2,11 @@
 
 - Claude Code sends ``MCP-Protocol-Version: 2025-11-25, 2025-11-25``: the header
   joined with itself. It is answered as if sent once, in both protocol eras.
+- ``tools/list`` is loaded into every conversation: what the model reads (names,
+  titles, descriptions, input schemas) stays within MODEL_READ_MAX characters and the
+  whole listing within LISTING_MAX (it was 25,918 and 90,703: 62,344 of output
+  schemas), while every result still validates against its tool's output schema, and
+  no output schema has a top-level ``anyOf`` (claude.ai refuses those).
 """
 
 from __future__ import annotations
@@ -11,11 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx2
+import jsonschema
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import LEGACY, MODERN, read_jsonrpc, rpc_request
 
 pytestmark = pytest.mark.e2e
+
+MODEL_READ_MAX = 30_000
+LISTING_MAX = 60_000
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +97,81 @@ async def test_a_version_header_with_two_different_versions_is_refused_with_a_se
         assert response.status_code == 400, response.text[:500]
         message = response.json()["error"]["message"]
         assert message.startswith("The MCP-Protocol-Version header carries 2 different versions")
+
+
+def compact_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+async def listing(http: httpx2.AsyncClient, server: RunningServer, era: str) -> list[Any]:
+    if era == LEGACY:
+        init = await http.post(server.mcp_url, **legacy("initialize", INITIALIZE, None))
+        assert init.status_code == 200, init.text
+        response = await http.post(server.mcp_url, **legacy("tools/list", {}))
+    else:
+        response = await http.post(server.mcp_url, **modern("tools/list", {}))
+    assert response.status_code == 200, response.text[:500]
+    tools: list[Any] = read_jsonrpc(response)["result"]["tools"]
+    return tools
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_the_tool_listing_fits_what_claude_loads_into_every_conversation(
+    http: httpx2.AsyncClient, server: RunningServer, era: str
+) -> None:
+    tools = await listing(http, server, era)
+    read = sum(
+        compact_size({k: tool.get(k) for k in ("name", "title", "description", "inputSchema")})
+        for tool in tools
+    )
+    whole = compact_size({"tools": tools})
+    outputs = sum(compact_size(tool.get("outputSchema")) for tool in tools)
+    print(
+        f"\n{era}: {len(tools)} tools, {whole:,} characters ({read:,} read by the model, "
+        f"{outputs:,} of output schemas)"
+    )
+    assert len(tools) == 20
+    assert read <= MODEL_READ_MAX, read
+    assert whole <= LISTING_MAX, whole
+    for tool in tools:
+        schema = tool.get("outputSchema")
+        if schema is not None:
+            assert schema.get("type") == "object", tool["name"]
+            assert "anyOf" not in schema and "oneOf" not in schema, tool["name"]
+            jsonschema.Draft202012Validator.check_schema(schema)
+
+
+async def test_results_still_validate_against_the_listed_output_schemas(
+    http: httpx2.AsyncClient, server: RunningServer
+) -> None:
+    """The trimmed schemas still describe the results: a client that validates
+    ``structuredContent`` (the TypeScript SDK does) accepts every one of these."""
+    schemas = {t["name"]: t.get("outputSchema") for t in await listing(http, server, MODERN)}
+
+    async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        request = modern("tools/call", {"name": name, "arguments": arguments})
+        request["headers"]["mcp-name"] = name
+        response = await http.post(server.mcp_url, **request)
+        result: dict[str, Any] = read_jsonrpc(response)["result"]
+        assert not result.get("isError"), (name, result)
+        structured = result["structuredContent"]
+        jsonschema.validate(structured, schemas[name], cls=jsonschema.Draft202012Validator)
+        return dict(structured)
+
+    exp = (await call("create_experiment", {"files": {"a.py": "print(1)\n"}}))["experiment_id"]
+    job = await call("execute_experiment", {"experiment_id": exp, "command": "python3 a.py"})
+    checked = [
+        ("sandbox_status", {}),
+        ("get_experiment", {"experiment_id": exp}),
+        ("list_experiments", {}),
+        ("get_job_status", {"job_id": job["job_id"]}),
+        ("get_job_result", {"job_id": job["job_id"], "offset": 0}),
+        ("read_sandbox_file", {"experiment_id": exp, "path": "a.py"}),
+        ("list_sandbox_files", {"experiment_id": exp}),
+        ("search_sandbox", {"experiment_id": exp, "pattern": "print"}),
+        ("inspect_changes", {"experiment_id": exp, "include_diff": True}),
+        ("map_project", {"experiment_id": exp}),
+        ("destroy_experiment", {"experiment_id": exp}),
+    ]
+    for name, arguments in checked:
+        await call(name, arguments)
