@@ -72,7 +72,9 @@ def test_a_trimmed_output_schema_has_no_prose_and_writes_nullable_values_compact
     }
     assert "anyOf" in properties["either"]
     text = repr(trimmed)
-    assert "description" not in text and "'default'" not in text and "Title" not in text
+    assert "description" not in text
+    assert "'default'" not in text
+    assert "Title" not in text
     assert len(repr(SCHEMA)) > 1.5 * len(text)
 
 
