@@ -15,11 +15,45 @@ result that matched the full schema matches the trimmed one and nothing else doe
 the keywords dropped are annotations, and the rewrite of ``anyOf`` is the same
 condition. An input schema loses only the generated field titles (the model reads
 it: descriptions and defaults stay).
+
+The tools whose results can be large (file reads, searches, listings, diffs, command
+output) declare ``_meta["anthropic/maxResultSizeChars"]``: the bound on any result
+(``fit.MAX_RESULT_CHARS``), which Claude Code then keeps in the conversation whole.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from app.mcp.fit import MAX_RESULT_CHARS
+
+RESULT_SIZE_KEY = "anthropic/maxResultSizeChars"
+# The tools whose result can pass Claude Code's default 50,000 characters: what they
+# return grows with the sandbox's files or a command's output (each is cut by fit.py).
+LARGE_RESULT_TOOLS = frozenset(
+    {
+        "read_sandbox_file",
+        "search_sandbox",
+        "list_sandbox_files",
+        "map_project",
+        "inspect_changes",
+        "compare_experiments",
+        "get_experiment",
+        "list_experiments",
+        "get_job_status",
+        "get_job_result",
+        "execute_experiment",
+        "run_tests",
+    }
+)
+
+
+def declared_meta(tool: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The tool's ``_meta``, with its result bound declared when its results can be large."""
+    if tool not in LARGE_RESULT_TOOLS:
+        return meta
+    return {**(meta or {}), RESULT_SIZE_KEY: MAX_RESULT_CHARS}
+
 
 # Keywords that never change what validates (JSON Schema 2020-12, "annotations").
 _OUTPUT_ANNOTATIONS = frozenset({"title", "default", "description", "examples"})

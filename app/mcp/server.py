@@ -10,7 +10,8 @@ same shape as every other tool error: a stable code, one sentence per problem
 caller's data), and, for an unknown name, the parameters the tool does take.
 
 ``tools/list`` lists the schemas trimmed (``schemas.py``): the same results validate,
-in about half the characters.
+in about half the characters; the tools whose results can be large declare their
+bound to Claude Code.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pydantic import ValidationError
 from app.mcp.envelope import ToolFailure, error_result
 from app.mcp.listen_streams import CappedListenHandler
 from app.mcp.runner import Identity
-from app.mcp.schemas import trimmed_input_schema, trimmed_output_schema
+from app.mcp.schemas import declared_meta, trimmed_input_schema, trimmed_output_schema
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +58,7 @@ class SandboxMCPServer(MCPServer):
             update={
                 "input_schema": trimmed_input_schema(tool.input_schema),
                 "output_schema": None if output is None else trimmed_output_schema(output),
+                "meta": declared_meta(tool.name, tool.meta),
             }
         )
         self._trimmed[tool.name] = (source, trimmed)

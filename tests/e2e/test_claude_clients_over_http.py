@@ -7,6 +7,11 @@
   whole listing within LISTING_MAX (it was 25,918 and 90,703: 62,344 of output
   schemas), while every result still validates against its tool's output schema, and
   no output schema has a top-level ``anyOf`` (claude.ai refuses those).
+- A result, its text and its structured content together, stays within about 20k
+  tokens (``MAX_RESULT_CHARS``) however much a file or a command holds; the tools whose
+  results can be large declare that bound as ``_meta["anthropic/maxResultSizeChars"]``,
+  so that Claude Code keeps such a result in the conversation rather than writing it
+  to a file past its default 50,000 characters.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import jsonschema
 import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import LEGACY, MODERN, read_jsonrpc, rpc_request
+
+from app.mcp.fit import MAX_RESULT_CHARS
 
 pytestmark = pytest.mark.e2e
 
@@ -137,7 +144,8 @@ async def test_the_tool_listing_fits_what_claude_loads_into_every_conversation(
         schema = tool.get("outputSchema")
         if schema is not None:
             assert schema.get("type") == "object", tool["name"]
-            assert "anyOf" not in schema and "oneOf" not in schema, tool["name"]
+            assert "anyOf" not in schema, tool["name"]
+            assert "oneOf" not in schema, tool["name"]
             jsonschema.Draft202012Validator.check_schema(schema)
 
 
@@ -175,3 +183,96 @@ async def test_results_still_validate_against_the_listed_output_schemas(
     ]
     for name, arguments in checked:
         await call(name, arguments)
+
+
+LARGE = {
+    "read_sandbox_file", "search_sandbox", "list_sandbox_files", "map_project",
+    "inspect_changes", "compare_experiments", "get_experiment", "list_experiments",
+    "get_job_status", "get_job_result", "execute_experiment", "run_tests",
+}  # fmt: skip
+# A megabyte of file and two of output, with quotes, backslashes and control characters
+# (each takes two or six characters in JSON) and non-ASCII text.
+WRITE_BIG = (
+    "python3 -c 'import sys\n"
+    'line = "quote \\" back \\\\ tab \\t bell \\x07 é ü 你好 " * 4 + "\\n"\n'
+    'open("big.txt", "w").write(line * (1_048_576 // len(line)))\n'
+    "sys.stdout.write(line * (2_097_152 // len(line)))\n"
+    "sys.stderr.write(line * 1000)'"
+)
+
+
+async def called(
+    http: httpx2.AsyncClient, server: RunningServer, era: str, name: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    params = {"name": name, "arguments": args}
+    if era == LEGACY:
+        request = legacy("tools/call", params)
+    else:
+        request = modern("tools/call", params)
+        request["headers"]["mcp-name"] = name
+    response = await http.post(server.mcp_url, **request)
+    assert response.status_code == 200, response.text[:500]
+    result: dict[str, Any] = read_jsonrpc(response)["result"]
+    assert not result.get("isError"), (name, str(result)[:500])
+    return result
+
+
+def result_chars(result: dict[str, Any]) -> int:
+    """Characters of a result as a client holds it: its text and its structured content."""
+    text = sum(len(c["text"]) for c in result["content"] if c["type"] == "text")
+    return text + compact_size(result.get("structuredContent"))
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_large_results_stay_within_the_bound_their_tools_declare(
+    http: httpx2.AsyncClient, server: RunningServer, era: str
+) -> None:
+    declared = {
+        t["name"]: (t.get("_meta") or {}).get("anthropic/maxResultSizeChars")
+        for t in await listing(http, server, era)
+    }
+    assert {name for name, value in declared.items() if value} == LARGE
+    assert {declared[name] for name in LARGE} == {MAX_RESULT_CHARS}
+
+    exp = (await called(http, server, era, "create_experiment", {}))["structuredContent"]
+    exp_id = exp["experiment_id"]
+    ran = await called(
+        http, server, era, "execute_experiment", {"experiment_id": exp_id, "command": WRITE_BIG}
+    )
+    job = ran["structuredContent"]
+    assert job["exit_code"] == 0, job
+    assert job["stdout_truncated"], "more than the 1 MB the server keeps"
+    assert job["stdout_chars"] > 500_000, job["stdout_chars"]
+    read = await called(
+        http,
+        server,
+        era,
+        "read_sandbox_file",
+        {"experiment_id": exp_id, "path": "big.txt", "max_bytes": 1_048_576},
+    )
+    page = await called(
+        http,
+        server,
+        era,
+        "get_job_result",
+        {"job_id": job["job_id"], "offset": 0, "max_chars": 20_000},
+    )
+    diff = await called(
+        http, server, era, "inspect_changes", {"experiment_id": exp_id, "include_diff": True}
+    )
+    for name, result in (
+        ("execute_experiment", ran),
+        ("read_sandbox_file", read),
+        ("get_job_result", page),
+        ("inspect_changes", diff),
+    ):
+        size = result_chars(result)
+        print(f"\n{era} {name}: {size:,} characters (text and structured content)")
+        assert size <= MAX_RESULT_CHARS, (name, size)
+    # The end of the output survives the cut; the file read says it was cut, and keeps
+    # as much of a file of escapes as fits (the cut counted each as one character, and
+    # kept none of it).
+    assert "你好" in job["stdout"][-200:]
+    assert any("cut to fit" in note for note in read["structuredContent"]["notes"])
+    assert len(read["structuredContent"]["content"]) > 10_000
+    await called(http, server, era, "destroy_experiment", {"experiment_id": exp_id})
