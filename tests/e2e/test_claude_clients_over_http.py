@@ -12,6 +12,9 @@
   results can be large declare that bound as ``_meta["anthropic/maxResultSizeChars"]``,
   so that Claude Code keeps such a result in the conversation rather than writing it
   to a file past its default 50,000 characters.
+- claude.ai shows a spinner and no progress messages: a long call's result text says
+  where it stands (a command, a test run, setup commands past the synchronous wait; a
+  job waited on that still runs).
 """
 
 from __future__ import annotations
@@ -276,3 +279,56 @@ async def test_large_results_stay_within_the_bound_their_tools_declare(
     assert any("cut to fit" in note for note in read["structuredContent"]["notes"])
     assert len(read["structuredContent"]["content"]) > 10_000
     await called(http, server, era, "destroy_experiment", {"experiment_id": exp_id})
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server whose synchronous wait (``SYNC_WAIT_S``) is 2 s instead of 45."""
+    running = start_server(
+        tmp_path_factory.mktemp("impatient") / "state", SANDBOX_MCP_SYNC_WAIT_S="2"
+    )
+    yield running
+    stop_server(running)
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text")
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_a_long_call_s_text_says_where_it_stands(
+    http: httpx2.AsyncClient, impatient: RunningServer, era: str
+) -> None:
+    created = await called(
+        http,
+        impatient,
+        era,
+        "create_experiment",
+        {
+            "files": {"test_slow.py": "import time\ndef test_slow():\n    time.sleep(30)\n"},
+            "setup_commands": ["sleep 30", "echo two", "echo three"],
+        },
+    )
+    text = text_of(created)
+    (setup,) = created["structuredContent"]["setup"]
+    assert setup["status"] == "running", created
+    assert (
+        f"Setup command 1 of 3 is still running after 2 s, so it continues in the "
+        f"background as job {setup['job_id']}" in text
+    ), text
+    assert "Setup commands 2 to 3 were not started" in text, text
+    exp = created["structuredContent"]["experiment_id"]
+
+    ran = await called(
+        http, impatient, era, "execute_experiment", {"experiment_id": exp, "command": "sleep 30"}
+    )
+    job = ran["structuredContent"]["job_id"]
+    assert "still running after 2 s, so it continues in the background" in text_of(ran)
+    assert job in text_of(ran)
+    tests = await called(
+        http, impatient, era, "run_tests", {"experiment_id": exp, "command": "sleep 30"}
+    )
+    assert "still running after 2 s" in text_of(tests), text_of(tests)
+    waited = await called(http, impatient, era, "get_job_result", {"job_id": job, "wait_s": 1})
+    assert "Still running; call get_job_result again" in text_of(waited), text_of(waited)
+    await called(http, impatient, era, "destroy_experiment", {"experiment_id": exp})
