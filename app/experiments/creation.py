@@ -60,6 +60,9 @@ class CreateRequest:
     env: Sequence[str] = ()
     # The wall clock of each of its commands (setup ones too) unless a command says.
     timeout_s: float | None = None
+    # Served as an MCP task (nobody holds the line): the setup commands run to their end
+    # rather than for at most the synchronous wait.
+    until_done: bool = False
 
 
 class WarmSource(Protocol):
@@ -239,30 +242,58 @@ class ExperimentCreator:
             warnings=[*container.warnings, *([clamped] if clamped else [])],
             source=prepared.source,
         )
-        setup: list[JobView] = []
-        for command in request.setup_commands:
-            job = await self._run_and_record(
-                call.sandbox_key,
-                experiment_id,
-                container.container_id,
-                command,
-                "setup",
-                timeout_s,
-                env,
-            )
-            setup.append(job)
-            if job.status != "completed":
-                break
+        setup, notes = await self._set_up(call, request, experiment_id, timeout_s, env)
         created = await self._records.get(call.sandbox_key, experiment_id)
         # Its only jobs are setup commands: without any, there is nothing to read back.
         jobs = await self._records.jobs_of(experiment_id) if setup else []
         view = ExperimentView.of(created, jobs)
         return CreatedExperiment(
             **view.model_dump(exclude={"notes"}),
+            notes=notes,
             setup=setup,
             files_copied=prepared.files,
             secrets_skipped=prepared.secrets_skipped,
         )
+
+    async def _set_up(
+        self,
+        call: CallContext,
+        request: CreateRequest,
+        experiment_id: str,
+        timeout_s: float,
+        env: dict[str, str],
+    ) -> tuple[list[JobView], list[str]]:
+        """Run the setup commands in order, stopping at the first that does not complete.
+
+        A call on the line waits for them ``sync_wait_s`` in all, as for any command: a
+        client such as claude.ai shows a spinner and no progress, and gives up on a call
+        that never answers. A command still running then goes on in the background as
+        its job (one at a time per experiment, as the output readers' bound counts), the
+        ones after it are not started, and the result says so, naming the job.
+        """
+        commands = request.setup_commands
+        deadline = None if request.until_done else time.monotonic() + self._options.sync_wait_s
+        setup: list[JobView] = []
+        for index, command in enumerate(commands):
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0 and setup:
+                return setup, [_setup_not_started(commands, index, None, self._options)]
+            job, finished = await self._run_and_record(
+                call.sandbox_key, experiment_id, command, timeout_s, env, wait
+            )
+            setup.append(job)
+            if not finished:
+                note = (
+                    f"Setup command {index + 1} of {len(commands)} is still running after "
+                    f"{self._options.sync_wait_s:g} s, so it continues in the background as "
+                    f"job {job.job_id} (to its own timeout of {timeout_s:g} s); the "
+                    "experiment is usable meanwhile."
+                )
+                rest = _setup_not_started(commands, index + 1, job, self._options)
+                return setup, [note + (" " + rest if index + 1 < len(commands) else "")]
+            if job.status != "completed":
+                break
+        return setup, []
 
     def _cloner(self, request: CreateRequest, call: CallContext) -> workspace.Cloner:
         assert request.git_url is not None
@@ -297,18 +328,42 @@ class ExperimentCreator:
         self,
         sandbox_key: str,
         experiment_id: str,
-        container_id: str,
         command: str,
-        kind: str,
         timeout_s: float,
         env: dict[str, str],
-    ) -> JobView:
+        wait_s: float | None,
+    ) -> tuple[JobView, bool]:
+        """A setup command's job, waited for ``wait_s`` (None: to its end, killed if the
+        call is cancelled); and whether it finished."""
         experiment = await self._records.get(sandbox_key, experiment_id)
-        row, _ = await self._commands.run(
-            Command(sandbox_key, experiment, command, kind, timeout_s, env, background=False),
-            wait_s=None,
+        row, finished = await self._commands.run(
+            Command(sandbox_key, experiment, command, "setup", timeout_s, env, background=False),
+            wait_s=wait_s,
         )
-        return JobView.of(row)
+        return JobView.of(row), finished
+
+
+def _setup_not_started(
+    commands: Sequence[str], first: int, running: JobView | None, options: ExperimentOptions
+) -> str:
+    """The note for setup commands ``first`` onwards, not started: which, and what to do
+    (after ``running``, the one still running, when there is one)."""
+    left = len(commands) - first
+    which = (
+        f"Setup command {first + 1} was"
+        if left == 1
+        else f"Setup commands {first + 1} to {len(commands)} were"
+    )
+    them = "it" if left == 1 else "them"
+    if running is None:
+        return (
+            f"{which} not started: the ones before took the call's {options.sync_wait_s:g} s. "
+            f"Run {them} with execute_experiment."
+        )
+    return (
+        f"{which} not started: run {them} with execute_experiment once "
+        f"get_job_result(job_id={running.job_id!r}) says job {running.job_id} completed."
+    )
 
 
 def _refusal(exc: BaseException) -> str:

@@ -17,6 +17,15 @@ from typing import Any
 
 # Characters of structured content; the text content is about the same again.
 STRUCTURED_BUDGET = 24_000
+# What one result's text and structured content come to together, at most: about 20k
+# tokens, the context a single result may take. The structured content is cut to
+# STRUCTURED_BUDGET and the text is made from what is left, so a result stays near
+# twice that (tests/e2e/test_claude_clients_over_http.py measures it over HTTP). The
+# tools whose results can be large declare it to Claude Code as
+# ``_meta["anthropic/maxResultSizeChars"]`` (schemas.py): it keeps a result under
+# that many characters in the conversation, where by default it would write one over
+# 50,000 characters (or 25,000 tokens) to a file and show the model a 2 KB preview.
+MAX_RESULT_CHARS = 80_000
 _KEEP_HEAD = 0.3  # of a cut string, the share kept from its start (the end matters more)
 
 
@@ -39,7 +48,11 @@ def fit(structured: dict[str, Any], budget: int = STRUCTURED_BUDGET) -> list[str
             cuts[path] = (len(holder[key]), total, "entries")
         else:
             total = cuts.get(path, (0, len(value), ""))[1]
-            keep = max(0, len(value) - excess - 200)
+            # The excess is in characters of JSON, where a quote, a backslash or a
+            # control character takes two to six: take away as many of the string's
+            # own characters as make up that much JSON (a file of escapes kept nothing).
+            per_char = _size(value) / max(1, len(value))
+            keep = max(0, len(value) - int((excess + 200) / per_char) - 1)
             head = int(keep * _KEEP_HEAD)
             tail = keep - head
             left_out = len(value) - keep

@@ -8,6 +8,10 @@ limit was not applied. Here both become ``INVALID_ARGUMENT`` results with the
 same shape as every other tool error: a stable code, one sentence per problem
 (field names and what is wrong, never the rejected values, which are the
 caller's data), and, for an unknown name, the parameters the tool does take.
+
+``tools/list`` lists the schemas trimmed (``schemas.py``): the same results validate,
+in about half the characters; the tools whose results can be large declare their
+bound to Claude Code.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult
+from mcp.types import Tool as MCPTool
 from mcp_types import SubscriptionsListenRequestParams
 from pydantic import ValidationError
 
 from app.mcp.envelope import ToolFailure, error_result
 from app.mcp.listen_streams import CappedListenHandler
 from app.mcp.runner import Identity
+from app.mcp.schemas import declared_meta, trimmed_input_schema, trimmed_output_schema
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +41,28 @@ class SandboxMCPServer(MCPServer):
         super().__init__(*args, **kwargs)
         self._parameters: dict[str, list[str]] | None = None
         self.listen_streams: CappedListenHandler | None = None
+        # name -> (the schemas it was trimmed from, the trimmed tool): trimmed once, again
+        # only if the tool's schemas are replaced (a tool registered again).
+        self._trimmed: dict[str, tuple[tuple[int, int], MCPTool]] = {}
+
+    async def list_tools(self) -> list[MCPTool]:
+        return [self._trim(tool) for tool in await super().list_tools()]
+
+    def _trim(self, tool: MCPTool) -> MCPTool:
+        source = (id(tool.input_schema), id(tool.output_schema))
+        known = self._trimmed.get(tool.name)
+        if known is not None and known[0] == source:
+            return known[1]
+        output = tool.output_schema
+        trimmed = tool.model_copy(
+            update={
+                "input_schema": trimmed_input_schema(tool.input_schema),
+                "output_schema": None if output is None else trimmed_output_schema(output),
+                "meta": declared_meta(tool.name, tool.meta),
+            }
+        )
+        self._trimmed[tool.name] = (source, trimmed)
+        return trimmed
 
     def cap_listen_streams(self, identity: Identity, *, per_sandbox: int, total: int) -> None:
         """Serve ``subscriptions/listen`` with per-sandbox and server-wide caps."""

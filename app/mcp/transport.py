@@ -17,6 +17,12 @@ open a session that outlives it. This adapter adds what the SDK does not do:
   (anthropics/claude-code#93290) or no header at all (anthropics/claude-ai-mcp#70);
   the SDK routes by the header alone, so the request is re-labelled from its body
   and the mismatch is logged once per client.
+- A version header sent twice is read as sent once. Claude Code sends
+  ``MCP-Protocol-Version: 2025-11-25, 2025-11-25`` (the header joined with itself, RFC
+  9110 section 5.3); the SDK compares the whole string with the versions it knows, routes it
+  to the 2026-07-28 entry and refuses it. Values that all agree become the one value;
+  values that disagree are refused with 400 and a sentence (``_TWO_VERSIONS``), since
+  no single era can serve them.
 
 Light calls cost what the SDK costs, plus little (bench_light_calls.py): a ``POST
 /mcp`` goes straight to the SDK's Streamable HTTP endpoint, not through the Starlette
@@ -70,6 +76,10 @@ _NOT_ALLOWED = (
     "Method Not Allowed: this server is stateless; it offers no SSE stream on GET and has "
     "no session to DELETE. Send every request as a POST."
 )
+_TWO_VERSIONS = (
+    "The MCP-Protocol-Version header carries {count} different versions ({shown}); send "
+    "one version, the one this request is written for."
+)
 _TOO_MANY_LARGE = (
     "The sandboxes signed in from your address already have {limit} requests of more "
     "than 64 KiB in flight, the most one address may have at once; wait for one to be "
@@ -111,6 +121,14 @@ class StatelessTransport:
             return
         small = min(_PARSE_INLINE_MAX, self._max_body_size)
         messages, state = await _read_body(receive, [], small)
+        versions = _one_version(scope)  # (a client gone: the SDK sees it, as below)
+        if versions is not None and state != "gone":
+            log.info("mcp.request_refused", limit="protocol_version_header", count=len(versions))
+            # Read to its end first, as below: a client still sending cannot read an answer.
+            if not _more(messages[-1]) or await _discard_body(receive, self._max_body_size):
+                shown = ", ".join(_short(v) for v in versions[:4])
+                await _refuse(send, 400, _TWO_VERSIONS.format(count=len(versions), shown=shown))
+            return
         if state != "over" or small == self._max_body_size:
             await self._forward(scope, messages, state, receive, send)
             return
@@ -241,6 +259,32 @@ def _agrees_with_header(scope: Scope, body: bytes) -> bool:
         and bool(values)
         and all(value == sent for value in values)
     )
+
+
+def _one_version(scope: Scope) -> list[str] | None:
+    """Collapse the version header to one entry holding one value when every value it
+    carries (over repeated header lines, or joined by commas in one) is the same; leave
+    it alone when there is none or one. Returns the distinct values when they disagree."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    sent = [v for k, v in headers if k == _VERSION_HEADER]
+    if len(sent) == 1 and b"," not in sent[0]:
+        return None  # the common case, touched by nothing
+    if not sent:
+        return None
+    values = [part.strip() for value in sent for part in value.split(b",")]
+    distinct = list(dict.fromkeys(value for value in values if value))
+    if len(distinct) > 1:
+        return [value.decode("latin-1") for value in distinct]
+    if distinct:
+        scope["headers"] = [(k, v) for k, v in headers if k != _VERSION_HEADER] + [
+            (_VERSION_HEADER, distinct[0])
+        ]
+    return None
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """A header value is the caller's: never repeat more than a few dozen characters."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _meta_of(decoded: object) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from app.experiments.views import (
 )
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
+from app.mcp.tasks.extension import running_as_task
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools._common import (
     READ_ONLY,
@@ -203,6 +204,7 @@ def register_experiment_tools(
                     seed.pick(("env", env), ("environment_allowlist", environment_allowlist)) or ()
                 ),
                 timeout_s=seed.timeout(timeout_s, timeout),
+                until_done=running_as_task(),
             )
             return await manager.create(call, request)
 

@@ -57,6 +57,7 @@ CONFIGURATION = ROOT / "docs" / "configuration.md"
 CONSTANTS: dict[str, int | float] = {
     "connlimit": egress_connlimit.MAX_CONNECTIONS,  # one container's connections to the proxy
     "STRUCTURED_BUDGET": fit.STRUCTURED_BUDGET,  # characters of one result's structured content
+    "MAX_RESULT_CHARS": fit.MAX_RESULT_CHARS,  # one result's text and structured content
     # a JUnit report, read as a stream
     "MAX_DEPTH": MAX_DEPTH,
     "MAX_ELEMENTS": MAX_ELEMENTS,

@@ -690,3 +690,37 @@ async def test_a_workspace_that_fails_while_its_container_starts_leaves_no_conta
     assert caught.value.code == "INVALID_PROJECT"
     assert world.backend.containers == {}
     assert len(world.backend.removed) == 1  # it was started, then removed
+
+
+async def test_setup_commands_past_the_sync_wait_go_on_as_a_job_and_say_so(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """claude.ai shows a spinner and no progress: a create whose setup outlasts the
+    synchronous wait answers then, its result naming the job still running and the
+    setup commands it did not start."""
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    created = await world.manager.create(
+        world.call(), CreateRequest(setup_commands=("sleep 1", "echo two", "echo three"))
+    )
+    (job,) = created.setup
+    assert job.status == "running"
+    (note,) = created.notes
+    assert note.startswith("Setup command 1 of 3 is still running after 0.2 s")
+    assert f"job {job.job_id}" in note
+    assert "Setup commands 2 to 3 were not started" in note
+    assert "echo two" not in world.backend.ran
+    done = await world.manager.job_result(world.call(), job.job_id, wait_s=5)
+    assert done.status == "completed"
+
+
+async def test_setup_commands_served_as_a_task_run_to_their_end(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    created = await world.manager.create(
+        world.call(), CreateRequest(setup_commands=("sleep 0.6", "echo two"), until_done=True)
+    )
+    assert [job.status for job in created.setup] == ["completed", "completed"]
+    assert created.notes == []

@@ -105,3 +105,15 @@ def test_a_wrapped_record_is_cut_only_past_the_budget_and_its_text_is_its_json(
     body = json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
     notes = [f"Note: {note}" for note in structured["notes"]]
     assert result.content[0].text == "\n".join([*notes, body])  # type: ignore[union-attr]
+
+
+def test_a_string_of_escapes_keeps_as_much_as_fits_not_nothing() -> None:
+    """A quote, a backslash or a control character takes two to six characters of JSON:
+    the cut counted them as one, and a file of them was cut to nothing."""
+    line = 'quote " back \\ tab \t bell \x07 é 你好\n'
+    for content in (line * 30_000, "\x01" * 200_000, '"' * 100_000 + "THE END"):
+        result = {"content": content, "notes": []}
+        (note,) = fit(result, budget=20_000)
+        assert 15_000 <= size(result) <= 20_000, size(result)
+        assert "`content` keeps" in note
+    assert result["content"].endswith("THE END")

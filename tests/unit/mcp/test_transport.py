@@ -351,3 +351,104 @@ async def test_a_client_gone_mid_body_is_logged_not_raised() -> None:
         await StatelessTransport(sdk)(scope, receive, no_send)
     gone = [e for e in logs if e["event"] == "mcp.client_disconnected"]
     assert gone == [{"event": "mcp.client_disconnected", "log_level": "info", "read_bytes": 19}]
+
+
+@dataclass
+class RawRecorder(Recorder):
+    """A Recorder that also keeps the header lines as the SDK would see them, repeats kept."""
+
+    raw: list[list[tuple[bytes, bytes]]] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.raw.append(list(scope["headers"]))
+        await super().__call__(scope, receive, send)
+
+
+def versions_seen(app: RawRecorder) -> list[list[bytes]]:
+    return [[v for k, v in headers if k == b"mcp-protocol-version"] for headers in app.raw]
+
+
+async def test_a_version_header_sent_twice_reaches_the_sdk_once() -> None:
+    """Claude Code sends ``MCP-Protocol-Version: 2025-11-25, 2025-11-25``; the SDK
+    compared the whole string with the versions it knows and routed it to 2026-07-28.
+    Joined by commas or repeated as lines, agreeing values become the one value."""
+    app = RawRecorder()
+    adapter = StatelessTransport(app)
+    legacy = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    await send(adapter, legacy, headers={"mcp-protocol-version": "2025-11-25, 2025-11-25"})
+    await send(adapter, legacy, headers={"mcp-protocol-version": "2025-11-25,2025-11-25,"})
+    await send(
+        adapter,
+        legacy,
+        headers=[("mcp-protocol-version", "2025-11-25"), ("mcp-protocol-version", "2025-11-25")],
+    )
+    # A 2026-07-28 body under a doubled header: collapsed, then labelled by its body.
+    await send(adapter, call(), headers={"mcp-protocol-version": f"{MODERN}, {MODERN}"})
+    await send(adapter, call(), headers={"mcp-protocol-version": "2025-11-25, 2025-11-25"})
+    assert versions_seen(app) == [
+        [b"2025-11-25"],
+        [b"2025-11-25"],
+        [b"2025-11-25"],
+        [MODERN.encode()],
+        [MODERN.encode()],
+    ]
+    assert app.seen[4][0]["mcp-method"] == "tools/call"
+
+
+async def test_a_version_header_with_disagreeing_values_is_refused_with_a_sentence() -> None:
+    app = RawRecorder()
+    adapter = StatelessTransport(app)
+    legacy = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    with capture_logs() as logs:
+        joined = await send(
+            adapter, legacy, headers={"mcp-protocol-version": f"2025-11-25, {MODERN}"}
+        )
+        lines = await send(
+            adapter,
+            call(),
+            headers=[("mcp-protocol-version", MODERN), ("mcp-protocol-version", "2025-06-18")],
+        )
+    for response, shown in ((joined, f"2025-11-25, {MODERN}"), (lines, f"{MODERN}, 2025-06-18")):
+        assert response.status_code == 400
+        assert response.json()["error"] == {
+            "code": -32600,
+            "message": (
+                f"The MCP-Protocol-Version header carries 2 different versions ({shown}); "
+                "send one version, the one this request is written for."
+            ),
+        }
+    assert app.seen == [], "neither reached the SDK"
+    refused = [e for e in logs if e["event"] == "mcp.request_refused"]
+    assert [e["limit"] for e in refused] == ["protocol_version_header"] * 2
+
+
+async def test_a_long_disagreeing_version_header_is_quoted_short_and_its_body_read_first() -> None:
+    """A refused request's body is read to its end before the answer (a client still
+    sending cannot read one), and the caller's values are quoted a few dozen characters."""
+    app = RawRecorder()
+    body = json.dumps(call(arguments={"pad": "x" * (3 * LARGE_BODY)})).encode()
+    scope: Scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(b"mcp-protocol-version", b"2025-11-25, " + b"9" * 500)],
+    }
+    step = 16 * 1024
+    incoming: list[Message] = [
+        {"type": "http.request", "body": body[i : i + step], "more_body": i + step < len(body)}
+        for i in range(0, len(body), step)
+    ]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return incoming.pop(0)
+
+    async def record(message: Message) -> None:
+        sent.append(message)
+
+    await StatelessTransport(app)(scope, receive, record)
+    assert incoming == [], "the whole body was read"
+    assert sent[0]["status"] == 400
+    message = json.loads(sent[1]["body"])["error"]["message"]
+    assert len(message) < 250, message
+    assert app.seen == []
