@@ -154,8 +154,8 @@ def file_section(diff: str, path: str) -> str | None:
     or large file has no hunks; a file past the report's limits has no part)."""
     lines = diff.splitlines(keepends=True)
     start = None
-    for i, line in enumerate(lines[:-1]):
-        header = line.startswith("--- ") and lines[i + 1].startswith("+++ ")
+    for i, line in enumerate(lines):
+        header = line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
         if start is None:
             if header and _names(line, lines[i + 1], path):
                 start = i
