@@ -373,6 +373,34 @@ async def test_the_app_only_tools_show_only_the_callers_own_sandbox(
         ].replace("exp_" + "0" * 12, "ID")
 
 
+async def test_while_queued_the_overview_gives_the_place_and_the_estimated_wait(
+    http: httpx2.AsyncClient, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    full = start_server(
+        tmp_path_factory.mktemp("view-queue") / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE="1",
+        SANDBOX_MCP_QUEUE_WAIT_S="0",
+    )
+    try:
+        holder, waiter = await new_users(http, full.base_url, 2)
+        await tool(http, full, holder, "create_experiment", {})
+        refused = await tool(http, full, waiter, "create_experiment", {})
+        assert refused["is_error"], refused
+        assert refused["error"]["code"] == "SANDBOX_QUEUED", refused
+        _, seen = await call(http, full, waiter, "view_sandbox")
+        _, held = await call(http, full, holder, "view_sandbox")
+    finally:
+        stop_server(full)
+    overview = seen["structuredContent"]
+    assert overview["holds_slot"] is False
+    assert overview["queue_position"] == 1
+    assert overview["estimated_wait_s"] >= 1
+    assert overview["estimated_wait_s"] == refused["error"]["estimated_wait_s"]
+    assert held["structuredContent"]["holds_slot"] is True
+    assert held["structuredContent"]["queue_position"] is None
+
+
 # -- helpers ---------------------------------------------------------------------------
 
 

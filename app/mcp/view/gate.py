@@ -32,6 +32,17 @@ from app.mcp.view.resource import LEGACY_URI_KEY
 # of a hidden tool is sent on under it, so its answer is the SDK's own for an unknown
 # tool, envelope and all; only the name in its sentence is put back.
 _NO_SUCH_TOOL = "\x00hidden"
+# The methods whose answers the view changes.
+_SHAPED = frozenset(
+    {
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/read",
+        "initialize",
+        "server/discover",
+    }
+)
 
 
 class ViewGate:
@@ -47,10 +58,15 @@ class ViewGate:
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        if ctx.request_id is None or self.offered(ctx):
-            return await call_next(ctx)
         method, params = ctx.method, ctx.params if isinstance(ctx.params, dict) else {}
-        if method == "tools/call" and params.get("name") in self._app_only:
+        # Every other message, and the call of any other tool (the hot path), passes as is.
+        if ctx.request_id is None or method not in _SHAPED:
+            return await call_next(ctx)
+        if method == "tools/call" and params.get("name") not in self._app_only:
+            return await call_next(ctx)
+        if self.offered(ctx):
+            return await call_next(ctx)
+        if method == "tools/call":
             name = params["name"]
             answer = await call_next(replace(ctx, params={**params, "name": _NO_SUCH_TOOL}))
             return _renamed(answer, name)
