@@ -21,6 +21,8 @@ from app.mcp.tools.experiments import register_experiment_tools
 from app.mcp.tools.files import register_file_tools
 from app.mcp.tools.status import register_tools
 from app.mcp.transport import StatelessTransport
+from app.mcp.view.gate import ViewGate
+from app.mcp.view.tools import build_view
 from app.settings import ServerSettings, Settings
 from app.version import service_version
 from pool.leases import SlotPool
@@ -51,13 +53,23 @@ def build_mcp_server(
     )
     # Tasks mirrored to the database: tasks/get and tasks/cancel through any process.
     mirror = TaskMirror(task_records, registry, tasks)
+    # The MCP Apps view: registered only when on, and offered by the gate only to the
+    # requests that declare the extension (the gate also takes the view's _meta off the
+    # tools that name it for everyone else, whether the view is on or not).
+    view = (
+        build_view(runner, manager, pool, public_url=settings.server.effective_public_url)
+        if calls.apps_view
+        else None
+    )
     mcp = SandboxMCPServer(
         "sandbox-mcp",
         version=service_version(),
         instructions=INSTRUCTIONS,
         log_level=settings.server.log_level,
-        extensions=[TasksExtension(identity, tasks, mirror)],
+        extensions=[TasksExtension(identity, tasks, mirror), *([view] if view else [])],
     )
+    app_only = [binding.kwargs["name"] for binding in view.tools()] if view else []
+    mcp.middleware.append(ViewGate(enabled=view is not None, app_only_tools=app_only))
     mcp.cap_listen_streams(
         identity, per_sandbox=calls.max_listen_streams_per_sandbox, total=calls.max_listen_streams
     )

@@ -1,6 +1,6 @@
 """The tool layer: how long a call waits in the queue, how often it reports progress, the
 calls one sandbox has in flight, the MCP tasks kept, the caps on listen streams, and the
-worker threads of tenants' calls."""
+worker threads of tenants' calls, and the MCP Apps view."""
 
 from __future__ import annotations
 
@@ -120,6 +120,14 @@ class McpSettings(Group):
         description=(
             "Worker threads of all sandboxes' calls together; the server's own upkeep has "
             "threads of its own, which no sandbox can take."
+        ),
+    )
+
+    apps_view: bool = Field(
+        default=True,
+        description=(
+            "Offer the MCP Apps view (the sandbox inline in claude.ai) to clients that "
+            "declare the io.modelcontextprotocol/ui extension; off, no client sees it."
         ),
     )
 

@@ -17,6 +17,7 @@ from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools._common import READ_ONLY, ExperimentId, Seconds, SeedTimeout, hints, run_job
+from app.mcp.view.resource import VIEW_TOOL_META
 from jail import CallContext
 
 
@@ -65,6 +66,7 @@ def register_evidence_tools(
 
     @server.tool(
         title="Inspect changes",
+        meta=VIEW_TOOL_META,  # the MCP Apps view shows this result
         description=(
             "What changed in an experiment's workspace since it was created (before any "
             "command ran).\n\n"
@@ -122,6 +124,7 @@ def register_evidence_tools(
 
     @server.tool(
         title="Compare experiments",
+        meta=VIEW_TOOL_META,  # the MCP Apps view shows this result
         description=(
             "Compare 2 to 10 experiments side by side, destroyed ones too (their findings "
             "were recorded before teardown).\n\n"

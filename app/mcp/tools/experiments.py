@@ -42,6 +42,7 @@ from app.mcp.tools._common import (
     progress,
 )
 from app.mcp.tools.jobs import register_job_tools
+from app.mcp.view.resource import VIEW_TOOL_META
 from app.runtime.backend import Limits
 from jail import CallContext
 
@@ -212,6 +213,7 @@ def register_experiment_tools(
 
     @server.tool(
         title="Get experiment",
+        meta=VIEW_TOOL_META,  # the MCP Apps view shows this result
         description=(
             "One experiment: its state, image, goal, the isolation and limits applied, and "
             "the newest commands run in it (without output; `jobs_skip` pages back).\n\n"

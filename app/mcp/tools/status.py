@@ -17,6 +17,7 @@ from app.experiments.evidence.shelf import fingerprint
 from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools._common import READ_ONLY
+from app.mcp.view.resource import VIEW_TOOL_META
 from jail.context import CallContext
 from pool.leases import SlotPool
 
@@ -90,6 +91,7 @@ def register_tools(server: MCPServer, runner: ToolRunner, pool: SlotPool) -> Non
 
     @server.tool(
         title="Sandbox status",
+        meta=VIEW_TOOL_META,  # the MCP Apps view shows this result
         description=(
             "What you hold on this server: your sandbox (a short fingerprint), whether a "
             "sandbox slot is leased to you, your place in the queue if you are waiting, and "
