@@ -39,6 +39,7 @@ class RunningServer:
         return self.log_path.with_suffix(".stdout").read_text(errors="replace")
 
 
+START_TIMEOUT_S = 180.0
 PROBE_APP = Path(__file__).with_name("probe_app.py")
 # The production shares of every global budget, for the tests of the shares.
 DEFAULT_SHARES = {
@@ -97,7 +98,9 @@ def start_server(
             preexec_fn=None if nofile is None else lambda: _limit_nofile(nofile),
         )
     server = RunningServer(f"http://{authority}", process, log_path)
-    deadline = time.monotonic() + 30
+    # Generous: it guards against a server that never comes up, not a promise of speed
+    # (a start takes ~2 s here, and over 30 s on a 2-core machine at load 30).
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"server exited {process.returncode}:\n{server.log()}")
@@ -108,7 +111,9 @@ def start_server(
             time.sleep(0.1)
     process.kill()
     process.wait()  # reaped here, not left to warn in whichever test runs next
-    raise AssertionError(f"server did not answer /health in 30 s:\n{server.log()}")
+    raise AssertionError(
+        f"server did not answer /health in {START_TIMEOUT_S:.0f} s:\n{server.log()}"
+    )
 
 
 def _limit_nofile(limits: tuple[int, int]) -> None:
