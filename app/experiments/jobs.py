@@ -8,7 +8,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from app.runtime.backend import SandboxBackend
+from app.runtime.errors import RuntimeFailure
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -36,6 +41,24 @@ async def stop_job(backend: SandboxBackend, job: RunningJob) -> None:
     await backend.cancel(job.container_id, job.job_id)
 
 
+def _observe(task: asyncio.Task[Any]) -> None:
+    """Read how a job's task ended, so a failure nobody waits for (a background job, a
+    call that stopped waiting) is logged here once instead of asyncio's "Task exception
+    was never retrieved" when the task is collected. Its record already says why (the
+    run records every ending before raising: ``CommandRunner._finish``); a caller still
+    waiting gets the same exception from the task."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is None:
+        return
+    job_id = task.get_name().removeprefix("job-")
+    if isinstance(exc, RuntimeFailure):
+        log.warning("job.runtime_failed", job_id=job_id, code=exc.code, reason=exc.message)
+    else:
+        log.warning("job.failed", job_id=job_id, exc_info=exc)
+
+
 class JobRegistry:
     """In-memory index of jobs in flight (their records are in the database)."""
 
@@ -57,6 +80,7 @@ class JobRegistry:
         job = RunningJob(job_id, sandbox_key, experiment_id, container_id, task, stopping, command)
         self._jobs[job_id] = job
         task.add_done_callback(lambda _: self._jobs.pop(job_id, None))
+        task.add_done_callback(_observe)
         return job
 
     def get(self, job_id: str) -> RunningJob | None:
