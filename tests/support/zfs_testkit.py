@@ -43,14 +43,16 @@ def destroy_server_dataset(dataset: str, test_folder: Path) -> None:
 
 def destroy_dataset(dataset: str, *, force: bool = False) -> None:
     """Teardown: zfs-fuse refuses to destroy a just-used dataset for a while ("busy",
-    seconds on a loaded machine); retry for up to 30 s. ``force`` unmounts it first
+    seconds on a loaded machine, over 30 s beside four busy processes); retry for up to
+    180 s, with ``-f`` after the first 30. ``force`` unmounts it first from the start,
     even if zfs-fuse still counts it as in use."""
-    command = ["zfs", "destroy", "-r", *(["-f"] if force else []), dataset]
-    deadline = time.monotonic() + 30
+    started = time.monotonic()
     while True:
+        forced = force or time.monotonic() - started > 30
+        command = ["zfs", "destroy", "-r", *(["-f"] if forced else []), dataset]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode == 0 or "does not exist" in done.stderr:
             return
-        if time.monotonic() > deadline:
+        if time.monotonic() - started > 180:
             pytest.fail(f"could not destroy {dataset}: {done.stderr}")
         time.sleep(0.5)
