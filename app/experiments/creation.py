@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import structlog
+
 from app.errors import ServiceError
 from app.experiments.commands import Command, CommandRunner
 from app.experiments.errors import (
@@ -28,7 +30,7 @@ from app.experiments.states import State
 from app.experiments.store import ExperimentStore
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import dirs as workspace
-from app.experiments.workspace.dirs import ExperimentDirs
+from app.experiments.workspace.dirs import ExperimentDirs, WorkspaceReport
 from app.runtime.backend import (
     Container,
     ContainerSpec,
@@ -38,6 +40,8 @@ from app.runtime.backend import (
     SandboxBackend,
 )
 from jail import CallContext, resolve_env
+
+log = structlog.get_logger(__name__)
 
 # Where an experiment's default command timeout is kept: beside the limits it was given.
 COMMAND_TIMEOUT_KEY = "command_timeout_s"
@@ -99,6 +103,8 @@ class ExperimentCreator:
         self._warm = warm
         # Creations in flight per sandbox key: they count against max_experiments too.
         self._creating: dict[str, int] = {}
+        # Their tasks (a creation goes on when its call stops waiting): stopped at shutdown.
+        self._preparing: set[asyncio.Task[tuple[WorkspaceReport, float]]] = set()
 
     async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
         key = call.sandbox_key
@@ -140,22 +146,120 @@ class ExperimentCreator:
             # anything is recorded, and one creation adds at most its 50 setup jobs.
             await self._commands.refuse_past_ceiling(key)
         self._creating[key] = self._creating.get(key, 0) + 1
-        try:
-            return await self._create(call, request, copy_from, env)
-        finally:
-            self._creating[key] -= 1
+        # The whole call waits ``sync_wait_s`` at most, preparation and setup together: a
+        # client such as claude.ai shows a spinner and no progress, and gives up on a
+        # call that never answers (a slow clone may take minutes).
+        deadline = None if request.until_done else time.monotonic() + self._options.sync_wait_s
+        experiment_id = "exp_" + uuid.uuid4().hex[:12]
+        detached = asyncio.Event()  # set when the call stops waiting for the preparation
+        task = asyncio.create_task(
+            self._prepare_then_set_up(call, request, experiment_id, copy_from, env, detached),
+            name=f"create {experiment_id}",
+        )
+        self._preparing.add(task)
+        task.add_done_callback(lambda done: self._prepared(key, done))
+        if deadline is None:
+            # A call served as an MCP task owns its creation: cancelling it cancels that.
+            prepared, timeout_s = await task
+        else:
+            await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0.0))
+            if not task.done():
+                detached.set()  # no await since the wait: the task sees it when it goes on
+                return await self._still_preparing(call, request, experiment_id)
+            prepared, timeout_s = task.result()
+        setup, notes = await self._set_up(call, request, experiment_id, timeout_s, env, deadline)
+        created = await self._records.get(call.sandbox_key, experiment_id)
+        # Its only jobs are setup commands: without any, there is nothing to read back.
+        jobs = await self._records.jobs_of(experiment_id) if setup else []
+        view = ExperimentView.of(created, jobs)
+        return CreatedExperiment(
+            **view.model_dump(exclude={"notes"}),
+            notes=notes,
+            setup=setup,
+            files_copied=prepared.files,
+            secrets_skipped=prepared.secrets_skipped,
+        )
 
-    async def _create(
+    def is_creating(self, sandbox_key: str) -> bool:
+        """An experiment of the sandbox is being created (perhaps after its call ended)."""
+        return self._creating.get(sandbox_key, 0) > 0
+
+    async def close(self) -> None:
+        """At shutdown: stop the creations still preparing; each one undoes itself."""
+        for task in list(self._preparing):
+            task.cancel()
+        for task in list(self._preparing):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _prepared(self, key: str, task: asyncio.Task[tuple[WorkspaceReport, float]]) -> None:
+        self._preparing.discard(task)
+        self._creating[key] -= 1
+        if not self._creating[key]:
+            del self._creating[key]
+        if not task.cancelled() and task.exception() is not None:
+            # Retrieved here, or asyncio would report it unretrieved when nobody waited
+            # (the call had stopped waiting); the record keeps why (its warnings).
+            log.info("experiment.create_failed", code=getattr(task.exception(), "code", None))
+
+    async def _still_preparing(
+        self, call: CallContext, request: CreateRequest, experiment_id: str
+    ) -> CreatedExperiment:
+        record = await self._records.get(call.sandbox_key, experiment_id)
+        doing = (
+            "cloning the repository"
+            if request.git_url
+            else "copying the project"
+            if request.project_path or request.from_experiment
+            else "starting its container"
+        )
+        then = (
+            f" Its {len(request.setup_commands)} setup command(s) run after that, recorded "
+            "as its jobs."
+            if request.setup_commands
+            else ""
+        )
+        note = (
+            f"The experiment is still being prepared ({doing}) after "
+            f"{self._options.sync_wait_s:g} s, so the preparation continues in the "
+            f"background.{then} Call get_experiment(experiment_id={experiment_id!r}) until "
+            "its state leaves CREATING: it is usable from then on, unless it ends DESTROYED "
+            "(its warnings say why)."
+        )
+        return CreatedExperiment(
+            **ExperimentView.of(record).model_dump(exclude={"notes"}), notes=[note]
+        )
+
+    async def _prepare_then_set_up(
         self,
         call: CallContext,
         request: CreateRequest,
+        experiment_id: str,
         copy_from: ExperimentDirs | None,
         env: dict[str, str],
-    ) -> CreatedExperiment:
+        detached: asyncio.Event,
+    ) -> tuple[WorkspaceReport, float]:
+        """Prepare the experiment; once nobody waits for it, run its setup commands here
+        too, each to its end (the call that would have run them has answered)."""
+        prepared, timeout_s = await self._prepare(call, request, experiment_id, copy_from, env)
+        if detached.is_set() and request.setup_commands:
+            await self._set_up(call, request, experiment_id, timeout_s, env, None)
+        return prepared, timeout_s
+
+    async def _prepare(
+        self,
+        call: CallContext,
+        request: CreateRequest,
+        experiment_id: str,
+        copy_from: ExperimentDirs | None,
+        env: dict[str, str],
+    ) -> tuple[WorkspaceReport, float]:
+        """Record the experiment, fill its workspace and start its container: READY, and
+        its command timeout; or, on any failure (a cancel too), nothing left but a record
+        DESTROYED with why."""
         assert call.slot_root is not None
         now = self._clock()
         timeout_s, clamped = self._options.command_timeout(request.timeout_s)
-        experiment_id = "exp_" + uuid.uuid4().hex[:12]
         image = request.image or self._options.default_image
         record = Experiment(
             experiment_id=experiment_id,
@@ -186,6 +290,7 @@ class ExperimentCreator:
             signin_label=fingerprint(call.signin_address) if call.signin_address else "",
         )
         started: list[Container] = []  # the container, once there is one
+        starting: asyncio.Future[Container] | None = None  # a cold one, while it starts
         try:
             if self._warm is not None:
                 # The caller's own slot's warm container, its folder renamed to dirs.root.
@@ -209,9 +314,8 @@ class ExperimentCreator:
             else:
                 # The container starts while the workspace fills: nothing runs in it until
                 # both are done, and the mount needs only the (existing) folder.
-                filled, cold = await asyncio.gather(
-                    fill, self._backend.create(spec), return_exceptions=True
-                )
+                starting = asyncio.ensure_future(self._backend.create(spec))
+                filled, cold = await asyncio.gather(fill, starting, return_exceptions=True)
                 started += [cold] if isinstance(cold, Container) else []
                 for outcome in (filled, cold):
                     if isinstance(outcome, BaseException):
@@ -219,41 +323,58 @@ class ExperimentCreator:
                 assert isinstance(filled, workspace.WorkspaceReport)
                 prepared = filled
             container = started[0]
-        except Exception as exc:
-            for begun in started:  # the workspace failed after the container started
-                with contextlib.suppress(ServiceError):
-                    await self._backend.remove(begun.container_id)
-            # Nothing is left (the container removed, the workspace too): the record ends
-            # DESTROYED, so a refused request never counts toward MAX_EXPERIMENTS, and
-            # its transition keeps why.
+            # Inside the try: a destroy_experiment that came while it was being prepared
+            # (CREATING -> DESTROYED) refuses this, and the container goes.
             await self._records.transition(
-                experiment_id, State.DESTROYED, _refusal(exc), self._clock()
+                experiment_id,
+                State.READY,
+                "container started",
+                self._clock(),
+                container_id=container.container_id,
+                # The command wall clock is a limit like the others; commands read it here.
+                isolation={**asdict(container.isolation), COMMAND_TIMEOUT_KEY: timeout_s},
+                warnings=[*container.warnings, *([clamped] if clamped else [])],
+                source=prepared.source,
             )
-            await workspace.remove(dirs, call.in_thread)
+        except (Exception, asyncio.CancelledError) as exc:
+            if starting is not None and _started(starting) not in (None, *started):
+                started.append(_started(starting))  # cancelled after the container started
+            # Shielded: a cancel (the server stopping) must not leave a half-made experiment.
+            await asyncio.shield(self._undo(call, experiment_id, dirs, started, exc))
             raise
-        await self._records.transition(
-            experiment_id,
-            State.READY,
-            "container started",
-            self._clock(),
-            container_id=container.container_id,
-            # The command wall clock is a limit applied like the others; commands read it here.
-            isolation={**asdict(container.isolation), COMMAND_TIMEOUT_KEY: timeout_s},
-            warnings=[*container.warnings, *([clamped] if clamped else [])],
-            source=prepared.source,
+        return prepared, timeout_s
+
+    async def _undo(
+        self,
+        call: CallContext,
+        experiment_id: str,
+        dirs: ExperimentDirs,
+        started: list[Container],
+        exc: BaseException,
+    ) -> None:
+        """Nothing is left (the container removed, the workspace too): the record ends
+        DESTROYED, so a refused request never counts toward MAX_EXPERIMENTS; its
+        transition keeps why, and its warnings the sentence for the agent (who may read
+        it with get_experiment when the call had stopped waiting)."""
+        for begun in started:  # the workspace failed after the container started
+            with contextlib.suppress(ServiceError):
+                await self._backend.remove(begun.container_id)
+        why = (
+            exc.message
+            if isinstance(exc, ServiceError)
+            else "The server stopped while it was being created."
+            if isinstance(exc, asyncio.CancelledError)
+            else "It could not be created."
         )
-        setup, notes = await self._set_up(call, request, experiment_id, timeout_s, env)
-        created = await self._records.get(call.sandbox_key, experiment_id)
-        # Its only jobs are setup commands: without any, there is nothing to read back.
-        jobs = await self._records.jobs_of(experiment_id) if setup else []
-        view = ExperimentView.of(created, jobs)
-        return CreatedExperiment(
-            **view.model_dump(exclude={"notes"}),
-            notes=notes,
-            setup=setup,
-            files_copied=prepared.files,
-            secrets_skipped=prepared.secrets_skipped,
-        )
+        with contextlib.suppress(InvalidTransition):  # destroyed meanwhile: already so
+            await self._records.transition(
+                experiment_id,
+                State.DESTROYED,
+                _refusal(exc),
+                self._clock(),
+                warnings=[f"Creation failed: {why}"[:2000]],
+            )
+        await workspace.remove(dirs, call.in_thread)
 
     async def _set_up(
         self,
@@ -262,20 +383,21 @@ class ExperimentCreator:
         experiment_id: str,
         timeout_s: float,
         env: dict[str, str],
+        deadline: float | None,
     ) -> tuple[list[JobView], list[str]]:
         """Run the setup commands in order, stopping at the first that does not complete.
 
-        A call on the line waits for them ``sync_wait_s`` in all, as for any command: a
+        A call on the line waits for them until ``deadline`` (its ``sync_wait_s`` in all,
+        preparation included), as for any command: a
         client such as claude.ai shows a spinner and no progress, and gives up on a call
         that never answers. A command still running then goes on in the background as
         its job (one at a time per experiment, as the output readers' bound counts), the
         ones after it are not started, and the result says so, naming the job.
         """
         commands = request.setup_commands
-        deadline = None if request.until_done else time.monotonic() + self._options.sync_wait_s
         setup: list[JobView] = []
         for index, command in enumerate(commands):
-            wait = None if deadline is None else deadline - time.monotonic()
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if wait is not None and wait <= 0 and setup:
                 return setup, [_setup_not_started(commands, index, None, self._options)]
             job, finished = await self._run_and_record(
@@ -364,6 +486,13 @@ def _setup_not_started(
         f"{which} not started: run {them} with execute_experiment once "
         f"get_job_result(job_id={running.job_id!r}) says job {running.job_id} completed."
     )
+
+
+def _started(starting: asyncio.Future[Container]) -> Container | None:
+    """The container a cold start made, if it made one."""
+    if not starting.done() or starting.cancelled() or starting.exception() is not None:
+        return None
+    return starting.result()
 
 
 def _refusal(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from app.experiments.errors import InvalidTransition, ProjectSourceError, TestsN
 from app.experiments.evidence import testing
 from app.experiments.evidence.testing import TestPlan
 from app.experiments.options import ExperimentOptions
-from app.experiments.states import RUNNABLE
+from app.experiments.states import RUNNABLE, State
 from app.experiments.store import ExperimentStore
 from app.experiments.views import JobView
 from app.experiments.workspace import project
@@ -109,6 +109,12 @@ class Execution:
         whose client polls instead of holding the line) the wait lasts to the command's
         end, and cancelling the call kills the command."""
         experiment = await self._records.get(call.sandbox_key, experiment_id)
+        if experiment.state is State.CREATING:
+            raise InvalidTransition(
+                "The experiment is still being created (CREATING); call get_experiment "
+                "until its state leaves CREATING, then run the command.",
+                state=experiment.state.value,
+            )
         if experiment.state not in RUNNABLE or experiment.container_id is None:
             raise InvalidTransition(
                 f"The experiment is {experiment.state.value}; commands run only in a live "

@@ -122,13 +122,22 @@ class ExperimentManager:
         self.run_tests = execution.run_tests
 
     def is_busy(self, sandbox_key: str) -> bool:
-        """A job runs for the sandbox, in this process or (as of the last heartbeat) any."""
-        return self._jobs.is_busy(sandbox_key) or sandbox_key in self.recovery.busy
+        """A job runs for the sandbox, in this process or (as of the last heartbeat) any,
+        or one of its experiments is being created here."""
+        return (
+            self._jobs.is_busy(sandbox_key)
+            or sandbox_key in self.recovery.busy
+            or self._creator.is_creating(sandbox_key)
+        )
 
     # -- create ------------------------------------------------------------------
 
     async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
         return await self._creator.create(call, request)
+
+    async def stop_creations(self) -> None:
+        """At shutdown: creations still preparing are undone (their records DESTROYED)."""
+        await self._creator.close()
 
     # -- run -----------------------------------------------------------------------
 
@@ -312,8 +321,11 @@ class ExperimentManager:
         # Recorded before the folder goes, so destroyed experiments stay comparable. The
         # walk (a thread) overlaps the container's removal (the engine): on a 5,000-file
         # workspace each took about 100 ms of the caller's time (issue 13).
+        # One still being created has no baseline yet, so no changes to report: its
+        # creation, finding it DESTROYED, removes what it made.
+        walked = None if experiment.state is State.CREATING else dirs
         found, _ = await asyncio.gather(
-            evidence.gather(self._records, experiment, dirs, in_thread),
+            evidence.gather(self._records, experiment, walked, in_thread),
             self._remove_container(experiment),
         )
         findings = {

@@ -57,8 +57,9 @@ class ExperimentStore(Protocol):
         """Point a live experiment at a new container, if it still has ``old``."""
         ...
 
-    async def refused_creations(self) -> list[Experiment]:
-        """Experiments whose creation failed before they got a container."""
+    async def refused_creations(self, stale_before: float) -> list[Experiment]:
+        """Experiments whose creation failed before they got a container, or still
+        CREATING since before ``stale_before`` (their server process stopped mid-way)."""
         ...
 
     # Jobs.

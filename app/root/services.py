@@ -137,6 +137,7 @@ class Services:
         await self.pool.close()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.
+        await self.manager.stop_creations()
         await self.jobs.close()
         await self.manager.trash.close()
         await self.manager.recovery.stop()  # this process's jobs reported lost, then gone

@@ -136,14 +136,22 @@ class ExperimentRecords(JobRecords, ArtifactRecords):
             )
             return [(r.from_state, r.to_state, r.reason) for r in rows]
 
-    async def refused_creations(self) -> list[Experiment]:
+    async def refused_creations(self, stale_before: float) -> list[Experiment]:
         """Experiments whose creation failed before they got a container (for example
-        while the Docker engine was down): nothing of them is left but the record."""
+        while the Docker engine was down), or still CREATING since before
+        ``stale_before`` (a server process killed mid-way): nothing of them is left but
+        the record (the sweep removes a container not recorded)."""
         async with self._transaction() as session:
             rows = await session.scalars(
                 sa.select(ExperimentRow).where(
-                    ExperimentRow.state == State.FAILED.value,
                     ExperimentRow.container_id.is_(None),
+                    sa.or_(
+                        ExperimentRow.state == State.FAILED.value,
+                        sa.and_(
+                            ExperimentRow.state == State.CREATING.value,
+                            ExperimentRow.updated_at < stale_before,
+                        ),
+                    ),
                 )
             )
             return [experiment_of(row) for row in rows]

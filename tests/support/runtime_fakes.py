@@ -33,6 +33,8 @@ class FakeBackend:
     killed_all: list[str] = field(default_factory=list)  # containers kill_all emptied
     stopped: set[str] = field(default_factory=set)  # containers the "engine" holds stopped
     host_processes: dict[str, list[int]] = field(default_factory=dict)  # host pids, by container
+    # When set, a clone waits for it (a slow repository) before it goes on.
+    clone_gate: asyncio.Event | None = None
     _events: dict[str, asyncio.Event] = field(default_factory=dict)
 
     async def info(self) -> RuntimeInfo:
@@ -105,6 +107,8 @@ class FakeBackend:
     ) -> ExecResult:
         """Pretends to clone: writes the ref it was asked for, or fails for ref "bad"."""
         self.cloned_for.append(sandbox_label)
+        if self.clone_gate is not None:
+            await self.clone_gate.wait()
         if source.ref == "bad":
             return ExecResult(128, "", "fatal: Remote branch bad not found", False, False, 0.01)
         (workspace / "CLONED_FROM").write_text(f"{source.url or source.local_path}@{source.ref}")

@@ -48,6 +48,9 @@ DEAD_OWNER = (
     "The server process running this job stopped before it ended; its process tree "
     "was killed and its result is lost. Run the command again."
 )
+# No creation takes this long (a clone stops at 300 s): one still CREATING was left by a
+# server process that stopped mid-way.
+STALE_CREATION_S = 3600.0
 REFUSED_CREATION = (
     "its creation was refused before it had a container; retired so that it no "
     "longer counts toward the live-experiment limit"
@@ -143,7 +146,8 @@ class Recovery:
 
     async def retire_refused_creations(self) -> int:
         retired = 0
-        for experiment in await self._records.refused_creations():
+        stale_before = self._clock() - STALE_CREATION_S
+        for experiment in await self._records.refused_creations(stale_before):
             with contextlib.suppress(InvalidTransition):
                 await self._records.transition(
                     experiment.experiment_id, State.DESTROYED, REFUSED_CREATION, self._clock()

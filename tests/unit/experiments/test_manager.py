@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -473,12 +474,18 @@ async def test_refused_creations_stop_counting_and_stopped_containers_come_back(
     # container (the engine went away under it) is retired by recovery.
     await world.records.add(an_experiment("exp_left", sandbox_key="alice"), "created")
     await world.records.transition("exp_left", State.FAILED, "engine gone", 1.0)
+    # A creation a killed server left CREATING is retired once it is an hour old; one
+    # begun a minute ago may be another process's, still under way.
+    killed = an_experiment("exp_killed", sandbox_key="alice")
+    await world.records.add(replace(killed, updated_at=time.time() - 3700), "created")
+    recent = replace(an_experiment("exp_now", sandbox_key="alice"), updated_at=time.time())
+    await world.records.add(recent, "created")
     world.backend.stopped.add(f"c-{kept.experiment_id}")
     report = await world.manager.recover(leased_keys={"alice"})
-    assert report["refused_creations_retired"] == 1
+    assert report["refused_creations_retired"] == 2
     assert report["containers_revived"] == 1
     states = sorted(e.state for e in await world.manager.list_all(world.call()))
-    assert states == ["DESTROYED", "DESTROYED", "READY"]
+    assert states == ["CREATING", "DESTROYED", "DESTROYED", "DESTROYED", "READY"]
     assert world.backend.stopped == set()
 
 
@@ -724,3 +731,108 @@ async def test_setup_commands_served_as_a_task_run_to_their_end(
     )
     assert [job.status for job in created.setup] == ["completed", "completed"]
     assert created.notes == []
+
+
+async def until(predicate: Any, what: str) -> None:
+    """Wait (bounded: 30 s at least) for ``predicate`` (an async function) to hold."""
+    for _ in range(3000):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within 30 s: {what}")
+
+
+async def test_a_clone_past_the_sync_wait_answers_then_and_goes_on_in_the_background(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """claude.ai gives up on a call that never answers: a create whose clone outlasts the
+    synchronous wait answers CREATING with a note, and the experiment is made and its
+    setup commands run (recorded as its jobs) without anyone waiting."""
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()
+    created = await world.manager.create(
+        world.call(),
+        CreateRequest(git_url="https://example.test/r.git", setup_commands=("echo set up",)),
+    )
+    assert created.state == "CREATING"
+    (note,) = created.notes
+    assert "still being prepared (cloning the repository) after 0.2 s" in note
+    assert f"get_experiment(experiment_id={created.experiment_id!r})" in note
+    assert world.manager.is_busy("alice")  # the idle cleanup leaves it alone meanwhile
+    with pytest.raises(ServiceError) as caught:
+        await world.manager.execute(world.call(), created.experiment_id, "echo too early")
+    assert caught.value.code == "INVALID_STATE"
+    assert "still being created" in caught.value.message
+    world.backend.clone_gate.set()
+
+    async def ready_and_set_up() -> bool:
+        view = await world.manager.get(world.call(), created.experiment_id)
+        return view.state == "COMPLETED" and [j.status for j in view.jobs] == ["completed"]
+
+    await until(ready_and_set_up, "the experiment READY and its setup command completed")
+    assert world.backend.ran == ["echo set up"]
+    assert not world.manager.is_busy("alice")
+
+
+async def test_a_clone_that_fails_in_the_background_says_why_in_the_warnings(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()
+    created = await world.manager.create(
+        world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="bad")
+    )
+    assert created.state == "CREATING"
+    world.backend.clone_gate.set()
+
+    async def destroyed() -> bool:
+        view = await world.manager.get(world.call(), created.experiment_id)
+        return view.state == "DESTROYED"
+
+    await until(destroyed, "the failed creation DESTROYED")
+    view = await world.manager.get(world.call(), created.experiment_id)
+    (warning,) = view.warnings
+    assert warning.startswith("Creation failed: git could not clone the repository")
+    assert "Remote branch bad not found" in warning
+    assert not (world.slot / f"exp-{created.experiment_id}").exists()
+
+
+async def test_a_creation_destroyed_while_it_clones_leaves_no_container(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()
+    created = await world.manager.create(
+        world.call(), CreateRequest(git_url="https://example.test/r.git")
+    )
+    await world.manager.destroy(world.call(), created.experiment_id)
+    world.backend.clone_gate.set()
+
+    async def settled() -> bool:
+        return not world.manager.is_busy("alice")
+
+    await until(settled, "the creation given up")
+    view = await world.manager.get(world.call(), created.experiment_id)
+    assert view.state == "DESTROYED"
+    assert world.backend.containers == {}
+    assert not (world.slot / f"exp-{created.experiment_id}").exists()
+
+
+async def test_a_server_stopping_mid_creation_leaves_it_destroyed_not_creating(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()  # never set: the clone hangs
+    created = await world.manager.create(
+        world.call(), CreateRequest(git_url="https://example.test/r.git")
+    )
+    await world.manager.stop_creations()
+    view = await world.manager.get(world.call(), created.experiment_id)
+    assert view.state == "DESTROYED"
+    assert view.warnings == ["Creation failed: The server stopped while it was being created."]
+    assert world.backend.containers == {}
+    assert not world.manager.is_busy("alice")
