@@ -337,8 +337,9 @@ class ExperimentCreator:
                 source=prepared.source,
             )
         except (Exception, asyncio.CancelledError) as exc:
-            if starting is not None and _started(starting) not in (None, *started):
-                started.append(_started(starting))  # cancelled after the container started
+            made = _started(starting) if starting is not None else None
+            if made is not None and made not in started:
+                started.append(made)  # cancelled after the container started
             # Shielded: a cancel (the server stopping) must not leave a half-made experiment.
             await asyncio.shield(self._undo(call, experiment_id, dirs, started, exc))
             raise

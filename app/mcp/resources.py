@@ -9,13 +9,19 @@ from mcp.server.mcpserver import MCPServer
 
 from app.errors import InvalidArgument
 from app.experiments.manager import ExperimentManager
+from app.experiments.records import JobRecord
+from app.experiments.views import MAX_LISTED_COMMAND_CHARS, excerpt
+from app.mcp.fit import MAX_RESULT_CHARS
 from app.mcp.runner import ToolRunner
 from jail import CallContext
 
 # The logs resource is every job's command and output (up to 2 MB a job, and an
-# experiment runs any number of jobs over its life: 500 of them made a 1 GB string).
-# It keeps the newest jobs that fit in this many characters, read newest first.
-MAX_LOG_CHARS = 4 * 1_048_576
+# experiment runs any number of jobs over its life: 500 of them made a 1 GB string). A
+# client that reads it into the model's context (Claude Code's @-mention) has the same
+# window as for a tool's result: it keeps the newest jobs that fit in as many characters
+# as a tool's result may have, each job's output shown as the views show it (head and
+# tail excerpts); get_job_result reads any job whole, page by page.
+MAX_LOG_CHARS = MAX_RESULT_CHARS
 
 
 def register_resources(server: MCPServer, runner: ToolRunner, manager: ExperimentManager) -> None:
@@ -87,24 +93,20 @@ def register_resources(server: MCPServer, runner: ToolRunner, manager: Experimen
 
 
 async def experiment_log(manager: ExperimentManager, call: CallContext, experiment_id: str) -> str:
-    """The experiment's jobs, oldest first: the newest that fit in ``MAX_LOG_CHARS`` (the
-    newest always fits: its command and output are at most 2.1 MB), and a line saying how
-    many older ones were left out. Read a page of jobs at a time, newest first."""
+    """The experiment's jobs, oldest first: the newest that fit in ``MAX_LOG_CHARS``, and
+    a line saying how many older ones were left out. Read a page of jobs at a time,
+    newest first."""
     parts: list[str] = []
     room = MAX_LOG_CHARS
     shown = 0
     while True:
         view = await manager.get(call, experiment_id, jobs_skip=shown)
         for job in reversed(view.jobs):
-            result = await manager.job_record(call, job.job_id)
-            part = (
-                f"$ {result.command}\n{result.stdout or ''}{result.stderr or ''}"
-                f"[{result.status}, exit {result.exit_code}]\n"
-            )
+            part = _logged(await manager.job_record(call, job.job_id))
             if len(part) > room:
                 parts.append(
-                    f"[{view.jobs_total - shown} earlier jobs not shown: this log keeps its "
-                    f"last {MAX_LOG_CHARS // 1_048_576} MB; get_job_result reads any job]\n"
+                    f"[{view.jobs_total - shown} earlier jobs not shown: this log keeps the "
+                    f"newest {MAX_LOG_CHARS:,} characters; get_job_result reads any job]\n"
                 )
                 return "\n".join(reversed(parts))
             room -= len(part)
@@ -112,3 +114,14 @@ async def experiment_log(manager: ExperimentManager, call: CallContext, experime
             shown += 1
         if not view.jobs_not_listed:
             return "\n".join(reversed(parts))
+
+
+def _logged(job: JobRecord) -> str:
+    """One job in the log: its command (cut as the listings cut it) and the excerpts of
+    its output, at most about 21,000 characters, so the newest job always fits."""
+    command = job.command[:MAX_LISTED_COMMAND_CHARS]
+    if len(job.command) > len(command):
+        command += f" [... {len(job.command) - len(command)} characters of the command]"
+    stdout, _ = excerpt(job.stdout or "")
+    stderr, _ = excerpt(job.stderr or "")
+    return f"$ {command}\n{stdout}{stderr}[{job.status}, exit {job.exit_code}] {job.job_id}\n"

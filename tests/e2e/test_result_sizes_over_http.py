@@ -22,6 +22,7 @@ from stated_limits import stated
 
 from app.experiments.evidence.shelf import ARTIFACT_PART_BYTES
 from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
+from app.mcp.fit import MAX_RESULT_CHARS
 from app.mcp.resources import MAX_LOG_CHARS
 
 pytestmark = pytest.mark.e2e
@@ -171,13 +172,20 @@ async def test_the_logs_resource_keeps_its_newest_jobs_within_its_cap(
     text = body["result"]["contents"][0]["text"]
 
     print(f"\nthe logs of {jobs} jobs of 2 MB and one short one: {len(text):,} characters")
-    assert len(text) <= MAX_LOG_CHARS, len(text)
-    assert text.endswith("$ echo last\nlast\n[completed, exit 0]\n"), text[-200:]
+    # Within what a tool's result may be (a client reads it into the model's window).
+    assert len(text) <= MAX_LOG_CHARS == MAX_RESULT_CHARS, len(text)
+    assert re.search(r"\$ echo last\nlast\n\[completed, exit 0\] job_\w+\n$", text), text[-200:]
     # The newest first, as many as fit; the first line counts the ones left out.
     left_out = re.match(r"\[(\d+) earlier jobs not shown: ", text)
     assert left_out, text[:200]
-    assert int(left_out[1]) + text.count(f"$ {loud}\n") == jobs, text[:200]
-    assert text.count(f"$ {loud}\n") >= 1
+    shown = text.count(f"$ {loud}\n")
+    assert int(left_out[1]) + shown == jobs, text[:200]
+    assert shown >= 1
+    # Each big job as an excerpt of both streams: their heads and tails, and what was
+    # left out between them.
+    assert text.count("characters left out of this excerpt") == 2 * shown, text[:400]
+    assert "aaaa" in text
+    assert "bbbb" in text
 
 
 def record_size(structured: dict[str, Any]) -> int:
