@@ -57,7 +57,7 @@ def ok_result(
         # one serialization serves both the check and the text.
         enveloped = _with_envelope(dict(structured), notes, [], idle_expiry_s)
         text = json.dumps(enveloped, separators=(",", ":"), ensure_ascii=False)
-        if len(text) <= STRUCTURED_BUDGET - _SPARE:
+        if len(text.encode()) <= STRUCTURED_BUDGET - _SPARE:  # the budget is in bytes
             lines = [*(f"Note: {note}" for note in enveloped["notes"]), text]
             return CallToolResult(
                 content=[TextContent(type="text", text="\n".join(lines))],

@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Characters of structured content; the text content is about the same again.
+# Structured content, in bytes of its UTF-8 JSON; the text content is about the same
+# again. Bytes, not characters: a token is about four ASCII characters but about one
+# CJK character (three bytes), so a result of non-ASCII text counted in characters took
+# three times the tokens (48,527 characters of diff came to 226 KB as sent).
 STRUCTURED_BUDGET = 24_000
 # What one result's text and structured content come to together, at most: about 20k
 # tokens, the context a single result may take. The structured content is cut to
@@ -30,7 +33,7 @@ _KEEP_HEAD = 0.3  # of a cut string, the share kept from its start (the end matt
 
 
 def fit(structured: dict[str, Any], budget: int = STRUCTURED_BUDGET) -> list[str]:
-    """Shrink ``structured`` in place until it serializes under ``budget`` characters;
+    """Shrink ``structured`` in place until it serializes under ``budget`` bytes;
     returns one note per cut (empty when it already fitted)."""
     cuts: dict[str, tuple[int, int, str]] = {}  # path -> (kept, total, unit)
     for _ in range(64):  # each pass halves something: a bound, not a loop on luck
@@ -48,9 +51,10 @@ def fit(structured: dict[str, Any], budget: int = STRUCTURED_BUDGET) -> list[str
             cuts[path] = (len(holder[key]), total, "entries")
         else:
             total = cuts.get(path, (0, len(value), ""))[1]
-            # The excess is in characters of JSON, where a quote, a backslash or a
-            # control character takes two to six: take away as many of the string's
-            # own characters as make up that much JSON (a file of escapes kept nothing).
+            # The excess is in bytes of JSON, where a quote, a backslash or a control
+            # character takes two to six, a non-ASCII character two to four: take away
+            # as many of the string's own characters as make up that much JSON (a file
+            # of escapes kept nothing).
             per_char = _size(value) / max(1, len(value))
             keep = max(0, len(value) - int((excess + 200) / per_char) - 1)
             head = int(keep * _KEEP_HEAD)
@@ -71,7 +75,9 @@ def fit(structured: dict[str, Any], budget: int = STRUCTURED_BUDGET) -> list[str
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    """Bytes of ``value``'s compact UTF-8 JSON (an escape as its two to six characters, a
+    non-ASCII character as its two to four bytes)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def _largest(value: Any, path: str = "", depth: int = 0) -> tuple[str, Any, Any, Any] | None:
@@ -99,7 +105,7 @@ def _largest(value: Any, path: str = "", depth: int = 0) -> tuple[str, Any, Any,
                 continue  # the notes say what was cut; never cut them
             child_path = f"{node_path}.{key}" if node_path else str(key)
             if isinstance(child, str | list) and len(child) > 1:
-                size = len(child) if isinstance(child, str) else _size(child)
+                size = len(child.encode()) if isinstance(child, str) else _size(child)
                 if size > best_size:
                     best, best_size = (child_path, node, key, child), size
             # Look inside dicts, and inside lists of containers (a list of strings

@@ -226,6 +226,14 @@ def result_chars(result: dict[str, Any]) -> int:
     return text + compact_size(result.get("structuredContent"))
 
 
+def result_bytes(result: dict[str, Any]) -> int:
+    """The same in UTF-8 bytes: about four per token for any text (a CJK character is
+    three bytes and about one token, where four ASCII characters are)."""
+    text = sum(len(c["text"].encode()) for c in result["content"] if c["type"] == "text")
+    structured = result.get("structuredContent")
+    return text + len(json.dumps(structured, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 @pytest.mark.parametrize("era", [LEGACY, MODERN])
 async def test_large_results_stay_within_the_bound_their_tools_declare(
     http: httpx2.AsyncClient, server: RunningServer, era: str
@@ -269,9 +277,11 @@ async def test_large_results_stay_within_the_bound_their_tools_declare(
         ("get_job_result", page),
         ("inspect_changes", diff),
     ):
-        size = result_chars(result)
-        print(f"\n{era} {name}: {size:,} characters (text and structured content)")
+        size, in_bytes = result_chars(result), result_bytes(result)
+        print(f"\n{era} {name}: {size:,} characters, {in_bytes:,} bytes (text and structured)")
         assert size <= MAX_RESULT_CHARS, (name, size)
+        # Non-ASCII text takes more tokens a character: the bound holds in bytes too.
+        assert in_bytes <= MAX_RESULT_CHARS, (name, in_bytes)
     # The end of the output survives the cut; the file read says it was cut, and keeps
     # as much of a file of escapes as fits (the cut counted each as one character, and
     # kept none of it).

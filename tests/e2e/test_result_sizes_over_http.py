@@ -189,16 +189,16 @@ async def test_the_logs_resource_keeps_its_newest_jobs_within_its_cap(
 
 
 def record_size(structured: dict[str, Any]) -> int:
-    """Characters of a result's record, as the server measures it: without the envelope
-    it adds afterwards (the notes saying what was cut, the idle expiry)."""
+    """Bytes of a result's record, as the server measures it (UTF-8 JSON): without the
+    envelope it adds afterwards (the notes saying what was cut, the idle expiry)."""
     record = {k: v for k, v in structured.items() if k not in ("notes", "idle_expiry_s")}
-    return len(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+    return len(json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 async def test_a_result_is_cut_at_the_bound_the_docs_state(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
-    """The 24,000 characters of docs/limits.md, over HTTP: a read just under it comes
+    """The 24,000 bytes of docs/limits.md, over HTTP: a read just under it comes
     whole; a read far over it is cut to it, not far below, and says so."""
     bound = stated("STRUCTURED_BUDGET")  # docs/limits.md, "Any result": 24,000
     token = await new_user(http, server.base_url)
@@ -223,7 +223,7 @@ async def test_a_result_is_cut_at_the_bound_the_docs_state(
     size = record_size(content)
     assert bound - 1_000 < size <= bound, (size, bound)
     assert any("cut to fit the client's window" in note for note in content["notes"])
-    print(f"a {over}-character read answered with a {size}-character record (bound {bound})")
+    print(f"a {over}-byte read answered with a {size}-byte record (bound {bound})")
 
 
 async def read_resource(

@@ -117,3 +117,19 @@ def test_a_string_of_escapes_keeps_as_much_as_fits_not_nothing() -> None:
         assert 15_000 <= size(result) <= 20_000, size(result)
         assert "`content` keeps" in note
     assert result["content"].endswith("THE END")
+
+
+def test_non_ascii_text_is_measured_in_bytes_as_a_client_pays_for_it_in_tokens() -> None:
+    """A CJK character is about one token where four ASCII ones are: counted in
+    characters, a diff of it took three times the tokens of an ASCII one (48,527
+    characters came to 226 KB as sent). The budget is in bytes of UTF-8 JSON."""
+    for content in ("你好世界" * 20_000, "é" * 50_000, "a" * 100_000):
+        result = {"content": content, "notes": []}
+        (note,) = fit(result, budget=20_000)
+        in_bytes = len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
+        assert 15_000 <= in_bytes <= 20_000, (content[:1], in_bytes)
+        assert "`content` keeps" in note
+    # Just under the budget in characters but three times over in bytes: cut.
+    wide = {"content": "你" * 10_000, "notes": []}
+    assert fit(wide, budget=20_000)
+    assert len(wide["content"]) < 7_000
