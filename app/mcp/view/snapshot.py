@@ -187,8 +187,9 @@ def bounded(record: R, limit: int = MAX_RECORD_WIRE_BYTES) -> R:
         return record
     notes: dict[str, None] = {}
     for _ in range(16):  # each pass shrinks by a fixed share: a bound, not luck
-        chars = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False))
-        for note in fit(data, budget=max(1_000, int(chars * limit / size * 0.9))):
+        # fit's budget is in UTF-8 bytes; this limit is with every non-ASCII escaped.
+        utf8 = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+        for note in fit(data, budget=max(1_000, int(utf8 * limit / size * 0.9))):
             notes[note] = None
         size = wire_bytes(data)
         if size <= limit:
