@@ -1,0 +1,234 @@
+"""Benchmark: a burst of first calls. N signed-in users call ``create_experiment`` and then
+a first command (``python3 main.py``) at the same moment; beside it, in the same run, the
+engine's own floor: N concurrent hardened ``docker run`` + exec through the Docker SDK
+(same image, the server's own HostConfig).
+
+    source /work/dev/env.sh
+    BURST_N=100 uv run python tests/bench/bench_burst.py [--scenarios burst,full]
+
+Scenarios (both on dir slots, hosted mode: OAuth, one sign-in per user, made before the
+burst; the server runs with its default warm-pool settings unless the environment says):
+
+- ``burst``: a pool with a slot for everyone; prints N/N succeeded, the time until the last
+  first output, p50/p99 of each user's time to first output, and the same for the floor.
+- ``full``: the same burst while every slot is held (``BURST_POOL`` of them, default N/4):
+  the burst queues, the holders go idle and are emptied, and every user keeps calling
+  until served; once served and answered, a user goes idle too, freeing its slot for the
+  next. Prints N/N, the time until the last first output, and how many users were served
+  a wave or more before someone ahead of them in the queue (head of the queue first: 0).
+
+Prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import httpx2
+from _bench_servers import IMAGE, hardened_host_config, new_user, pct, server_on
+from mcp_http import run_command, tool
+
+N = int(os.environ.get("BURST_N", "100"))
+FILES = {"main.py": "print('hi')\n"}
+# Everyone signs in from 127.0.0.1: the budgets per address and in all are opened wide.
+WIDE = {
+    "SANDBOX_MCP_REGISTRATIONS_PER_MINUTE": "100000",
+    "SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR": "1000000",
+    "SANDBOX_MCP_SANDBOXES_PER_ADDRESS": "100000",
+    "SANDBOX_MCP_MAX_CALLS_PER_ADDRESS": "100000",
+}
+
+
+def summary(name: str, times: list[float], ok: int, n: int, wall: float) -> str:
+    if not times:
+        return f"  {name:<34} {ok}/{n} succeeded"
+    return (
+        f"  {name:<34} {ok}/{n} succeeded | last first output {wall:6.2f} s"
+        f" | p50 {pct(times, 0.5):6.2f} s p99 {pct(times, 0.99):6.2f} s"
+    )
+
+
+def engine_floor(n: int, root: Path, prefix: str) -> tuple[list[float], int, float]:
+    """N threads, released together, each ``docker create`` + start + exec ``python3 -c``
+    of a hardened container; (each one's seconds, how many succeeded, seconds to the last)."""
+    client = docker.from_env(timeout=300, max_pool_size=n + 4)
+    api = client.api
+    labels = {f"{prefix}.managed": "1"}
+    times: list[float] = []
+    made: list[str] = []
+    gate = threading.Barrier(n + 1)
+    lock = threading.Lock()
+    started = 0.0
+
+    def one(i: int) -> None:
+        workspace = root / f"floor-{i}"
+        workspace.mkdir()
+        host_config = hardened_host_config(api, workspace)
+        gate.wait()
+        created = api.create_container(
+            IMAGE, entrypoint=["sleep", "infinity"], user="1000:1000", labels=labels,
+            host_config=host_config, working_dir="/workspace",
+        )  # fmt: skip
+        with lock:
+            made.append(created["Id"])
+        api.start(created["Id"])
+        exec_id = api.exec_create(created["Id"], ["python3", "-c", "print('hi')"], user="1000:1000")
+        output = api.exec_start(exec_id["Id"])
+        if output == b"hi\n":
+            with lock:
+                times.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    gate.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = max(times, default=0.0)
+    for container_id in made:
+        api.remove_container(container_id, force=True)
+    client.close()
+    return times, len(times), wall
+
+
+async def first_call(
+    http: httpx2.AsyncClient, server: object, token: str, started: float
+) -> float | None:
+    """create_experiment then python3 main.py, called again while queued; seconds from the
+    burst's start to the first output (None: it failed)."""
+    while True:
+        made = await tool(http, server, token, "create_experiment", {"files": FILES})  # type: ignore[arg-type]
+        if (made.get("error") or {}).get("code") != "SANDBOX_QUEUED":
+            break
+    if made["is_error"]:
+        print("    create failed:", str(made)[:300])
+        return None
+    ran = await run_command(http, server, token, made["experiment_id"], "python3 main.py")  # type: ignore[arg-type]
+    if ran.get("stdout") != "hi\n":
+        print("    first command failed:", str(ran)[:300])
+        return None
+    return time.perf_counter() - started
+
+
+async def sign_in_all(http: httpx2.AsyncClient, server: object, n: int) -> list[str]:
+    limit = asyncio.Semaphore(8)
+
+    async def one() -> str:
+        async with limit:
+            return await new_user(http, server)  # type: ignore[arg-type]
+
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+async def burst(
+    http: httpx2.AsyncClient, server: object, tokens: list[str]
+) -> tuple[list[float], float]:
+    started = time.perf_counter()
+    done = await asyncio.gather(*(first_call(http, server, t, started) for t in tokens))
+    times = [t for t in done if t is not None]
+    return times, max(times, default=0.0)
+
+
+def warm_count(api: docker.APIClient, prefix: str) -> int:
+    found = api.containers(filters={"label": f"{prefix}.managed"})
+    return sum(1 for c in found if c["Labels"].get(f"{prefix}.sandbox", "").startswith("warm-"))
+
+
+async def scenario_burst(root: Path) -> None:
+    prefix = f"io.sandbox-mcp-bench-burst-{uuid.uuid4().hex[:6]}"
+    floor_root = root / "floor"
+    floor_root.mkdir()
+    floor, floor_ok, floor_wall = await asyncio.to_thread(
+        engine_floor, N, floor_root, prefix + "-floor"
+    )
+    with server_on(
+        "dir", root, N + 2, SANDBOX_MCP_LABEL_PREFIX=prefix,
+        SANDBOX_MCP_WARM_CONTAINERS=os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "2"), **WIDE,
+    ) as server:  # fmt: skip
+        limits = httpx2.Limits(max_connections=2 * N + 8, max_keepalive_connections=2 * N + 8)
+        async with httpx2.AsyncClient(timeout=600, limits=limits) as http:
+            tokens = await sign_in_all(http, server, N)
+            api = docker.from_env(timeout=60)
+            warm_at_burst = warm_count(api.api, prefix)
+            api.close()
+            times, wall = await burst(http, server, tokens)
+    print(f"[burst] N={N}, dir slots, {warm_at_burst} warm containers when it began")
+    print(summary("ours (create + first command)", times, len(times), N, wall))
+    print(summary("engine floor (docker run + exec)", floor, floor_ok, N, floor_wall))
+    if floor_wall:
+        print(f"  ratio last/last {wall / floor_wall:5.2f} (goal: at most 0.50)")
+
+
+async def scenario_full(root: Path) -> None:
+    size = int(os.environ.get("BURST_POOL", str(max(1, N // 4))))
+    prefix = f"io.sandbox-mcp-bench-full-{uuid.uuid4().hex[:6]}"
+    with server_on(
+        "dir", root, size, SANDBOX_MCP_LABEL_PREFIX=prefix, SANDBOX_MCP_IDLE_TIMEOUT_S="10",
+        SANDBOX_MCP_QUEUE_WAIT_S="20",
+        SANDBOX_MCP_WARM_CONTAINERS=os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "2"), **WIDE,
+    ) as server:  # fmt: skip
+        limits = httpx2.Limits(max_connections=2 * N + 8, max_keepalive_connections=2 * N + 8)
+        async with httpx2.AsyncClient(timeout=600, limits=limits) as http:
+            holders = await sign_in_all(http, server, size)
+            await asyncio.gather(
+                *(tool(http, server, t, "create_experiment", {"files": FILES}) for t in holders)
+            )
+            tokens = await sign_in_all(http, server, N)
+            positions: dict[int, int] = {}
+            served: dict[int, float] = {}
+            started = time.perf_counter()
+
+            async def one(i: int) -> float | None:
+                token = tokens[i]
+                while True:
+                    made = await tool(http, server, token, "create_experiment", {"files": FILES})
+                    error = made.get("error") or {}
+                    if error.get("code") != "SANDBOX_QUEUED":
+                        break
+                    positions.setdefault(i, int(error.get("position") or 0))
+                served[i] = time.perf_counter() - started
+                if made["is_error"]:
+                    print("    create failed:", str(made)[:300])
+                    return None
+                ran = await run_command(
+                    http, server, token, made["experiment_id"], "python3 main.py"
+                )
+                return time.perf_counter() - started if ran.get("stdout") == "hi\n" else None
+
+            done = await asyncio.gather(*(one(i) for i in range(N)))
+    times = [t for t in done if t is not None]
+    # Served a wave (the idle timeout, 10 s) or more before someone ahead of them.
+    early = sum(
+        1
+        for a in positions
+        for b in positions
+        if positions[a] and positions[b] and positions[a] < positions[b]
+        and served.get(b, 0) + 5 < served.get(a, 0)
+    )  # fmt: skip
+    print(f"[full] N={N} arriving while all {size} slots are held (idle timeout 10 s)")
+    print(summary("ours (queued, then served)", times, len(times), N, max(times, default=0.0)))
+    waves = -(-N // size)  # each wave waits for the last one's idle timeout (10 s)
+    print(f"  floor: {waves - 1} idle timeouts of 10 s before the last wave = {10 * (waves - 1)} s")
+    print(f"  queued: {len(positions)}; served a wave before someone ahead of them: {early}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scenarios", default="burst,full")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-burst-") as root:
+        for name in args.scenarios.split(","):
+            await {"burst": scenario_burst, "full": scenario_full}[name](Path(root))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
