@@ -64,6 +64,7 @@ import structlog
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
+from app.runtime.warm.demand import WarmDemand
 from app.sampling import ThrottledLog
 from jail.tree_delete import delete_tree
 from pool.background import cancel_and_wait
@@ -104,12 +105,17 @@ class WarmContainer:
 
 
 class WarmPool:
-    """Up to ``count`` warm containers of ``image``, one per free slot; see the module doc.
+    """Warm containers of ``image``, one per free slot, as many as ``demand`` asks
+    (``count`` without it); see the module doc.
 
     Args:
         backend: Creates, hands over and removes the containers.
         next_free: The ``n`` free slots the pool hands out next.
-        count: How many to keep ready (0: none, the pool does nothing).
+        count: How many to keep ready at least (0 and no demand: the pool does nothing).
+        demand: The sizing policy (``app.runtime.warm.demand``): grows the pool with
+            sign-ins, a queue and the rate of creates, within its budget.
+        concurrent_makes: How many warm containers are started at once (the engine
+            serves a few creates at a time well, more only queue inside it).
         image: The image they run (the default image).
         owner: (uid, gid) the workspace is given to (None: this process's).
         refill_every_s: How often the pool looks for newly freed slots.
@@ -126,6 +132,8 @@ class WarmPool:
         *,
         count: int,
         image: str,
+        demand: WarmDemand | None = None,
+        concurrent_makes: int = 4,
         owner: tuple[int, int] | None = None,
         refill_every_s: float = 5.0,
         claims: WarmClaimLedger | None = None,
@@ -136,6 +144,8 @@ class WarmPool:
         self._backend = backend
         self._next_free = next_free
         self.count = count
+        self._demand = demand
+        self._makes = anyio.CapacityLimiter(concurrent_makes)
         self._image = image
         self._owner = owner
         self._every = refill_every_s
@@ -151,6 +161,16 @@ class WarmPool:
         self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
         # Docker down refuses every slot on every pass: one line a minute per reason.
         self._refusals = ThrottledLog(log)
+        if demand is not None:
+            demand.on_change(self._wake.set)  # a rising signal starts a pass at once
+
+    def target(self) -> int:
+        """How many warm containers the pool keeps now."""
+        return self._demand.target() if self._demand is not None else self.count
+
+    @property
+    def ceiling(self) -> int:
+        return self._demand.budget.ceiling if self._demand is not None else self.count
 
     @property
     def ready(self) -> int:
@@ -166,7 +186,7 @@ class WarmPool:
     def start(self, slot_roots: Iterable[Path] = ()) -> None:
         """Start filling, after deleting the folders of an earlier run's warm containers
         (the start-up sweep removed the containers) from ``slot_roots``."""
-        if self.count > 0 and self._task is None:
+        if self.ceiling > 0 and self._task is None:
             self._task = asyncio.create_task(self._run(list(slot_roots)), name="warm-pool")
 
     async def stop(self) -> None:
@@ -183,6 +203,8 @@ class WarmPool:
 
         ``slot_root`` is the caller's own slot (from its lease), so no other key can get it.
         """
+        if self._demand is not None:
+            self._demand.created()
         pending = self._pending.get(slot_root)
         if pending is not None:
             self._awaited.add(slot_root)  # its lessee waits here: it stays when made
@@ -242,26 +264,46 @@ class WarmPool:
             if await self._claims.release(claim):
                 log.info("warm.orphan_removed", slot=claim.slot, owner=claim.process_id)
                 await self._remove(claim.container_id, Path(claim.root))
-        want = self.count - len(self._ready) - len(self._pending)
+        target = self.target()
+        want = target - len(self._ready) - len(self._pending)
+        if want < 0 and self._ready:
+            await self._shrink(min(len(self._ready), -want))
         if want <= 0:
             return 0
         if self._refresh_free is not None:
             await self._refresh_free()  # another process may have leased one meanwhile
         taken = set(claims) | {root.name for root in self._pending}
-        free = [s for s in self._next_free(self.count + len(taken)) if s.root.name not in taken]
+        free = [s for s in self._next_free(target + len(taken)) if s.root.name not in taken]
         chosen = free[:want]
         # Marked before any await: a caller leased one of these slots meanwhile waits for it.
         for slot in chosen:
             self._pending[slot.root] = asyncio.Event()
-        started = 0
-        for slot in chosen:
+        made = [0] * len(chosen)
+
+        async def make(i: int, slot: Slot) -> None:
             try:
-                started += await self._make(slot)
+                async with self._makes:
+                    made[i] = await self._make(slot)
             finally:
                 self._pending.pop(slot.root).set()
+
+        # In order of the slots handed out next: the first ones are ready first.
+        async with anyio.create_task_group() as group:
+            for i, slot in enumerate(chosen):
+                group.start_soon(make, i, slot)
+        started = sum(made)
         if started:
-            log.info("warm.filled", started=started, ready=len(self._ready))
+            log.info("warm.filled", started=started, ready=len(self._ready), target=target)
         return started
+
+    async def _shrink(self, surplus: int) -> None:
+        """Remove ``surplus`` unused warm containers, those of the slots handed out last
+        first (the pool's demand fell: they would wait idle)."""
+        latest = sorted(self._ready.values(), key=lambda warm: warm.slot.index, reverse=True)
+        gone = [self._ready.pop(warm.slot.root) for warm in latest[:surplus]]  # none takes them
+        for warm in gone:
+            await self._discard(warm)
+        log.info("warm.shrunk", removed=len(gone), ready=len(self._ready))
 
     async def _still_free(self, slot: Slot) -> bool:
         if self._refresh_free is None or slot.root in self._awaited:

@@ -1,0 +1,115 @@
+"""A burst of signed-in first calls on the real server and engine: the warm pool grows on
+the sign-ins (within its budget), every first call succeeds, and once the signals fade
+the pool shrinks back to its floor.
+
+Driven by what the engine shows, polled with generous bounds: the pool's signals fade
+on their own clocks (a sign-in counts until its first call, the rate of creates for a
+minute), never asserted as a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+
+import docker
+import httpx2
+import pytest
+from e2e_server import RunningServer, start_server, stop_server
+from mcp_http import run_command, tool
+from oauth_browser import ManualClient
+
+pytestmark = pytest.mark.e2e
+
+PREFIX = f"io.sandbox-mcp-warm-burst-{uuid.uuid4().hex[:8]}"
+USERS = 20
+FLOOR = 1
+BUDGET = 6
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("warm-burst") / "state",
+        SANDBOX_MCP_AUTH="oauth",
+        SANDBOX_MCP_POOL_SIZE=str(USERS + BUDGET),
+        SANDBOX_MCP_WARM_CONTAINERS=str(FLOOR),
+        SANDBOX_MCP_WARM_MAX_CONTAINERS=str(BUDGET),
+        SANDBOX_MCP_LABEL_PREFIX=PREFIX,
+        SANDBOX_MCP_QUEUE_WAIT_S="0",
+        SANDBOX_MCP_SIGNINS_PER_MINUTE="1000",
+        SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
+    )
+    yield running
+    stop_server(running)
+    with contextlib.closing(docker.from_env()) as engine:
+        for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
+            engine.api.remove_container(found["Id"], force=True)
+
+
+def waiting_warm(engine: docker.DockerClient) -> int:
+    """Warm containers not handed over yet (a handed-over one is renamed)."""
+    found = engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"})
+    return sum(
+        1
+        for c in found
+        if c["Labels"][f"{PREFIX}.sandbox"].startswith("warm-")
+        and not c["Names"][0].lstrip("/").startswith("smcp-handed-")
+    )
+
+
+class Watch:
+    """Counts the waiting warm containers every 0.2 s, keeping the most ever seen."""
+
+    def __init__(self, engine: docker.DockerClient) -> None:
+        self.engine = engine
+        self.now = 0
+        self.most = 0
+
+    async def run(self) -> None:
+        while True:
+            self.now = await asyncio.to_thread(waiting_warm, self.engine)
+            self.most = max(self.most, self.now)
+            await asyncio.sleep(0.2)
+
+    async def until(self, done: object, bound_s: float, what: str) -> None:
+        deadline = time.monotonic() + bound_s
+        while not done():  # type: ignore[operator]
+            assert time.monotonic() < deadline, f"{what} within {bound_s} s: {self.now} now"
+            await asyncio.sleep(0.2)
+
+
+async def first_output(http: httpx2.AsyncClient, server: RunningServer, token: str) -> str:
+    made = await tool(
+        http, server, token, "create_experiment", {"files": {"main.py": "print('hi')\n"}}
+    )
+    assert not made["is_error"], made
+    ran = await run_command(http, server, token, made["experiment_id"], "python3 main.py")
+    return str(ran["stdout"])
+
+
+@pytest.mark.timeout(900)  # its bounds are generous: the pool's signals fade on their own
+async def test_a_burst_of_first_calls_meets_a_pool_grown_within_its_budget(
+    http: httpx2.AsyncClient, server: RunningServer, engine: docker.DockerClient
+) -> None:
+    watch = Watch(engine)
+    watching = asyncio.create_task(watch.run())
+    try:
+        await watch.until(lambda: watch.now == FLOOR, 120, "the floor started")
+        client = await ManualClient.register(http, server.base_url)
+        tokens = [await client.access_token(http) for _ in range(USERS)]
+        # Twenty sign-ins whose first call has not come: the pool grows to its budget.
+        await watch.until(lambda: watch.now == BUDGET, 180, "grown to the budget")
+        outputs = await asyncio.gather(*(first_output(http, server, t) for t in tokens))
+        assert outputs == ["hi\n"] * USERS
+        # Every sign-in is served and the creates' rate fades within a minute: back to
+        # the floor, with the last free slots' containers removed.
+        await watch.until(lambda: watch.now == FLOOR, 300, "shrunk to the floor")
+        assert watch.most <= BUDGET
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
