@@ -58,7 +58,7 @@ class RuntimeSettings(Group):
         ),
     )
     warm_max_containers: int = Field(
-        default=64,
+        default=128,
         ge=0,
         le=10_000,
         description=(
@@ -69,13 +69,13 @@ class RuntimeSettings(Group):
         ),
     )
     warm_memory_mb: int = Field(
-        default=1024,
+        default=2048,
         ge=0,
         le=1_048_576,
         description=(
             "Host memory the idle warm containers may take, counted at 14 MB each (about "
             "0.6 MB in the container's cgroup plus 13 MB for its containerd shim, measured "
-            "by tests/bench/bench_warm.py): at the default, 73 containers."
+            "by tests/bench/bench_warm.py): at the default, 146 containers."
         ),
     )
     engine_creates: int = Field(

@@ -6,11 +6,14 @@ engine's own floor: N concurrent hardened ``docker run`` + exec through the Dock
     source /work/dev/env.sh
     BURST_N=100 uv run python tests/bench/bench_burst.py [--scenarios burst,full]
 
-Scenarios (both on dir slots, hosted mode: OAuth, one sign-in per user, made before the
+Scenarios (all on dir slots, hosted mode: OAuth, one sign-in per user, made before the
 burst; the server runs with its default warm-pool settings unless the environment says):
 
-- ``burst``: a pool with a slot for everyone; prints N/N succeeded, the time until the last
-  first output, p50/p99 of each user's time to first output, and the same for the floor.
+- ``burst``: a pool with a slot for everyone; the users sign in, and once the server has
+  acted on it (its warm containers stopped growing: printed) call at once; prints N/N
+  succeeded, the time until the last first output, p50/p99 of each user's time to first
+  output, and the same for the floor.
+- ``burst-now``: the same, calling right after the last sign-in.
 - ``full``: the same burst while every slot is held (``BURST_POOL`` of them, default N/4):
   the burst queues, the holders go idle and are emptied, and every user keeps calling
   until served; once served and answered, a user goes idle too, freeing its slot for the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -39,11 +43,13 @@ from mcp_http import run_command, tool
 N = int(os.environ.get("BURST_N", "100"))
 FILES = {"main.py": "print('hi')\n"}
 # Everyone signs in from 127.0.0.1: the budgets per address and in all are opened wide.
+# BURST_SERVER_ENV="SANDBOX_MCP_X=1 ..." adds settings of the server's (e.g. its log level).
 WIDE = {
     "SANDBOX_MCP_REGISTRATIONS_PER_MINUTE": "100000",
     "SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR": "1000000",
     "SANDBOX_MCP_SANDBOXES_PER_ADDRESS": "100000",
     "SANDBOX_MCP_MAX_CALLS_PER_ADDRESS": "100000",
+    **dict(item.split("=", 1) for item in os.environ.get("BURST_SERVER_ENV", "").split()),
 }
 
 
@@ -143,9 +149,24 @@ def warm_count(api: docker.APIClient, prefix: str) -> int:
     return sum(1 for c in found if c["Labels"].get(f"{prefix}.sandbox", "").startswith("warm-"))
 
 
-async def scenario_burst(root: Path) -> None:
+def settled(api: docker.APIClient, prefix: str, bound_s: float = 120) -> tuple[int, float]:
+    """Wait until the server's warm containers stop growing (no new one for 3 s); how
+    many there are and how long that took."""
+    started = time.perf_counter()
+    count, since = warm_count(api, prefix), time.perf_counter()
+    while time.perf_counter() - since < 3 and time.perf_counter() - started < bound_s:
+        time.sleep(0.2)
+        now = warm_count(api, prefix)
+        if now > count:
+            count, since = now, time.perf_counter()
+    return count, time.perf_counter() - started
+
+
+async def scenario_burst(root: Path, *, settle: bool = True) -> None:
+    """The burst once the server has acted on the sign-ins (``settle``: its warm
+    containers stopped growing), or right after the last sign-in."""
     prefix = f"io.sandbox-mcp-bench-burst-{uuid.uuid4().hex[:6]}"
-    floor_root = root / "floor"
+    floor_root = root / f"floor-{uuid.uuid4().hex[:6]}"
     floor_root.mkdir()
     floor, floor_ok, floor_wall = await asyncio.to_thread(
         engine_floor, N, floor_root, prefix + "-floor"
@@ -156,16 +177,29 @@ async def scenario_burst(root: Path) -> None:
     ) as server:  # fmt: skip
         limits = httpx2.Limits(max_connections=2 * N + 8, max_keepalive_connections=2 * N + 8)
         async with httpx2.AsyncClient(timeout=600, limits=limits) as http:
+            signing_in = time.perf_counter()
             tokens = await sign_in_all(http, server, N)
-            api = docker.from_env(timeout=60)
-            warm_at_burst = warm_count(api.api, prefix)
-            api.close()
+            signed_in = time.perf_counter() - signing_in
+            client = docker.from_env(timeout=60)
+            if settle:
+                warm, waited = await asyncio.to_thread(settled, client.api, prefix)
+            else:
+                warm, waited = warm_count(client.api, prefix), 0.0
+            client.close()
             times, wall = await burst(http, server, tokens)
-    print(f"[burst] N={N}, dir slots, {warm_at_burst} warm containers when it began")
+    when = f"{waited:.1f} s after the last sign-in" if settle else "right after the last sign-in"
+    print(
+        f"[burst{'' if settle else '-now'}] N={N}, dir slots; {N} sign-ins took {signed_in:.1f} s;"
+        f" the burst began {when}, with {warm} warm containers"
+    )
     print(summary("ours (create + first command)", times, len(times), N, wall))
     print(summary("engine floor (docker run + exec)", floor, floor_ok, N, floor_wall))
     if floor_wall:
         print(f"  ratio last/last {wall / floor_wall:5.2f} (goal: at most 0.50)")
+
+
+async def scenario_burst_now(root: Path) -> None:
+    await scenario_burst(root, settle=False)
 
 
 async def scenario_full(root: Path) -> None:
@@ -223,11 +257,19 @@ async def scenario_full(root: Path) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scenarios", default="burst,full")
+    parser.add_argument("--scenarios", default="burst,burst-now,full")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-burst-") as root:
+    # BURST_KEEP=1 keeps the servers' logs (the folder is printed).
+    root = tempfile.mkdtemp(prefix="bench-burst-")
+    try:
         for name in args.scenarios.split(","):
-            await {"burst": scenario_burst, "full": scenario_full}[name](Path(root))
+            scenarios = {"burst": scenario_burst, "burst-now": scenario_burst_now}
+            await {**scenarios, "full": scenario_full}[name](Path(root))
+    finally:
+        if os.environ.get("BURST_KEEP"):
+            print(f"  logs kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
