@@ -53,7 +53,7 @@ class RuntimeSettings(Group):
             "hardened, each in one of the "
             "free slots handed out next, so a new sandbox's first experiment starts without "
             "waiting for Docker (0: none). Each counts as its slot's promised container; an "
-            "idle one costs about 14 MB (tests/bench/bench_warm.py). It grows past this with "
+            "idle one costs about 20 MB (tests/bench/bench_warm.py). It grows past this with "
             "demand, within WARM_MAX_CONTAINERS and WARM_MEMORY_MB."
         ),
     )
@@ -69,13 +69,13 @@ class RuntimeSettings(Group):
         ),
     )
     warm_memory_mb: int = Field(
-        default=2048,
+        default=2560,
         ge=0,
         le=1_048_576,
         description=(
-            "Host memory the idle warm containers may take, counted at 14 MB each (about "
-            "0.6 MB in the container's cgroup plus 13 MB for its containerd shim, measured "
-            "by tests/bench/bench_warm.py): at the default, 146 containers."
+            "Host memory the idle warm containers may take, counted at 20 MB each (about "
+            "6.2 MB in the container's cgroup, sleep and its executor, plus 13-14 MB for its "
+            "containerd shim, measured by tests/bench/bench_warm.py): at the default, 128."
         ),
     )
     engine_creates: int = Field(
