@@ -82,3 +82,18 @@ async def test_without_demand_the_pool_keeps_its_count(tmp_path: Path) -> None:
     assert await pool.fill() == 0
     assert pool.ready == 2
     await pool.stop()
+
+
+async def test_a_lessee_whose_make_has_not_begun_goes_cold_at_once(tmp_path: Path) -> None:
+    # One make at a time: slot-002's waits behind slot-000's and slot-001's. Its lessee
+    # must not wait for both; its make is dropped when its turn comes.
+    free = slots(tmp_path, 3)
+    backend = Backend()
+    pool = WarmPool(backend, lambda n: free[:n], count=3, image="img:1", concurrent_makes=1)
+    filling = asyncio.create_task(pool.fill())
+    await asyncio.sleep(0)  # the pass marked all three and began the first
+    spec = ContainerSpec("exp-1", "fp-lessee", "img:1", free[2].root / "exp-1" / "workspace")
+    assert await pool.take(free[2].root, spec, free[2].root / "exp-1") is None
+    assert await filling == 2
+    assert sorted(pool.ready_slots()) == [free[0].root, free[1].root]
+    await pool.stop()
