@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -163,6 +164,17 @@ def warm_count(api: docker.APIClient, prefix: str) -> int:
     return sum(1 for c in found if c["Labels"].get(f"{prefix}.sandbox", "").startswith("warm-"))
 
 
+def remove_ours(prefix: str) -> None:
+    """Remove the containers the bench's server left (a stopped server leaves its
+    experiments' containers to the next start's sweep, which never comes here)."""
+    client = docker.from_env(timeout=300)
+    try:
+        for found in client.api.containers(all=True, filters={"label": f"{prefix}.managed"}):
+            client.api.remove_container(found["Id"], force=True)
+    finally:
+        client.close()
+
+
 def settled(
     api: docker.APIClient, prefix: str, want: int, bound_s: float = 300
 ) -> tuple[int, float]:
@@ -191,7 +203,9 @@ async def scenario_burst(root: Path, *, settle: bool = True) -> None:
     floor, floor_ok, floor_wall = await asyncio.to_thread(
         engine_floor, N, floor_root, prefix + "-floor"
     )
-    with server_on(
+    stack = contextlib.ExitStack()
+    stack.callback(remove_ours, prefix)
+    with stack, server_on(
         "dir", root, N + 2, SANDBOX_MCP_LABEL_PREFIX=prefix,
         SANDBOX_MCP_WARM_CONTAINERS=os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "2"), **WIDE,
     ) as server:  # fmt: skip
@@ -228,7 +242,9 @@ async def scenario_burst_now(root: Path) -> None:
 async def scenario_full(root: Path) -> None:
     size = int(os.environ.get("BURST_POOL", str(max(1, N // 4))))
     prefix = f"io.sandbox-mcp-bench-full-{uuid.uuid4().hex[:6]}"
-    with server_on(
+    stack = contextlib.ExitStack()
+    stack.callback(remove_ours, prefix)
+    with stack, server_on(
         "dir", root, size, SANDBOX_MCP_LABEL_PREFIX=prefix, SANDBOX_MCP_IDLE_TIMEOUT_S="10",
         SANDBOX_MCP_QUEUE_WAIT_S="20",
         SANDBOX_MCP_WARM_CONTAINERS=os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "2"), **WIDE,
