@@ -54,9 +54,11 @@ class TokenService:
         cache_size: int = 10_000,
         *,
         listening: bool = True,
+        on_signin: Callable[[str, str | None], None] | None = None,
     ) -> None:
         """``listening``: whether revocations elsewhere reach ``forget`` from the start
-        (one process: there is no elsewhere)."""
+        (one process: there is no elsewhere). ``on_signin(sandbox_key, signin_prefix)``:
+        a code was redeemed, a sandbox's first call is on its way (the warm pool grows)."""
         self._config = config
         self._store = store
         self._hasher = hasher
@@ -66,6 +68,7 @@ class TokenService:
         self._verified: OrderedDict[str, _Verified] = OrderedDict()
         self._cache_size = cache_size
         self._listening = listening
+        self._on_signin = on_signin
         # Counts the revocations heard: a verification that read the database before one
         # arrived must not cache what it read (it may be the token just revoked).
         self._heard = 0
@@ -135,6 +138,8 @@ class TokenService:
             refusals.warning("oauth.code_replayed", grant.signin_prefix, client_id=client.client_id)
             raise OAuthError("invalid_grant", "The code was already used; its tokens are revoked.")
         log.info("oauth.code_exchanged", client_id=client.client_id)
+        if self._on_signin is not None:
+            self._on_signin(new.sandbox_key, new.signin_prefix)
         return answer
 
     async def refresh(self, client: Client, form: Mapping[str, str]) -> dict[str, object]:

@@ -41,6 +41,7 @@ from app.root.oauth import build_auth
 from app.root.runtime import (
     build_backend,
     build_egress_proxy,
+    build_warm_demand,
     build_warm_pool,
     warn_if_sandboxes_cannot_write,
 )
@@ -107,10 +108,18 @@ def build_services(settings: Settings) -> Services:
     # The experiments. The pool is built after the manager (its reset hook tears
     # experiments down); the warm pool asks it for free slots only once the service runs.
     records = ExperimentRecords(engine)
+    demand = build_warm_demand(
+        settings.runtime,
+        # One sign-in address grows the warm pool by its share of the budget at most.
+        address_share_percent=settings.auth.address_share_percent,
+        holds_slot=lambda key: pool.lease_of(key) is not None,
+        queued=lambda: pool.stats().queued,
+    )
     warm = build_warm_pool(
         settings.runtime,
         backend,
         lambda n: pool.next_free(n),
+        demand=demand,
         # Several processes place theirs in the slots they share: claims in the database.
         claims=WarmClaims(engine) if engine.dialect.name == "postgresql" else None,
         processes=registry,
@@ -141,7 +150,11 @@ def build_services(settings: Settings) -> Services:
         settings.pool, pool, records, jobs, backend, threads, trash_settled=manager.trash.settled
     )
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.
-    auth = build_auth(settings, engine, mailer, shared) if settings.auth.hosted else None
+    auth = (
+        build_auth(settings, engine, mailer, shared, on_signin=demand.signed_in)
+        if settings.auth.hosted
+        else None
+    )
     retention = Retention(
         repository, records, egress_usage, keep_s=settings.storage.record_retention_s
     )

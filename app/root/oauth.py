@@ -9,6 +9,7 @@ only joins it to our stores, key file, shared budgets and ready e-mail.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,10 +96,14 @@ class AuthParts:
 
 
 def build_auth(
-    settings: Settings, engine: AsyncEngine, mailer: ReadyMailer, shared: SharedLimits
+    settings: Settings,
+    engine: AsyncEngine,
+    mailer: ReadyMailer,
+    shared: SharedLimits,
+    on_signin: Callable[[str, str | None], None] | None = None,
 ) -> AuthParts:
     """The authorization server over ``engine``, with the token key from the settings or
-    the state dir.
+    the state dir; ``on_signin(sandbox_key, signin_prefix)`` hears each redeemed code.
 
     Raises:
         ConfigurationError: the token key cannot be read or created.
@@ -139,7 +144,14 @@ def build_auth(
         ),
         # With other processes, verified tokens are cached only while their revocations
         # are heard (AuthParts.open).
-        tokens=TokenService(config, store, hasher, sealer, listening=shared.revocations is None),
+        tokens=TokenService(
+            config,
+            store,
+            hasher,
+            sealer,
+            listening=shared.revocations is None,
+            on_signin=on_signin,
+        ),
         registrations=shared.budget("register", config.registrations_per_minute, config.shares),
         ask_email=mailer.enabled,
         revocations=shared.revocations,

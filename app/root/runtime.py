@@ -19,6 +19,7 @@ from app.egress.meter import UsageRecords
 from app.egress.proxy import EgressProxy
 from app.runtime.docker.backend import DockerBackend
 from app.runtime.docker.capacity import output_streams
+from app.runtime.warm.demand import WarmBudget, WarmDemand
 from app.runtime.warm.pool import WarmBackend, WarmPool
 from app.settings import RuntimeSettings, Settings
 from jail.privilege import can_chown
@@ -106,9 +107,33 @@ def build_backend(
         allow_git_egress=settings.egress.allow_git,
         egress_proxy=egress,
         client_factory=docker_client,
+        max_creates=runtime.engine_creates,
         dir_budget_bytes=(
             pool.dir_slot_budget_mb * 1_048_576 if pool.slot_backend == "dir" else None
         ),
+    )
+
+
+def build_warm_demand(
+    runtime: RuntimeSettings,
+    *,
+    address_share_percent: int,
+    holds_slot: Callable[[str], bool],
+    queued: Callable[[], int],
+) -> WarmDemand:
+    """How many warm containers to keep: WARM_CONTAINERS at least, more with sign-ins,
+    a queue and the rate of creates, within WARM_MAX_CONTAINERS and WARM_MEMORY_MB; one
+    sign-in address grows it by its share of that budget at most."""
+    budget = WarmBudget(
+        floor=runtime.warm_containers,
+        max_containers=runtime.warm_max_containers,
+        max_memory_mb=runtime.warm_memory_mb,
+    )
+    return WarmDemand(
+        budget,
+        address_share_percent=address_share_percent,
+        holds_slot=holds_slot,
+        queued=queued,
     )
 
 
@@ -117,16 +142,21 @@ def build_warm_pool(
     backend: WarmBackend,
     next_free: Callable[[int], list[Slot]],
     *,
+    demand: WarmDemand,
     claims: WarmClaims | None,
     processes: ProcessRegistry,
     refresh_free: Callable[[], Awaitable[None]],
 ) -> WarmPool:
-    """Containers of the default image kept started in the free slots handed out next;
-    ``claims`` (PostgreSQL) keep two processes out of one slot."""
+    """Containers of the default image kept started in the free slots handed out next,
+    as many as ``demand`` asks; ``claims`` (PostgreSQL) keep two processes out of one slot."""
     return WarmPool(
         backend,
         next_free,
         count=runtime.warm_containers,
+        demand=demand,
+        # Half the engine's creations at most: refills never fill the line real
+        # requests wait in.
+        concurrent_makes=max(1, runtime.engine_creates // 2),
         image=runtime.default_image,
         owner=runtime.sandbox_ids if os.geteuid() == 0 else None,
         claims=claims,

@@ -49,10 +49,43 @@ class RuntimeSettings(Group):
         ge=0,
         le=100,
         description=(
-            "Containers of the default image kept started and hardened, each in one of the "
+            "The warm pool's floor: containers of the default image kept started and "
+            "hardened, each in one of the "
             "free slots handed out next, so a new sandbox's first experiment starts without "
             "waiting for Docker (0: none). Each counts as its slot's promised container; an "
-            "idle one costs a few MB of memory (tests/bench/bench_warm.py)."
+            "idle one costs about 20 MB (tests/bench/bench_warm.py). It grows past this with "
+            "demand, within WARM_MAX_CONTAINERS and WARM_MEMORY_MB."
+        ),
+    )
+    warm_max_containers: int = Field(
+        default=128,
+        ge=0,
+        le=10_000,
+        description=(
+            "The most warm containers the pool grows to when demand rises (sign-ins whose "
+            "first call has not come yet, a forming queue, the recent rate of creates); "
+            "it shrinks back to WARM_CONTAINERS when idle. Also bounded by WARM_MEMORY_MB "
+            "and by the free slots."
+        ),
+    )
+    warm_memory_mb: int = Field(
+        default=2560,
+        ge=0,
+        le=1_048_576,
+        description=(
+            "Host memory the idle warm containers may take, counted at 20 MB each (about "
+            "6.2 MB in the container's cgroup, sleep and its executor, plus 13-14 MB for its "
+            "containerd shim, measured by tests/bench/bench_warm.py): at the default, 128."
+        ),
+    )
+    engine_creates: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description=(
+            "Container creations (create and start) sent to the engine at once, cold and "
+            "warm; more wait their turn in arrival order. The engine has locks of its own: past "
+            "a few at once it only queues them (tests/bench/bench_engine_concurrency.py)."
         ),
     )
     label_prefix: str = Field(

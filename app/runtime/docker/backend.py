@@ -113,6 +113,9 @@ class DockerBackend:
             sweep spares what a live process is still creating or cloning.
         client_factory: Builds the Docker client (called once, in a thread).
         max_calls: Concurrent blocking SDK calls.
+        max_creates: Container creations (create + start) sent to the engine at once;
+            more wait their turn in arrival order (``anyio.CapacityLimiter`` is FIFO), so
+            a slow creation delays no one beyond its own place.
         max_streams: Concurrent command output streams.
         kill_grace_s: After a kill, how long output may take to end before the
             stream is closed on our side.
@@ -150,6 +153,7 @@ class DockerBackend:
         deployment: str = "1",
         process_id: str | None = None,
         max_calls: int = 16,
+        max_creates: int = 8,
         max_streams: int = 512,
         kill_grace_s: float = 15.0,
         egress_proxy: EgressProxy | None = None,
@@ -167,6 +171,7 @@ class DockerBackend:
         self._default_image = default_image or allowed_images[0]
         self._ceilings = ceilings or Ceilings()
         self._offload = Offload(calls=max_calls, streams=max_streams)
+        self._creates = anyio.CapacityLimiter(max_creates)
         self._engine = Engine(
             client_factory=client_factory,
             offload=self._offload,
@@ -235,20 +240,27 @@ class DockerBackend:
         joining = self._networks.for_experiment(spec)
         labels.update(joining.labels)
         warnings = (*warnings, *joining.warnings)
-        container_id = await self._engine.create(
-            api,
-            image,
-            name,
-            labels,
-            mounts,
-            joining.mode,
-            limits,
-            {**spec.env, **joining.env},
-            spec.sandbox_label,
-        )
+        # The engine serves a few creations at once well; more only queue inside it.
+        async with self._creates:
+            container_id = await self._engine.create(
+                api,
+                image,
+                name,
+                labels,
+                mounts,
+                joining.mode,
+                limits,
+                {**spec.env, **joining.env},
+                spec.sandbox_label,
+            )
+            try:
+                with translated(container_id):
+                    await self._offload.call(api.start, container_id)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._remove_quietly(container_id)
+                raise
         try:
-            with translated(container_id):
-                await self._offload.call(api.start, container_id)
             await self._networks.attach(api, container_id, joining)
             self._exec.prepare(container_id)
         except BaseException:

@@ -25,6 +25,7 @@ once, and one tenant's jobs can never leave another's output unread.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 import anyio
 
 from app.errors import ConfigurationError, LimitReached, ServiceError
+from app.runtime.docker.listing import SharedListing
 from app.runtime.errors import CapacityExceeded
 
 UNATTRIBUTED = ""  # the sandbox of a container that names none
@@ -99,40 +101,56 @@ class ContainerShares:
 
 
 class ContainerLimiter:
-    """Admits container creations by :class:`ContainerShares`, one decision at a time."""
+    """Admits container creations by :class:`ContainerShares`, one decision at a time.
 
-    def __init__(self, shares: ContainerShares) -> None:
+    Args:
+        shares: The admission rule.
+        live: The sandbox of every live container of ours by name (at the engine).
+        clock: Monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        shares: ContainerShares,
+        live: Callable[[], Awaitable[Mapping[str, str]]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.shares = shares
+        self._clock = clock
+        self._listing = SharedListing(live, clock)
         self._lock = anyio.Lock()
-        self._creating: dict[str, str] = {}  # container name -> its sandbox
+        # Admitted creations by container name: (sandbox, when it ended, None: in flight).
+        self._creating: dict[str, tuple[str, float | None]] = {}
 
     @asynccontextmanager
-    async def admit(
-        self,
-        sandbox: str,
-        name: str,
-        live: Callable[[], Awaitable[Mapping[str, str]]],
-    ) -> AsyncIterator[None]:
+    async def admit(self, sandbox: str, name: str) -> AsyncIterator[None]:
         """Hold a place for the container ``name`` of ``sandbox`` while it is created.
 
-        ``live`` gives the sandbox of every live container by name (at the engine);
-        the creations in flight here that the engine does not show yet are added
-        (by name, so one the engine has just made is not counted twice), and the
-        lock makes the sum exact within this process.
+        The decision reads a listing of the engine that began after the call (shared
+        with the calls waiting with it: ``app.runtime.docker.listing``) and adds the
+        creations admitted here that it may not show: those in flight, and those that
+        ended after it began (by name, so one the listing shows is not counted twice).
+        The lock makes the sum exact within this process.
 
         Raises:
             LimitReached: the sandbox holds its own maximum.
             CapacityExceeded: the server, or its spare capacity, is full.
         """
+        listing = await self._listing.since(self._clock())
         async with self._lock:
-            found = await live()
+            found = listing.found
+            for other, (_, ended) in list(self._creating.items()):
+                # Listings are decided in the order they began: no later decision reads
+                # one older than this, which shows (or no longer needs) what ended before.
+                if ended is not None and ended < listing.began:
+                    del self._creating[other]
             held = Counter(found.values())
-            held.update(owner for other, owner in self._creating.items() if other not in found)
+            held.update(owner for other, (owner, _) in self._creating.items() if other not in found)
             refusal = self.shares.refusal(held, sandbox)
             if refusal is not None:
                 raise refusal
-            self._creating[name] = sandbox
+            self._creating[name] = (sandbox, None)
         try:
             yield
         finally:
-            del self._creating[name]
+            self._creating[name] = (sandbox, self._clock())

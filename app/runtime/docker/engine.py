@@ -134,7 +134,7 @@ class Engine:
         self._client_factory = client_factory
         self._offload = offload
         self._slots = slots
-        self._containers = ContainerLimiter(shares)
+        self._containers = ContainerLimiter(shares, self._live)
         self.labels = labels
         self._uid, self._gid = user_ids
         self.user = f"{self._uid}:{self._gid}"  # as the engine API wants it
@@ -283,7 +283,7 @@ class Engine:
         )
         # Defence in depth: whatever the code above became, never the engine's socket.
         await self._offload.call(refuse_docker_socket_in, host_config)
-        async with self._containers.admit(sandbox, name, self._live):
+        async with self._containers.admit(sandbox, name):
             with translated():
                 try:
                     created = await self._offload.call(

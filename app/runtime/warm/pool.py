@@ -1,10 +1,12 @@
 """Warm sandboxes: hardened containers started before anyone asks, one per free slot.
 
 A new sandbox's first ``create_experiment`` would otherwise wait for ``docker
-create`` and ``start`` (about 250 ms here). The pool keeps up to ``count``
-containers of the default image running, each created by the backend exactly
-like a cold one (same hardening, same code path), and each attached to one of
-the free slots the pool hands out next (lowest index first):
+create`` and ``start`` (about 250 ms here, seconds in a burst). The pool keeps as
+many containers of the default image running as its demand asks
+(:mod:`app.runtime.warm.demand`: sign-ins, the queue, the rate of creates, within a
+budget; ``count`` without one), each created by the backend exactly like a cold one
+(same hardening, same code path), and each attached to one of the free slots the
+pool hands out next (lowest index first):
 
     <slot root>/.warm-<token>/workspace   bind-mounted at /workspace
 
@@ -22,6 +24,13 @@ the folder), its CPU, memory and pids limits are updated to the request's, and
 from then on it counts in the caller's container share. A request it cannot
 serve (another image, network, environment or /tmp size) removes it first, then
 goes the cold way.
+
+Growing and shrinking: each pass begins the containers the target still lacks,
+several at once (``concurrent_makes``), and does not wait for them, so the next pass
+(woken at once by a rising signal) follows a target that rose meanwhile. A caller
+whose slot's container has not begun yet goes cold rather than wait behind other
+slots' makes; one whose container has begun waits for it. When the target falls, the
+surplus goes, the slots handed out last first.
 
 Capacity (see :mod:`app.runtime.docker.capacity`): a warm container is the first
 container of its slot, counted under a key of its own (``warm-slot-NNN``), and
@@ -64,6 +73,7 @@ import structlog
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
+from app.runtime.warm.demand import WarmDemand
 from app.sampling import ThrottledLog
 from jail.tree_delete import delete_tree
 from pool.background import cancel_and_wait
@@ -72,9 +82,12 @@ from pool.slots import Slot
 log = structlog.get_logger(__name__)
 
 PREFIX = ".warm-"
-# A warm creation in flight for the caller's slot is waited for at most this long
-# (it is already under way, so it is the quickest way to a container).
-PENDING_WAIT_S = 30.0
+# A warm creation in flight for the caller's slot is waited for at most this long: it is
+# already in the engine's line, ahead of any cold create the caller would start now, so
+# it is the quickest way to a container; a burst made that line 45 s long here (2 cores,
+# heavy load), and 30 s sent callers cold at the line's end. The creation's own SDK
+# calls time out first (60 s each for create and start).
+PENDING_WAIT_S = 150.0
 _POLL_S = 0.1
 
 
@@ -104,12 +117,17 @@ class WarmContainer:
 
 
 class WarmPool:
-    """Up to ``count`` warm containers of ``image``, one per free slot; see the module doc.
+    """Warm containers of ``image``, one per free slot, as many as ``demand`` asks
+    (``count`` without it); see the module doc.
 
     Args:
         backend: Creates, hands over and removes the containers.
         next_free: The ``n`` free slots the pool hands out next.
-        count: How many to keep ready (0: none, the pool does nothing).
+        count: How many to keep ready at least (0 and no demand: the pool does nothing).
+        demand: The sizing policy (``app.runtime.warm.demand``): grows the pool with
+            sign-ins, a queue and the rate of creates, within its budget.
+        concurrent_makes: How many warm containers are started at once (the engine
+            serves a few creates at a time well, more only queue inside it).
         image: The image they run (the default image).
         owner: (uid, gid) the workspace is given to (None: this process's).
         refill_every_s: How often the pool looks for newly freed slots.
@@ -126,6 +144,8 @@ class WarmPool:
         *,
         count: int,
         image: str,
+        demand: WarmDemand | None = None,
+        concurrent_makes: int = 4,
         owner: tuple[int, int] | None = None,
         refill_every_s: float = 5.0,
         claims: WarmClaimLedger | None = None,
@@ -136,6 +156,8 @@ class WarmPool:
         self._backend = backend
         self._next_free = next_free
         self.count = count
+        self._demand = demand
+        self._makes = anyio.CapacityLimiter(concurrent_makes)
         self._image = image
         self._owner = owner
         self._every = refill_every_s
@@ -146,11 +168,26 @@ class WarmPool:
         self._ready: dict[Path, WarmContainer] = {}  # by slot root
         self._pending: dict[Path, asyncio.Event] = {}
         self._awaited: set[Path] = set()  # slots whose lessee waits for their creation
+        # Pending slots whose creation has not begun (it waits for a place among the
+        # makes): their lessee goes cold rather than wait behind other slots' makes.
+        self._unstarted: set[Path] = set()
+        self._making: set[asyncio.Task[int]] = set()  # makes under way, each a task
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.filled = asyncio.Event()  # set after each pass (tests and benches wait on it)
+        # Set once a pass and the makes it began are over (tests and benches wait on it).
+        self.filled = asyncio.Event()
         # Docker down refuses every slot on every pass: one line a minute per reason.
         self._refusals = ThrottledLog(log)
+        if demand is not None:
+            demand.on_change(self._wake.set)  # a rising signal starts a pass at once
+
+    def target(self) -> int:
+        """How many warm containers the pool keeps now."""
+        return self._demand.target() if self._demand is not None else self.count
+
+    @property
+    def ceiling(self) -> int:
+        return self._demand.budget.ceiling if self._demand is not None else self.count
 
     @property
     def ready(self) -> int:
@@ -166,13 +203,17 @@ class WarmPool:
     def start(self, slot_roots: Iterable[Path] = ()) -> None:
         """Start filling, after deleting the folders of an earlier run's warm containers
         (the start-up sweep removed the containers) from ``slot_roots``."""
-        if self.count > 0 and self._task is None:
+        if self.ceiling > 0 and self._task is None:
             self._task = asyncio.create_task(self._run(list(slot_roots)), name="warm-pool")
 
     async def stop(self) -> None:
         """Stop refilling and remove the unused warm containers and their folders."""
         await cancel_and_wait(self._task)
         self._task = None
+        for making in list(self._making):
+            making.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await making
         with anyio.CancelScope(shield=True):
             for warm in list(self._ready.values()):
                 await self._discard(warm)
@@ -183,6 +224,11 @@ class WarmPool:
 
         ``slot_root`` is the caller's own slot (from its lease), so no other key can get it.
         """
+        if self._demand is not None:
+            self._demand.created()
+        if slot_root in self._unstarted:
+            self._unstarted.discard(slot_root)  # its make is dropped when its turn comes
+            return None
         pending = self._pending.get(slot_root)
         if pending is not None:
             self._awaited.add(slot_root)  # its lessee waits here: it stays when made
@@ -219,9 +265,20 @@ class WarmPool:
         return container
 
     async def fill(self) -> int:
-        """One pass: forget warm containers another process took or removed, drop those
-        whose folder is gone, remove dead processes' ones, then start new ones on the
-        next free unclaimed slots until ``count`` are ready; how many were started."""
+        """One pass, waiting for the containers it starts (tests and benches); how many
+        were started. See :meth:`_pass`."""
+        makes = await self._pass()
+        started = sum(await asyncio.gather(*makes)) if makes else 0
+        if started:
+            log.info("warm.filled", started=started, ready=len(self._ready))
+        return started
+
+    async def _pass(self) -> list[asyncio.Task[int]]:
+        """Forget warm containers another process took or removed, drop those whose
+        folder is gone, remove dead processes' ones, remove the surplus when the target
+        fell, then begin new ones on the next free unclaimed slots up to the target; the
+        makes begun (tasks: the next pass need not wait for them, so the pool follows a
+        target that rises while they run)."""
         claims = {claim.slot: claim for claim in await self._claims.all()}
         for warm in list(self._ready.values()):
             if claims.get(warm.claim.slot) != warm.claim:
@@ -234,7 +291,8 @@ class WarmPool:
         for warm in list(self._ready.values()):
             fresh = warm.container.container_id in running
             if not fresh or not await asyncio.to_thread(_same_folder, warm):
-                self._ready.pop(warm.slot.root, None)
+                if self._ready.pop(warm.slot.root, None) is None:
+                    continue  # handed over meanwhile
                 claims.pop(warm.claim.slot, None)
                 await self._discard(warm)
         for claim in await self._claims_of_dead(list(claims.values())):
@@ -242,26 +300,61 @@ class WarmPool:
             if await self._claims.release(claim):
                 log.info("warm.orphan_removed", slot=claim.slot, owner=claim.process_id)
                 await self._remove(claim.container_id, Path(claim.root))
-        want = self.count - len(self._ready) - len(self._pending)
+        target = self.target()
+        want = target - len(self._ready) - len(self._pending)
+        if want < 0 and self._ready:
+            await self._shrink(min(len(self._ready), -want))
         if want <= 0:
-            return 0
+            return []
         if self._refresh_free is not None:
             await self._refresh_free()  # another process may have leased one meanwhile
         taken = set(claims) | {root.name for root in self._pending}
-        free = [s for s in self._next_free(self.count + len(taken)) if s.root.name not in taken]
+        free = [s for s in self._next_free(target + len(taken)) if s.root.name not in taken]
         chosen = free[:want]
-        # Marked before any await: a caller leased one of these slots meanwhile waits for it.
+        # Marked before any await: a caller leased one of these slots meanwhile waits for
+        # it, or goes cold while its make has not begun.
         for slot in chosen:
             self._pending[slot.root] = asyncio.Event()
-        started = 0
-        for slot in chosen:
-            try:
-                started += await self._make(slot)
-            finally:
-                self._pending.pop(slot.root).set()
-        if started:
-            log.info("warm.filled", started=started, ready=len(self._ready))
-        return started
+            self._unstarted.add(slot.root)
+        makes = [asyncio.create_task(self._make_pending(slot)) for slot in chosen]
+        self._making.update(makes)
+        for making in makes:
+            making.add_done_callback(self._making.discard)
+        if makes:
+            log.info("warm.growing", begun=len(makes), ready=len(self._ready), target=target)
+        return makes
+
+    async def _make_pending(self, slot: Slot) -> int:
+        """Make the warm container of a slot marked pending, in its turn among the makes
+        (the slots handed out next are marked first, so they are made first)."""
+        try:
+            async with self._makes:
+                if slot.root not in self._unstarted:
+                    return 0  # its lessee went cold meanwhile
+                self._unstarted.discard(slot.root)
+                return await self._make(slot)
+        except Exception:  # no one awaits a make begun by the loop: said here, not lost
+            log.exception("warm.make_failed", slot=slot.name)
+            return 0
+        finally:
+            self._unstarted.discard(slot.root)
+            self._pending.pop(slot.root).set()
+            if not self._pending:
+                self._signal_filled()
+
+    def _signal_filled(self) -> None:
+        """A pass and every make it began are over (tests and benches wait for this)."""
+        self.filled.set()
+        self.filled.clear()
+
+    async def _shrink(self, surplus: int) -> None:
+        """Remove ``surplus`` unused warm containers, those of the slots handed out last
+        first (the pool's demand fell: they would wait idle)."""
+        latest = sorted(self._ready.values(), key=lambda warm: warm.slot.index, reverse=True)
+        gone = [self._ready.pop(warm.slot.root) for warm in latest[:surplus]]  # none takes them
+        for warm in gone:
+            await self._discard(warm)
+        log.info("warm.shrunk", removed=len(gone), ready=len(self._ready))
 
     async def _still_free(self, slot: Slot) -> bool:
         if self._refresh_free is None or slot.root in self._awaited:
@@ -347,11 +440,11 @@ class WarmPool:
         await asyncio.to_thread(_delete_leftovers, leftovers_in, claimed)
         while True:
             try:
-                await self.fill()
+                await self._pass()
             except Exception:  # the loop must outlive one bad pass
                 log.exception("warm.fill_failed")
-            self.filled.set()
-            self.filled.clear()
+            if not self._pending:
+                self._signal_filled()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._every)
             self._wake.clear()

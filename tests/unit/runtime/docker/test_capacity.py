@@ -106,7 +106,6 @@ def test_a_slot_holder_always_gets_its_first_container(seed: int) -> None:
 
 
 async def test_the_limiter_counts_creations_in_flight() -> None:
-    limiter = ContainerLimiter(ContainerShares(total=3, slots=2, per_sandbox=3))
     live: dict[str, str] = {}
     entered = asyncio.Event()
     release = asyncio.Event()
@@ -114,8 +113,10 @@ async def test_the_limiter_counts_creations_in_flight() -> None:
     async def engine() -> dict[str, str]:
         return dict(live)
 
+    limiter = ContainerLimiter(ContainerShares(total=3, slots=2, per_sandbox=3), engine)
+
     async def create(sandbox: str, name: str) -> None:
-        async with limiter.admit(sandbox, name, engine):
+        async with limiter.admit(sandbox, name):
             entered.set()
             await release.wait()
             live[name] = sandbox
@@ -125,9 +126,9 @@ async def test_the_limiter_counts_creations_in_flight() -> None:
     second = asyncio.create_task(create("a", "a2"))  # a's second: the one spare
     await asyncio.sleep(0)
     with pytest.raises(CapacityExceeded):
-        async with limiter.admit("a", "a3", engine):  # a's third: the spare is in flight
+        async with limiter.admit("a", "a3"):  # a's third: the spare is in flight
             pass
-    async with limiter.admit("b", "b1", engine):  # b's first always fits
+    async with limiter.admit("b", "b1"):  # b's first always fits
         pass
     release.set()
     await asyncio.gather(first, second)
@@ -137,32 +138,100 @@ async def test_the_limiter_counts_creations_in_flight() -> None:
 async def test_a_container_the_engine_already_shows_is_not_counted_twice() -> None:
     # Two containers, two slots: the engine lists a's container before a's creation
     # has left the limiter; b's first must still fit.
-    limiter = ContainerLimiter(ContainerShares(total=2, slots=2))
     live: dict[str, str] = {}
 
     async def engine() -> dict[str, str]:
         return dict(live)
 
-    async with limiter.admit("a", "a1", engine):
+    limiter = ContainerLimiter(ContainerShares(total=2, slots=2), engine)
+
+    async with limiter.admit("a", "a1"):
         live["a1"] = "a"  # made at the engine, not yet out of the limiter
-        async with limiter.admit("b", "b1", engine):
+        async with limiter.admit("b", "b1"):
             live["b1"] = "b"
     with pytest.raises(CapacityExceeded):
-        async with limiter.admit("c", "c1", engine):
+        async with limiter.admit("c", "c1"):
             pass
 
 
 async def test_a_refused_or_failed_creation_gives_its_place_back() -> None:
-    limiter = ContainerLimiter(ContainerShares(total=1, slots=1))
-
     async def none() -> dict[str, str]:
         return {}
 
+    limiter = ContainerLimiter(ContainerShares(total=1, slots=1), none)
+
     with pytest.raises(RuntimeError):
-        async with limiter.admit("a", "a1", none):
+        async with limiter.admit("a", "a1"):
             raise RuntimeError("the engine refused")
-    async with limiter.admit("b", "b1", none):
+    async with limiter.admit("b", "b1"):
         pass
+
+
+async def test_admissions_that_arrive_together_share_one_listing() -> None:
+    # A burst of creations: each needs a listing that began after it arrived, and those
+    # arriving while one is under way share the next, rather than one listing each.
+    listings = 0
+    gate = asyncio.Event()
+
+    async def engine() -> dict[str, str]:
+        nonlocal listings
+        listings += 1
+        await gate.wait()
+        return {}
+
+    limiter = ContainerLimiter(ContainerShares(total=100, slots=100), engine)
+
+    async def create(sandbox: str) -> None:
+        async with limiter.admit(sandbox, sandbox):
+            pass
+
+    first = asyncio.create_task(create("first"))
+    await asyncio.sleep(0)  # its listing is under way
+    burst = [asyncio.create_task(create(f"s{i}")) for i in range(50)]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *burst)
+    assert listings == 2
+
+
+async def test_a_creation_that_ended_after_the_listing_began_still_counts() -> None:
+    # c's listing began before b1 was made, so it does not show b1: b1 is counted from
+    # the limiter's own record (it ended after that listing began).
+    now = [0.0]
+    gate = asyncio.Event()
+    calls = 0
+
+    async def engine() -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # c's listing: it began at 1.0 and answers after b1 was made
+            await gate.wait()
+        return {}
+
+    limiter = ContainerLimiter(ContainerShares(total=1, slots=1), engine, clock=lambda: now[0])
+    b_in = asyncio.Event()
+    b_done = asyncio.Event()
+
+    async def b() -> None:
+        async with limiter.admit("b", "b1"):
+            b_in.set()
+            await b_done.wait()
+            now[0] = 2.0  # made at the engine; its creation ends now
+
+    async def c() -> None:
+        async with limiter.admit("c", "c1"):
+            pass
+
+    b_task = asyncio.create_task(b())
+    await b_in.wait()
+    now[0] = 1.0
+    c_task = asyncio.create_task(c())
+    await asyncio.sleep(0)  # c's listing began at 1.0
+    b_done.set()
+    await b_task
+    gate.set()
+    with pytest.raises(CapacityExceeded):
+        await c_task
 
 
 def test_output_streams_cover_every_sandbox_at_its_caps() -> None:

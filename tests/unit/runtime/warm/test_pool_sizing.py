@@ -1,0 +1,99 @@
+"""The warm pool follows its demand (app.runtime.warm.pool with app.runtime.warm.demand):
+it grows to the target, starts several at once, and shrinks back to its floor; on a fake
+backend and a fake clock (the real engine: tests/e2e/test_warm_burst.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from runtime_fakes import FakeBackend
+
+from app.runtime.backend import Container, ContainerSpec
+from app.runtime.warm.demand import WarmBudget, WarmDemand
+from app.runtime.warm.pool import WarmPool
+from pool.slots import Slot, name_of
+
+
+class Backend(FakeBackend):
+    """A fake warm backend that counts the creates under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_once = 0
+        self.most_at_once = 0
+
+    async def create(self, spec: ContainerSpec) -> Container:
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            await asyncio.sleep(0.01)
+            return await super().create(spec)
+        finally:
+            self.at_once -= 1
+
+    async def running(self) -> set[str]:
+        return set(self.containers)
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        pass
+
+    async def hand_over(self, warm: Container, spec: ContainerSpec) -> Container | None:
+        return warm
+
+
+def slots(base: Path, n: int) -> list[Slot]:
+    made = []
+    for index in range(n):
+        root = base / name_of(index)
+        root.mkdir()
+        made.append(Slot(index, name_of(index), root))
+    return made
+
+
+async def test_the_pool_grows_with_sign_ins_and_shrinks_to_its_floor(tmp_path: Path) -> None:
+    now = [0.0]
+    policy = WarmDemand(WarmBudget(2, 6, 10_000), clock=lambda: now[0])
+    free = slots(tmp_path, 10)
+    backend = Backend()
+    pool = WarmPool(
+        backend, lambda n: free[:n], count=2, image="img:1", demand=policy, concurrent_makes=3
+    )
+    assert await pool.fill() == 2
+    for i in range(10):  # ten sign-ins: past the budget of 6
+        policy.signed_in(f"key-{i}", f"10.0.0.{i}")
+    assert await pool.fill() == 4
+    assert pool.ready == 6 == len(backend.containers)
+    assert backend.most_at_once == 3  # several at once, within concurrent_makes
+    now[0] += 300  # the sign-ins never called: their signal faded
+    assert await pool.fill() == 0
+    assert pool.ready == 2 == len(backend.containers)
+    # The slots handed out last lost theirs; the next ones to go out keep them.
+    assert sorted(pool.ready_slots()) == [free[0].root, free[1].root]
+    assert not any(p.name.startswith(".warm-") for s in free[2:] for p in s.root.iterdir())
+    await pool.stop()
+    assert backend.containers == {}
+
+
+async def test_without_demand_the_pool_keeps_its_count(tmp_path: Path) -> None:
+    free = slots(tmp_path, 4)
+    pool = WarmPool(Backend(), lambda n: free[:n], count=2, image="img:1")
+    assert await pool.fill() == 2
+    assert await pool.fill() == 0
+    assert pool.ready == 2
+    await pool.stop()
+
+
+async def test_a_lessee_whose_make_has_not_begun_goes_cold_at_once(tmp_path: Path) -> None:
+    # One make at a time: slot-002's waits behind slot-000's and slot-001's. Its lessee
+    # must not wait for both; its make is dropped when its turn comes.
+    free = slots(tmp_path, 3)
+    backend = Backend()
+    pool = WarmPool(backend, lambda n: free[:n], count=3, image="img:1", concurrent_makes=1)
+    filling = asyncio.create_task(pool.fill())
+    await asyncio.sleep(0)  # the pass marked all three and began the first
+    spec = ContainerSpec("exp-1", "fp-lessee", "img:1", free[2].root / "exp-1" / "workspace")
+    assert await pool.take(free[2].root, spec, free[2].root / "exp-1") is None
+    assert await filling == 2
+    assert sorted(pool.ready_slots()) == [free[0].root, free[1].root]
+    await pool.stop()
