@@ -150,6 +150,8 @@ def _open_source(source: Path, home: Path | None) -> int:
         ) from None
     except (OSError, RuntimeError):
         raise _refused("its path cannot be resolved (a link loop, or no permission)") from None
+    except ValueError:  # a NUL byte: no path on any filesystem holds one
+        raise _refused("its path contains a NUL byte") from None
     homes = _homes(home)
     if resolved == Path("/") or any(resolved == h or resolved in h.parents for h in homes):
         raise _refused("it is / or your home folder (or a folder above it)")
