@@ -319,8 +319,11 @@ class CommandRunner:
         started again once the engine is back: ``app.experiments.recovery.recovery``)."""
         now = self._clock()
         if isinstance(exc, ExecutorStopped):
-            # Not the engine: the sandbox's executor, and the message says why.
-            status = "lost" if started_running else "failed"
+            # Not the engine: the sandbox's executor, and the message says why. The
+            # command was handed to the executor, so it may have run whether or not its
+            # start was announced (a command that floods the executor's stdout can
+            # overtake the announcement): its result is lost either way.
+            status = "lost"
             reason = exc.message
         elif started_running:
             status = "lost"

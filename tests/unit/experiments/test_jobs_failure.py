@@ -47,8 +47,8 @@ class FailingBackend(FakeBackend):
         on_start: Callable[[tuple[int, int]], Awaitable[None]] | None = None,
     ) -> ExecResult:
         what, _, after = command.partition(" after ")
-        if what in ("stop", "gone"):
-            if on_start is not None:
+        if what in ("stop", "gone", "flood"):
+            if on_start is not None and what != "flood":
                 await on_start((1, 2))
             await asyncio.sleep(float(after))
             if what == "gone":
@@ -88,6 +88,10 @@ async def make_manager(engine: AsyncEngine, tmp_path: Path, jobs: JobRegistry) -
     [
         ("stop after 0.05", "lost", "executor stopped"),
         ("gone after 0.05", "lost", "Docker engine failed"),
+        # The command flooded the executor's stdout before its start was announced (the
+        # flood overtook the announcement on a loaded host): it ran, and its result is
+        # as lost as any other's under a stopped executor.
+        ("flood after 0.05", "lost", "executor stopped"),
     ],
 )
 async def test_a_background_job_whose_runtime_fails_is_recorded_and_observed(
