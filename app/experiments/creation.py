@@ -146,9 +146,9 @@ class ExperimentCreator:
             # anything is recorded, and one creation adds at most its 50 setup jobs.
             await self._commands.refuse_past_ceiling(key)
         self._creating[key] = self._creating.get(key, 0) + 1
-        # The whole call waits ``sync_wait_s`` at most, preparation and setup together: a
-        # client such as claude.ai shows a spinner and no progress, and gives up on a
-        # call that never answers (a slow clone may take minutes).
+        # The whole call waits ``sync_wait_s``, preparation and setup together: a client
+        # such as claude.ai shows a spinner and no progress, and gives up on a call that
+        # never answers (a slow clone may take minutes).
         deadline = None if request.until_done else time.monotonic() + self._options.sync_wait_s
         experiment_id = "exp_" + uuid.uuid4().hex[:12]
         detached = asyncio.Event()  # set when the call stops waiting for the preparation
@@ -158,8 +158,11 @@ class ExperimentCreator:
         )
         self._preparing.add(task)
         task.add_done_callback(lambda done: self._prepared(key, done))
-        if deadline is None:
-            # A call served as an MCP task owns its creation: cancelling it cancels that.
+        # Only a clone or a copy of a project may take long (a clone up to its 300 s):
+        # anything else is a container start and a bounded write, waited for whole.
+        slow = bool(request.git_url or request.from_experiment or request.project_path)
+        if deadline is None or not slow:
+            # A call that waits to the end owns its creation: cancelling it cancels that.
             prepared, timeout_s = await task
         else:
             await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0.0))
@@ -206,13 +209,7 @@ class ExperimentCreator:
         self, call: CallContext, request: CreateRequest, experiment_id: str
     ) -> CreatedExperiment:
         record = await self._records.get(call.sandbox_key, experiment_id)
-        doing = (
-            "cloning the repository"
-            if request.git_url
-            else "copying the project"
-            if request.project_path or request.from_experiment
-            else "starting its container"
-        )
+        doing = "cloning the repository" if request.git_url else "copying the project"
         then = (
             f" Its {len(request.setup_commands)} setup command(s) run after that, recorded "
             "as its jobs."
