@@ -2,6 +2,7 @@
 
 # The package's surface: its public modules (imported by name, never re-exported here).
 __all__ = [
+    "common",  # what the tools share (the view's app-only tools too)
     "evidence",
     "experiments",
     "files",

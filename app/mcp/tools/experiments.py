@@ -31,7 +31,7 @@ from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tasks.extension import running_as_task
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import (
+from app.mcp.tools.common import (
     READ_ONLY,
     Command,
     EnvRequests,

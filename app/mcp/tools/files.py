@@ -18,7 +18,7 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.workspace import files
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
-from app.mcp.tools._common import READ_ONLY, ExperimentId, hints
+from app.mcp.tools.common import READ_ONLY, ExperimentId, hints
 from jail import CallContext
 
 WorkspacePath = Annotated[

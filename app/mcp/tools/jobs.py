@@ -20,7 +20,7 @@ from app.experiments.views import MAX_PAGE_CHARS, JobView
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools._common import (
+from app.mcp.tools.common import (
     READ_ONLY,
     Command,
     EnvRequests,
