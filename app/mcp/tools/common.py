@@ -9,7 +9,7 @@ asking, and its connector directory requires ``title``, ``readOnlyHint`` and
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
@@ -76,3 +76,14 @@ def run_job(
         return await start(call, running_as_task())
 
     return runner.run(tool, body, takes_slot=True, progress=progress(ctx))
+
+
+# The MCP Apps view (``app/mcp/view/``) and the ``_meta`` of the tools whose results it
+# shows (get_experiment, inspect_changes, compare_experiments, sandbox_status): here,
+# beside the other things the tools share, so the tools need nothing of the view (the
+# view builds on the tools). The gate takes both keys off for a client that did not
+# declare the extension, or when the view is turned off; ``LEGACY_URI_KEY`` is the
+# flat key claude.ai still reads beside ``_meta.ui``.
+VIEW_URI = "ui://sandbox-mcp/view.html"
+LEGACY_URI_KEY = "ui/resourceUri"
+VIEW_TOOL_META: dict[str, Any] = {"ui": {"resourceUri": VIEW_URI}, LEGACY_URI_KEY: VIEW_URI}

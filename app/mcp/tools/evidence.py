@@ -16,8 +16,15 @@ from app.experiments.workspace import project
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed
-from app.mcp.tools.common import READ_ONLY, ExperimentId, Seconds, SeedTimeout, hints, run_job
-from app.mcp.view.resource import VIEW_TOOL_META
+from app.mcp.tools.common import (
+    READ_ONLY,
+    VIEW_TOOL_META,
+    ExperimentId,
+    Seconds,
+    SeedTimeout,
+    hints,
+    run_job,
+)
 from jail import CallContext
 
 

@@ -33,6 +33,7 @@ from app.mcp.tasks.extension import running_as_task
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools.common import (
     READ_ONLY,
+    VIEW_TOOL_META,
     Command,
     EnvRequests,
     ExperimentId,
@@ -42,7 +43,6 @@ from app.mcp.tools.common import (
     progress,
 )
 from app.mcp.tools.jobs import register_job_tools
-from app.mcp.view.resource import VIEW_TOOL_META
 from app.runtime.backend import Limits
 from jail import CallContext
 

@@ -16,8 +16,7 @@ from pydantic import Field
 from app.experiments.evidence.shelf import fingerprint
 from app.mcp.envelope import ToolOutput, enveloped
 from app.mcp.runner import ToolRunner
-from app.mcp.tools.common import READ_ONLY
-from app.mcp.view.resource import VIEW_TOOL_META
+from app.mcp.tools.common import READ_ONLY, VIEW_TOOL_META
 from jail.context import CallContext
 from pool.leases import SlotPool
 

@@ -26,7 +26,7 @@ from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID, client_supports_apps
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types import INVALID_PARAMS
 
-from app.mcp.view.resource import LEGACY_URI_KEY
+from app.mcp.tools.common import LEGACY_URI_KEY
 
 # A tool name no tool has (names are at most 128 characters of [A-Za-z0-9_.-]): the call
 # of a hidden tool is sent on under it, so its answer is the SDK's own for an unknown

@@ -15,17 +15,8 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from mcp.server.apps import ResourceCsp
-
-VIEW_URI = "ui://sandbox-mcp/view.html"
-LEGACY_URI_KEY = "ui/resourceUri"
-
-# The ``_meta`` of the tools whose results the view shows (get_experiment,
-# inspect_changes, compare_experiments, sandbox_status). The gate takes both keys off
-# for a client that did not declare the extension, or when the view is turned off.
-VIEW_TOOL_META: dict[str, Any] = {"ui": {"resourceUri": VIEW_URI}, LEGACY_URI_KEY: VIEW_URI}
 
 # Nothing outside the document: no domain to connect to, load from or frame. The
 # view reaches the server only through its host (postMessage), never by itself.

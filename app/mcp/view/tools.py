@@ -22,9 +22,9 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.views import MAX_LISTED_JOBS
 from app.mcp.envelope import enveloped
 from app.mcp.runner import ToolRunner
-from app.mcp.tools.common import READ_ONLY, ExperimentId
+from app.mcp.tools.common import READ_ONLY, VIEW_URI, ExperimentId
 from app.mcp.view import snapshot
-from app.mcp.view.resource import VIEW_CSP, VIEW_URI, claude_domain, endpoint_url, page_html
+from app.mcp.view.resource import VIEW_CSP, claude_domain, endpoint_url, page_html
 from app.mcp.view.snapshot import ExperimentDetail, FileDiff, SandboxOverview
 from jail import CallContext
 from pool.leases import SlotPool

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from app.mcp.tools.common import VIEW_TOOL_META, VIEW_URI
 from app.mcp.view import snapshot
 from app.mcp.view.gate import ViewGate
-from app.mcp.view.resource import VIEW_TOOL_META, VIEW_URI, claude_domain, endpoint_url, page_html
+from app.mcp.view.resource import claude_domain, endpoint_url, page_html
 from app.mcp.view.snapshot import ExperimentDetail, ViewExperiment, ViewJob
 
 UI = "io.modelcontextprotocol/ui"
