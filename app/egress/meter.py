@@ -13,7 +13,7 @@ shared by every server process.
   runs Squid every poll (:data:`POLL_S`), any other when it needs the lines at once
   (a command's result, a container removed). The bytes and refusals go to the
   experiment's row and the notices to ``egress_notices`` in one transaction
-  (:class:`app.storage.egress_store.EgressUsageStore`), then the offset moves; a
+  (:class:`app.storage.egress_store.SqlUsageRecords`), then the offset moves; a
   database that refuses leaves the offset, and the lines are counted next time.
   A process killed between the commit and the offset's write counts one read
   twice (an earlier cap, never a later one).
@@ -78,7 +78,7 @@ SETTLE_S: Final = 0.5
 
 
 class UsageRecords(Protocol):
-    """Where each experiment's bytes and notices are kept (``EgressUsageStore``)."""
+    """Where each experiment's bytes and notices are kept (``SqlUsageRecords``)."""
 
     async def record(
         self,

@@ -1,6 +1,6 @@
 """The egress records the meter and the proxy read and write: plain, frozen data.
 
-Kept by ``app.storage.egress_store.EgressUsageStore`` behind the meter's
+Kept by ``app.storage.egress_store.SqlUsageRecords`` behind the meter's
 ``UsageRecords`` Protocol (:mod:`app.egress.meter`).
 """
 

@@ -1,7 +1,7 @@
 """The ExperimentStore seam: what the experiment domain needs from its records' storage.
 
 The domain reads and writes plain records (:mod:`app.experiments.records`) through this
-Protocol; its SQL implementation is ``app.storage.experiment_store.ExperimentRecords``,
+Protocol; its SQL implementation is ``app.storage.experiment_store.SqlExperimentStore``,
 built by the composition root (``app/root``) and handed in. Every query is scoped to
 a sandbox key where the caller has one: another key's id reads like one that never
 existed.

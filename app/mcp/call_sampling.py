@@ -52,7 +52,7 @@ MAX_BLOCK = 1_000
 
 class DayLedger(Protocol):
     """The day's rows of every owner, shared by the processes that write the audit trail
-    (app/storage/audit_days.py)."""
+    (app/storage/audit_day_store.py)."""
 
     async def reserve(self, owner: str, day: int, want: int, cap: int) -> int:
         """Up to ``want`` of ``owner``'s ``cap`` rows of ``day``: how many granted."""

@@ -52,15 +52,15 @@ from app.root.state_dir import deployment_id
 from app.runtime.docker.probe import DockerProbe
 from app.settings import Settings
 from app.storage.audit import AuditTrail
-from app.storage.audit_days import SqlAuditDays
+from app.storage.audit_day_store import SqlDayLedger
 from app.storage.db import Repository, create_engine
-from app.storage.egress_store import EgressUsageStore
-from app.storage.experiment_store import ExperimentRecords
-from app.storage.pool_pg import EGRESS_LOCK, leadership_for, pool_state_for
+from app.storage.egress_store import SqlUsageRecords
+from app.storage.experiment_store import SqlExperimentStore
+from app.storage.pool_pg_store import EGRESS_LOCK, leadership_for, pool_state_for
 from app.storage.process_store import SqlProcessRecords
 from app.storage.retention import Retention
-from app.storage.task_records import SqlTaskRecords
-from app.storage.warm_store import WarmClaims
+from app.storage.task_store import SqlTaskRecords
+from app.storage.warm_store import SqlWarmClaimLedger
 from app.tenancy.threads import TenantThreads
 from app.version import service_version
 from jail.context import SandboxMemory
@@ -93,7 +93,7 @@ def build_services(settings: Settings) -> Services:
     jobs = JobRegistry()
     registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=settings.server.process_stale_s)
     deployment = deployment_id(settings.storage)
-    egress_usage = EgressUsageStore(engine)  # the byte cap, per experiment, kept across restarts
+    egress_usage = SqlUsageRecords(engine)  # the byte cap, per experiment, kept across restarts
     egress = build_egress_proxy(
         settings,
         deployment,
@@ -107,7 +107,7 @@ def build_services(settings: Settings) -> Services:
     backend = build_backend(settings, store, deployment, registry.process_id, egress)
     # The experiments. The pool is built after the manager (its reset hook tears
     # experiments down); the warm pool asks it for free slots only once the service runs.
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     demand = build_warm_demand(
         settings.runtime,
         # One sign-in address grows the warm pool by its share of the budget at most.
@@ -121,7 +121,7 @@ def build_services(settings: Settings) -> Services:
         lambda n: pool.next_free(n),
         demand=demand,
         # Several processes place theirs in the slots they share: claims in the database.
-        claims=WarmClaims(engine) if engine.dialect.name == "postgresql" else None,
+        claims=SqlWarmClaimLedger(engine) if engine.dialect.name == "postgresql" else None,
         processes=registry,
         refresh_free=lambda: pool.refresh(),
     )
@@ -188,7 +188,7 @@ def build_services(settings: Settings) -> Services:
             settings.storage.audit_rows_per_sandbox_per_day,
             rows_per_address_per_day=settings.storage.audit_rows_per_address_per_day,
             # Counted in the database: the day's bound holds across every process.
-            days=SqlAuditDays(engine),
+            days=SqlDayLedger(engine),
         ),
     )
     mcp = build_mcp_server(

@@ -28,7 +28,7 @@ from pool.watchdog import Leadership
 
 if TYPE_CHECKING:  # wiring only: the runtime itself never imports the stores or the domain
     from app.experiments.recovery.process_registry import ProcessRegistry
-    from app.storage.warm_store import WarmClaims
+    from app.storage.warm_store import SqlWarmClaimLedger
 
 log = structlog.get_logger(__name__)
 
@@ -143,7 +143,7 @@ def build_warm_pool(
     next_free: Callable[[int], list[Slot]],
     *,
     demand: WarmDemand,
-    claims: WarmClaims | None,
+    claims: SqlWarmClaimLedger | None,
     processes: ProcessRegistry,
     refresh_free: Callable[[], Awaitable[None]],
 ) -> WarmPool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.rate_store import SqlRateLedger
+from app.storage.rate_store import SqlEventLedger
 from auth.ratelimit import SharedPrefixedBudget, Shares
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ LONGEST_WINDOW_S = 3600
 
 @dataclass
 class SharedLimits:
-    ledger: SqlRateLedger
+    ledger: SqlEventLedger
     relay: PgChannel | None  # None on SQLite: one process, nothing to relay
     mails_per_hour: int
     revocations: PgChannel | None = None  # None on SQLite, as ``relay``
@@ -31,14 +31,14 @@ class SharedLimits:
     @classmethod
     def build(cls, engine: AsyncEngine, database_url: str, mails_per_hour: int) -> SharedLimits:
         if engine.dialect.name != "postgresql":
-            return cls(SqlRateLedger(engine), None, mails_per_hour)
+            return cls(SqlEventLedger(engine), None, mails_per_hour)
         # asyncpg only where there is PostgreSQL: a SQLite server starts without it.
         from app.storage.auth_store import REVOKED_CHANNEL
         from app.storage.ready_relay import PgChannel, asyncpg_dsn, ready_relay
 
         dsn = asyncpg_dsn(database_url)
         revocations = PgChannel(dsn, REVOKED_CHANNEL, name="oauth.revocations")
-        return cls(SqlRateLedger(engine), ready_relay(dsn), mails_per_hour, revocations)
+        return cls(SqlEventLedger(engine), ready_relay(dsn), mails_per_hour, revocations)
 
     async def take_mail(self) -> bool:
         """One of the ``mails_per_hour`` every process together may send."""

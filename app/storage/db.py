@@ -58,7 +58,7 @@ class ToolCall(Base):
 class AuditDay(Base):
     """How many of a day's audit rows the server processes together have reserved for
     one owner (``s:`` and a sandbox key, or ``a:`` and a sign-in address), handed out
-    in blocks (app/storage/audit_days.py)."""
+    in blocks (app/storage/audit_day_store.py)."""
 
     __tablename__ = "audit_days"
 

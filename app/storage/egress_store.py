@@ -70,7 +70,7 @@ class EgressSandboxDayRow(Base):
 DAY_S = 86_400
 
 
-class EgressUsageStore:
+class SqlUsageRecords:
     def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._dialect = engine.dialect.name

@@ -1,35 +1,66 @@
-"""The experiment audit trail in the database: experiments, transitions, jobs, artifacts.
+"""The experiment store in the database: experiments, their transitions, jobs and
+artifacts, one class (``SqlExperimentStore``, the ``ExperimentStore`` Protocol of
+:mod:`app.experiments.store`).
 
 Every query is scoped to a sandbox key: another key's id is indistinguishable
 from an id that never existed. The tables and their records are
-:mod:`app.storage.experiment_rows`; the job queries :mod:`app.storage.job_records`,
-the artifact queries :mod:`app.storage.artifact_records`; this module holds the
-experiments' own (and their state transitions).
+:mod:`app.storage.experiment_rows`. A job is written when it starts and again when it
+ends (``finish_job``); in between, the pids of its process tree (so any process can
+kill it) and, from another process, a cancel request (:mod:`app.storage.cancel_requests`,
+shared with the MCP task store). Recovery marks lost the running jobs of a process that
+died. An artifact (a file copied out of a workspace onto the shelf,
+:mod:`app.experiments.evidence.shelf`) is its sandbox's; it outlives an emptied sandbox
+until its clock (``start_artifact_clock``) runs out.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
 
 from app.experiments.errors import ExperimentNotFound
-from app.experiments.records import Experiment
+from app.experiments.output_budget import cut, day_of, stored_bytes
+from app.experiments.records import (
+    ArtifactRecord,
+    Experiment,
+    JobControl,
+    JobOutcome,
+    JobRecord,
+    JobSummary,
+    JobTally,
+    LostJob,
+)
 from app.experiments.states import State, check_transition
-from app.storage.artifact_records import ArtifactRecords
+from app.storage.cancel_requests import CancelRequests
+from app.storage.db import upsert_insert
 from app.storage.experiment_rows import (
+    JOB_SUMMARY_COLUMNS,
     ArtifactRow,
     ExperimentRow,
+    JobOutputDayRow,
+    JobRow,
     TransitionRow,
+    artifact_of,
+    dumps_or_none,
     experiment_of,
     experiment_row,
+    job_of,
+    job_summary_of,
+    loads_or_none,
+    pids_of,
 )
-from app.storage.job_records import JobRecords
 
 
-class ExperimentRecords(JobRecords, ArtifactRecords):
+class SqlExperimentStore(CancelRequests):
     """Experiments, their transitions, jobs and artifacts (one store, one engine)."""
+
+    # A job's cancel asked through another process (the shared ``CancelRequests``).
+    cancel_row = JobRow
+    cancel_id = "job_id"
+    cancel_running = "running"
 
     async def add(self, experiment: Experiment, reason: str) -> None:
         async with self._transaction() as session:
@@ -171,3 +202,282 @@ class ExperimentRecords(JobRecords, ArtifactRecords):
                 )
             )
             return int(getattr(result, "rowcount", 0) or 0)
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    async def add_job(self, job: JobRecord) -> None:
+        values = asdict(job)
+        summary = values.pop("test_summary")
+        async with self._transaction() as session:
+            session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
+
+    async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
+        values = asdict(outcome)
+        values["test_summary"] = dumps_or_none(values["test_summary"])
+        async with self._transaction() as session:
+            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+
+    async def finish_job_within(
+        self,
+        job_id: str,
+        outcome: JobOutcome,
+        *,
+        sandbox_key: str,
+        command: str,
+        day_budget: int,
+    ) -> bool:
+        """``finish_job``, charging the job's command and output to its sandbox's stored
+        bytes of the day (UTC, by ``outcome.finished_at``): whole if they fit in
+        ``day_budget``, else cut (:func:`app.experiments.output_budget.cut`) and the cut
+        charged; True if kept whole.
+
+        One transaction, and one upsert on the day's row decides: whole only if the
+        total stays within the budget (``bytes + n <= budget`` in the statement
+        itself, on the row it locked), so processes finishing jobs of one sandbox at
+        once never pass it between them (SQLite writes one at a time)."""
+        day = day_of(outcome.finished_at)
+        whole = stored_bytes(command, outcome.stdout, outcome.stderr)
+        cut_outcome, cut_command = cut(outcome, command)
+        if_cut = stored_bytes(cut_command, cut_outcome.stdout, cut_outcome.stderr)
+        fits = JobOutputDayRow.bytes + whole <= day_budget
+        async with self._transaction() as session:
+            dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+            insert = upsert_insert(dialect)(JobOutputDayRow).values(
+                sandbox_key=sandbox_key,
+                day=day,
+                bytes=whole if whole <= day_budget else if_cut,
+                kept=whole <= day_budget,
+                updated_at=outcome.finished_at,
+            )
+            # One statement decides and charges; both databases evaluate every SET
+            # expression on the row as it was, so ``kept`` and ``bytes`` agree.
+            kept = bool(
+                await session.scalar(
+                    insert.on_conflict_do_update(
+                        index_elements=[JobOutputDayRow.sandbox_key, JobOutputDayRow.day],
+                        set_={
+                            "kept": fits,
+                            "bytes": sa.case(
+                                (fits, JobOutputDayRow.bytes + whole),
+                                else_=JobOutputDayRow.bytes + if_cut,
+                            ),
+                            "updated_at": insert.excluded.updated_at,
+                        },
+                    ).returning(JobOutputDayRow.kept)
+                )
+            )
+            values = asdict(outcome if kept else cut_outcome)
+            if not kept:
+                values.update(command=cut_command, output_not_kept=True)
+            values["test_summary"] = dumps_or_none(values["test_summary"])
+            await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+        return kept
+
+    async def stored_output_of_day(self, sandbox_key: str, day: int) -> int:
+        """The job bytes charged to ``sandbox_key`` on ``day`` (days since 1970, UTC)."""
+        async with self._transaction() as session:
+            stored = await session.scalar(
+                sa.select(JobOutputDayRow.bytes).where(
+                    JobOutputDayRow.sandbox_key == sandbox_key, JobOutputDayRow.day == day
+                )
+            )
+            return int(stored or 0)
+
+    async def forget_output_days_before(self, cutoff: float) -> int:
+        """Retention: the days' counts last touched before ``cutoff`` (a day's budget
+        matters on that day only); how many rows went."""
+        async with self._transaction() as session:
+            gone = await session.execute(
+                sa.delete(JobOutputDayRow).where(JobOutputDayRow.updated_at < cutoff)
+            )
+            return int(getattr(gone, "rowcount", 0) or 0)
+
+    async def load_job(self, sandbox_key: str, job_id: str) -> JobRecord | None:
+        async with self._transaction() as session:
+            row = await session.get(JobRow, job_id)
+            if row is None or row.sandbox_key != sandbox_key:
+                return None
+            return job_of(row)
+
+    async def load_job_summary(self, sandbox_key: str, job_id: str) -> JobSummary | None:
+        """The job without its output (its status, exit code, test summary)."""
+        async with self._transaction() as session:
+            row = (
+                await session.execute(
+                    sa.select(*JOB_SUMMARY_COLUMNS).where(
+                        JobRow.job_id == job_id, JobRow.sandbox_key == sandbox_key
+                    )
+                )
+            ).first()
+            return job_summary_of(row) if row is not None else None
+
+    async def jobs_of(self, experiment_id: str) -> list[JobSummary]:
+        """The experiment's jobs in the order they started, without their output: the
+        listings show statuses and exit codes, and a job's output is up to 2 MB."""
+        async with self._transaction() as session:
+            rows = await session.execute(
+                sa.select(*JOB_SUMMARY_COLUMNS)
+                .where(JobRow.experiment_id == experiment_id)
+                .order_by(JobRow.started_at)
+            )
+            return [job_summary_of(row) for row in rows]
+
+    async def newest_jobs(
+        self, experiment_id: str, count: int, skip: int, command_chars: int
+    ) -> tuple[list[tuple[JobSummary, int]], int]:
+        """``count`` of the experiment's jobs, oldest first, after skipping the ``skip``
+        newest, each command cut to ``command_chars`` by the database and with its whole
+        length; and how many jobs the experiment has in all. A view reads this, never
+        every job: an experiment runs any number of jobs over its life, each with a
+        command of up to 100,000 characters."""
+        command = sa.func.substr(JobRow.command, 1, command_chars).label("command")
+        columns = [command if c is JobRow.command else c for c in JOB_SUMMARY_COLUMNS]
+        length = sa.func.length(JobRow.command).label("command_length")
+        async with self._transaction() as session:
+            total = await session.scalar(
+                sa.select(sa.func.count()).where(JobRow.experiment_id == experiment_id)
+            )
+            rows = await session.execute(
+                sa.select(*columns, length)
+                .where(JobRow.experiment_id == experiment_id)
+                .order_by(JobRow.started_at.desc(), JobRow.job_id.desc())
+                .offset(skip)
+                .limit(count)
+            )
+            page = [(job_summary_of(row), row.command_length) for row in reversed(rows.all())]
+            return page, int(total or 0)
+
+    async def tally(self, experiment_id: str) -> JobTally:
+        """The experiment's jobs added up by the database, and its newest test summary:
+        the evidence reads this and ``newest_jobs``, never every job."""
+        of_experiment = JobRow.experiment_id == experiment_id
+        failed = sa.case((JobRow.status != "completed", 1), else_=0)
+        async with self._transaction() as session:
+            jobs, failures, duration = (
+                await session.execute(
+                    sa.select(
+                        sa.func.count(),
+                        sa.func.coalesce(sa.func.sum(failed), 0),
+                        sa.func.coalesce(sa.func.sum(JobRow.duration_s), 0.0),
+                    ).where(of_experiment)
+                )
+            ).one()
+            summary = await session.scalar(
+                sa.select(JobRow.test_summary)
+                .where(of_experiment, JobRow.test_summary.is_not(None))
+                .order_by(JobRow.started_at.desc(), JobRow.job_id.desc())
+                .limit(1)
+            )
+        return JobTally(int(jobs), int(failures), float(duration), loads_or_none(summary))
+
+    async def mark_lost_jobs(
+        self, at: float, live_processes: set[str], reason: str
+    ) -> list[LostJob]:
+        """Running jobs whose process is not in ``live_processes`` (or that have no owner)
+        can never report: record them lost with ``reason``; the jobs so marked."""
+        async with self._transaction() as session:
+            dead = sa.and_(
+                JobRow.status == "running",
+                sa.or_(JobRow.owner_process.is_(None), JobRow.owner_process.not_in(live_processes)),
+            )
+            rows = (
+                await session.execute(
+                    sa.select(JobRow, ExperimentRow.container_id)
+                    .join(ExperimentRow, ExperimentRow.experiment_id == JobRow.experiment_id)
+                    .where(dead)
+                    .with_for_update(of=JobRow)
+                )
+            ).all()
+            if not rows:
+                return []
+            ids = [row.job_id for row, _ in rows]
+            await session.execute(
+                sa.update(JobRow)
+                .where(JobRow.job_id.in_(ids), JobRow.status == "running")
+                .values(status="lost", finished_at=at, reason=reason)
+            )
+            return [
+                LostJob(row.job_id, row.experiment_id, container_id, pids_of(row))
+                for row, container_id in rows
+            ]
+
+    async def record_job_pids(self, job_id: str, pids: tuple[int, int]) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(JobRow)
+                .where(JobRow.job_id == job_id)
+                .values(root_pid=pids[0], supervisor_pid=pids[1])
+            )
+
+    async def job_control(self, job_id: str) -> JobControl | None:
+        """Who runs the job, its process tree's pids and whether a cancel was asked for."""
+        async with self._transaction() as session:
+            row = await session.get(JobRow, job_id)
+            if row is None:
+                return None
+            return JobControl(row.owner_process, pids_of(row), bool(row.cancel_requested))
+
+    async def running_jobs(self, experiment_id: str) -> list[JobRecord]:
+        """The experiment's jobs recorded as running, whichever process runs them."""
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(JobRow).where(
+                    JobRow.experiment_id == experiment_id, JobRow.status == "running"
+                )
+            )
+            return [job_of(row) for row in rows]
+
+    async def busy_sandboxes(self) -> set[str]:
+        """Sandbox keys with a job recorded as running (in any process)."""
+        async with self._transaction() as session:
+            keys = await session.scalars(
+                sa.select(JobRow.sandbox_key).where(JobRow.status == "running").distinct()
+            )
+            return set(keys)
+
+    # -- artifacts -----------------------------------------------------------------------
+
+    async def add_artifacts(self, artifacts: list[ArtifactRecord]) -> None:
+        async with self._transaction() as session:
+            session.add_all([ArtifactRow(**asdict(artifact)) for artifact in artifacts])
+
+    async def artifact_bytes_of(self, sandbox_key: str) -> int:
+        """What the sandbox's artifacts on the shelf weigh, in bytes."""
+        async with self._transaction() as session:
+            total = await session.scalar(
+                sa.select(sa.func.coalesce(sa.func.sum(ArtifactRow.size), 0)).where(
+                    ArtifactRow.sandbox_key == sandbox_key
+                )
+            )
+            return int(total or 0)
+
+    async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRecord]:
+        async with self._transaction() as session:
+            rows = await session.scalars(
+                sa.select(ArtifactRow)
+                .where(
+                    ArtifactRow.sandbox_key == sandbox_key,
+                    ArtifactRow.experiment_id == experiment_id,
+                )
+                .order_by(ArtifactRow.created_at, ArtifactRow.path)
+            )
+            return [artifact_of(row) for row in rows]
+
+    async def start_artifact_clock(self, sandbox_key: str, expires_at: float) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.update(ArtifactRow)
+                .where(ArtifactRow.sandbox_key == sandbox_key, ArtifactRow.expires_at.is_(None))
+                .values(expires_at=expires_at)
+            )
+
+    async def expired_artifacts(self, now: float) -> list[ArtifactRecord]:
+        async with self._transaction() as session:
+            rows = await session.scalars(sa.select(ArtifactRow).where(ArtifactRow.expires_at < now))
+            return [artifact_of(row) for row in rows]
+
+    async def delete_artifacts(self, artifact_ids: list[str]) -> None:
+        async with self._transaction() as session:
+            await session.execute(
+                sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
+            )

@@ -31,7 +31,7 @@ class RateEventRow(Base):
     at: Mapped[float] = mapped_column(sa.Float)
 
 
-class SqlRateLedger:
+class SqlEventLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._lock = asyncio.Lock()

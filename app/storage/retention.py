@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import structlog
 
 from app.storage.db import Repository
-from app.storage.egress_store import EgressUsageStore
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.egress_store import SqlUsageRecords
+from app.storage.experiment_store import SqlExperimentStore
 
 log = structlog.get_logger(__name__)
 
@@ -24,8 +24,8 @@ log = structlog.get_logger(__name__)
 @dataclass
 class Retention:
     repository: Repository
-    records: ExperimentRecords
-    egress: EgressUsageStore
+    records: SqlExperimentStore
+    egress: SqlUsageRecords
     keep_s: float
     clock: Callable[[], float] = field(default=time.time)
     # The watchdog calls every few seconds; the deletes scan the audit trail, so they

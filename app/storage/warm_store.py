@@ -36,7 +36,7 @@ def _claim(row: WarmClaimRow) -> WarmClaim:
     return WarmClaim(row.slot, row.process_id, row.root, row.container_id)
 
 
-class WarmClaims:
+class SqlWarmClaimLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 

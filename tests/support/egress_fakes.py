@@ -1,6 +1,6 @@
 """An in-memory ``UsageRecords`` (app/egress/meter.py): for the meter's unit
 tests and the benchmark's proxy, which run without a database; the server always
-passes the database's ``EgressUsageStore`` (tested on both databases)."""
+passes the database's ``SqlUsageRecords`` (tested on both databases)."""
 
 from __future__ import annotations
 

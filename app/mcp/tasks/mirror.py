@@ -26,7 +26,7 @@ log = structlog.get_logger(__name__)
 
 
 class TaskRecords(Protocol):
-    """The tasks' rows in the database (``app.storage.task_records``), with their cancel flags."""
+    """The tasks' rows in the database (``app.storage.task_store``), with their cancel flags."""
 
     async def add(self, record: TaskRecord, owner_process: str) -> None: ...
     async def finish(self, record: TaskRecord) -> None: ...

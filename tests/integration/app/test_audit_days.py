@@ -13,7 +13,7 @@ import pytest
 from db_testkit import migrated_postgres
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.audit_days import SqlAuditDays
+from app.storage.audit_day_store import SqlDayLedger
 from app.storage.db import Repository, create_engine, upgrade_schema
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 
 async def test_blocks_are_granted_until_the_day_is_spent(engine: AsyncEngine) -> None:
-    days = SqlAuditDays(engine)
+    days = SqlDayLedger(engine)
     assert await days.reserve("s:m", 7, 40, cap=100) == 40
     assert await days.reserve("s:m", 7, 40, cap=100) == 40
     assert await days.reserve("s:m", 7, 40, cap=100) == 20  # what was left
@@ -52,7 +52,7 @@ async def test_concurrent_reservations_never_grant_more_than_the_day(
     engines = [create_engine(str(engine.url.render_as_string(hide_password=False)))]
     engines.append(create_engine(engines[0].url.render_as_string(hide_password=False)))
     try:
-        ledgers = [SqlAuditDays(e) for e in engines]
+        ledgers = [SqlDayLedger(e) for e in engines]
         grants = await asyncio.gather(
             *(ledgers[i % 2].reserve("s:m", 1, 7, cap=100) for i in range(40))
         )
@@ -63,7 +63,7 @@ async def test_concurrent_reservations_never_grant_more_than_the_day(
 
 
 async def test_retention_forgets_past_days_counts(engine: AsyncEngine) -> None:
-    days = SqlAuditDays(engine)
+    days = SqlDayLedger(engine)
     today = int(time.time() // 86_400)
     await days.reserve("s:m", today - 9, 5, cap=100)
     await days.reserve("s:m", today, 5, cap=100)

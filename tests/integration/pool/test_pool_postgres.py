@@ -21,7 +21,7 @@ from pool_fakes import FakeSlotStore
 
 from app.mcp.tools.status import StatusView
 from app.storage.db import create_engine, upgrade_schema
-from app.storage.pool_pg import AdvisoryLeadership, PgPoolState, pool_state_for
+from app.storage.pool_pg_store import PgLeadership, PgPoolState, pool_state_for
 from pool.leases import Queued, SlotPool
 from pool.state import PoolChanges, SlotRecord
 from pool.watchdog import IdleWatchdog
@@ -212,7 +212,7 @@ async def test_concurrent_callers_on_three_processes_are_served_in_arrival_order
 async def test_exactly_one_watchdog_and_a_takeover_when_its_process_dies(
     cluster: Cluster,
 ) -> None:
-    electors = [AdvisoryLeadership(create_engine(cluster.url)) for _ in range(3)]
+    electors = [PgLeadership(create_engine(cluster.url)) for _ in range(3)]
     try:
         first = [await e.is_leader() for e in electors]
         assert first.count(True) == 1
@@ -287,7 +287,7 @@ async def test_only_the_elected_watchdog_expires_and_every_process_keeps_its_job
             process.pool,
             interval_s=1,
             is_busy=lambda key, mine=mine: key == mine,
-            leadership=AdvisoryLeadership(create_engine(cluster.url)),
+            leadership=PgLeadership(create_engine(cluster.url)),
         )
         for process, mine in [(a, "none"), (b, "job-on-b")]
     ]

@@ -21,7 +21,7 @@ from app.experiments.jobs import JobRegistry
 from app.experiments.states import State
 from app.runtime.backend import ContainerSpec, Limits
 from app.runtime.docker.backend import DockerBackend
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 from app.tenancy.job_limits import JobLimits
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ async def test_a_job_stopped_before_it_reaches_the_engine_never_runs(
         assert await backend.fast_exec_ready(container.container_id) == (
             backend.exec_path == "auto"
         )
-        records = ExperimentRecords(db)
+        records = SqlExperimentStore(db)
         experiment = dataclasses.replace(
             an_experiment(experiment_id, "alice"),
             state=State.READY,

@@ -11,14 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.experiments.errors import ExperimentNotFound, InvalidTransition
 from app.experiments.records import ArtifactRecord, JobOutcome, JobRecord
 from app.experiments.states import State
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def records(engine: AsyncEngine) -> ExperimentRecords:
-    return ExperimentRecords(engine)
+def records(engine: AsyncEngine) -> SqlExperimentStore:
+    return SqlExperimentStore(engine)
 
 
 def a_job(job_id: str, experiment_id: str, started_at: float, key: str = "k") -> JobRecord:
@@ -34,7 +34,7 @@ def an_artifact(artifact_id: str, experiment_id: str, size: int, key: str = "k")
 
 
 async def test_experiments_are_scoped_to_their_sandbox_and_move_by_the_machine(
-    records: ExperimentRecords,
+    records: SqlExperimentStore,
 ) -> None:
     await records.add(an_experiment("e1"), "created")
     await records.add(an_experiment("e2", sandbox_key="other"), "created")
@@ -69,7 +69,7 @@ async def test_experiments_are_scoped_to_their_sandbox_and_move_by_the_machine(
 
 
 async def test_jobs_round_trip_and_the_running_ones_are_marked_lost(
-    records: ExperimentRecords,
+    records: SqlExperimentStore,
 ) -> None:
     await records.add(an_experiment("e1"), "created")
     await records.add_job(a_job("j2", "e1", 2.0))
@@ -96,7 +96,7 @@ async def test_jobs_round_trip_and_the_running_ones_are_marked_lost(
 
 
 async def test_artifacts_weigh_expire_and_keep_their_experiment(
-    records: ExperimentRecords,
+    records: SqlExperimentStore,
 ) -> None:
     for experiment_id in ("e1", "e2"):
         await records.add(replace(an_experiment(experiment_id), updated_at=1.0), "created")

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.experiments.output_budget import COMMAND_KEPT_CHARS, JOB_ROW_BYTES, TAIL_CHARS
 from app.experiments.records import JobOutcome, JobRecord
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def an_outcome(size: int) -> JobOutcome:
 
 
 async def test_jobs_finishing_at_once_never_pass_the_day_s_budget(engine: AsyncEngine) -> None:
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     await records.add(an_experiment("e1"), "created")
     ids = [f"job_{n:03d}" for n in range(30)]
     for job_id in ids:
@@ -57,7 +57,7 @@ async def test_jobs_finishing_at_once_never_pass_the_day_s_budget(engine: AsyncE
 
 
 async def test_the_budget_check_costs_little_per_job(engine: AsyncEngine) -> None:
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     await records.add(an_experiment("e1"), "created")
     rounds = 200
     for n in range(2 * rounds):

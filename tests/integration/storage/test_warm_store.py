@@ -9,14 +9,14 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
-from app.storage.warm_store import WarmClaims
+from app.storage.warm_store import SqlWarmClaimLedger
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=["database", "memory"])
 def ledger(request: pytest.FixtureRequest, engine: AsyncEngine) -> WarmClaimLedger:
-    return WarmClaims(engine) if request.param == "database" else LocalWarmClaims()
+    return SqlWarmClaimLedger(engine) if request.param == "database" else LocalWarmClaims()
 
 
 async def test_one_claim_per_slot_and_only_its_releaser_touches_the_container(

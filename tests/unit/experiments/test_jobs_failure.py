@@ -25,7 +25,7 @@ from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.runtime.backend import ExecResult
 from app.runtime.errors import ContainerGone, ExecutorStopped
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
 from jail import SandboxMemory, new_call_context
 
@@ -79,7 +79,7 @@ async def make_manager(engine: AsyncEngine, tmp_path: Path, jobs: JobRegistry) -
     )
     registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
     await registry.register()
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     return ExperimentManager(records, FailingBackend(), jobs, options, registry)
 
 

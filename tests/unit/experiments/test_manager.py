@@ -25,7 +25,7 @@ from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.states import State, check_transition
 from app.runtime.backend import Limits
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
 from app.tenancy.job_limits import JobLimits
 from jail import CallContext, JailError, SandboxMemory, new_call_context
@@ -36,7 +36,7 @@ from pool.slots import Slot
 class World:
     manager: ExperimentManager
     backend: FakeBackend
-    records: ExperimentRecords
+    records: SqlExperimentStore
     slot: Path
     memory: SandboxMemory
     engine: AsyncEngine
@@ -52,7 +52,7 @@ async def make_world(tmp_path: Path, *, hosted: bool = True, sync_wait_s: float 
     slot = tmp_path / "slot-000"
     slot.mkdir()
     backend = FakeBackend()
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     options = ExperimentOptions(
         hosted=hosted,
         default_image="img:1",

@@ -29,7 +29,7 @@ from app.experiments.output_budget import (
 )
 from app.experiments.records import JobOutcome, JobRecord
 from app.experiments.recovery.process_registry import ProcessRegistry
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
 from jail import CallContext, SandboxMemory, new_call_context
 
@@ -54,7 +54,7 @@ async def a_manager(engine: AsyncEngine, tmp_path: Path) -> ExperimentManager:
     registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
     await registry.register()
     return ExperimentManager(
-        ExperimentRecords(engine), FakeBackend(), JobRegistry(), options, registry
+        SqlExperimentStore(engine), FakeBackend(), JobRegistry(), options, registry
     )
 
 
@@ -81,7 +81,7 @@ async def test_past_the_budget_a_result_is_whole_but_only_its_tails_are_kept(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
     manager = await a_manager(engine, tmp_path)
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     memory = SandboxMemory()
     alice = a_call(memory, "alice", tmp_path / "slot-a")
     exp = await manager.create(alice, CreateRequest())
@@ -141,7 +141,7 @@ async def test_past_the_budget_a_result_is_whole_but_only_its_tails_are_kept(
 
 
 async def test_a_job_s_output_is_charged_to_the_day_it_ended(engine: AsyncEngine) -> None:
-    records = ExperimentRecords(engine)
+    records = SqlExperimentStore(engine)
     await records.add(an_experiment("e1"), "created")
     for n, finished_at in enumerate((86_400.0 * 3 + 5, 86_400.0 * 4 + 5)):
         job_id = f"job_{n}"

@@ -3,8 +3,8 @@
 A job keeps its stdout and stderr (up to 1 MB each, the output cap) while its
 experiment lives. ``get_experiment``, ``compare_experiments``, evidence and destroy's
 findings show only each job's status, exit code and duration, and ``get_job_status``
-only its status: ``JobRecords.jobs_of`` and ``load_job_summary``
-(app/storage/job_records.py) select every column but the output and return
+only its status: ``SqlExperimentStore.jobs_of`` and ``load_job_summary``
+(app/storage/experiment_store.py) select every column but the output and return
 ``JobSummary`` records, which have no output fields; only ``load_job`` (a job's result
 and logs) reads it.
 """
@@ -17,7 +17,7 @@ from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.experiments.records import JobOutcome, JobRecord
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 
 JOBS = 20
 MB = 1_048_576
@@ -26,7 +26,7 @@ MB = 1_048_576
 async def test_listing_an_experiment_s_jobs_does_not_load_their_outputs(
     sqlite_engine: AsyncEngine,
 ) -> None:
-    records = ExperimentRecords(sqlite_engine)
+    records = SqlExperimentStore(sqlite_engine)
     await records.add(an_experiment("exp"), "created")
     for n in range(JOBS):
         job_id = f"job_{n:012d}"

@@ -13,19 +13,19 @@ from app.experiments.records import ArtifactRecord, JobRecord
 from app.experiments.states import State
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository, ToolCall
-from app.storage.egress_store import EgressUsageStore
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.egress_store import SqlUsageRecords
+from app.storage.experiment_store import SqlExperimentStore
 from app.storage.retention import Retention
 
 DAY = 86_400.0
 NOW = 100 * DAY
 
 
-def egress_at(engine: AsyncEngine, at: float = NOW) -> EgressUsageStore:
-    return EgressUsageStore(engine, clock=lambda: at)
+def egress_at(engine: AsyncEngine, at: float = NOW) -> SqlUsageRecords:
+    return SqlUsageRecords(engine, clock=lambda: at)
 
 
-async def make(records: ExperimentRecords, experiment_id: str, destroyed_at: float | None) -> None:
+async def make(records: SqlExperimentStore, experiment_id: str, destroyed_at: float | None) -> None:
     await records.add(an_experiment(experiment_id), "created")
     job = JobRecord(
         job_id=f"job_{experiment_id}",
@@ -47,7 +47,7 @@ async def make(records: ExperimentRecords, experiment_id: str, destroyed_at: flo
 async def test_old_destroyed_experiments_and_old_calls_go_and_the_rest_stays(
     sqlite_engine: AsyncEngine,
 ) -> None:
-    records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
+    records, repository = SqlExperimentStore(sqlite_engine), Repository(sqlite_engine)
     await make(records, "old", destroyed_at=NOW - 8 * DAY)
     await make(records, "recent", destroyed_at=NOW - 1 * DAY)
     await make(records, "live", destroyed_at=None)  # never destroyed, however old
@@ -88,7 +88,7 @@ async def test_old_destroyed_experiments_and_old_calls_go_and_the_rest_stays(
 async def test_the_sweep_runs_once_an_interval_not_on_every_watchdog_tick(
     sqlite_engine: AsyncEngine,
 ) -> None:
-    records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
+    records, repository = SqlExperimentStore(sqlite_engine), Repository(sqlite_engine)
     now = [NOW]
     retention = Retention(
         repository, records, egress_at(sqlite_engine), keep_s=7 * DAY, clock=lambda: now[0]
@@ -107,7 +107,7 @@ async def test_egress_usage_goes_with_its_experiment_and_old_notices_go(
 ) -> None:
     """Egress rows have no foreign key (bytes are counted by container): retention
     deletes those of experiments no longer recorded, and notices nobody took."""
-    records, repository = ExperimentRecords(sqlite_engine), Repository(sqlite_engine)
+    records, repository = SqlExperimentStore(sqlite_engine), Repository(sqlite_engine)
     await make(records, "old", destroyed_at=NOW - 8 * DAY)
     await make(records, "live", destroyed_at=None)
     then = egress_at(sqlite_engine, NOW - 8 * DAY)

@@ -9,13 +9,13 @@ from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.experiments.evidence.shelf import ArtifactShelf
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 
 
 async def test_a_sandbox_cannot_shelve_more_than_its_budget(
     sqlite_engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    records = ExperimentRecords(sqlite_engine)
+    records = SqlExperimentStore(sqlite_engine)
     for key in ("greedy", "other"):
         await records.add(an_experiment(f"exp_{key}", key), "created")
     workspace = tmp_path / "workspace"

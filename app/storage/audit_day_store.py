@@ -33,7 +33,7 @@ _GIVE_BACK = sa.text(
 )
 
 
-class SqlAuditDays:
+class SqlDayLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 

@@ -7,7 +7,7 @@
   Reservations are announced with ``NOTIFY`` at commit; each process ``LISTEN``s
   on its own connection and wakes its waiters at once (the bounded re-poll of the
   waiting call stays the fallback if a notification is lost).
-- ``AdvisoryLeadership``: one process at a time runs the idle watchdog, the one
+- ``PgLeadership``: one process at a time runs the idle watchdog, the one
   holding a session-level advisory lock on a connection of its own. When that
   process dies its connection drops, PostgreSQL frees the lock, and another
   process takes it on its next tick.
@@ -163,8 +163,9 @@ class PgPoolState(SqlPoolState):
             self._listener = None
 
 
-class AdvisoryLeadership:
-    """Whether this process is the one running the watchdog (see the module docstring)."""
+class PgLeadership:
+    """Whether this process is the one running the watchdog: a PostgreSQL advisory lock
+    held on its own connection (see the module docstring)."""
 
     def __init__(
         self, engine: AsyncEngine, key: int = WATCHDOG_LOCK, role: str = "watchdog"
@@ -210,4 +211,4 @@ def leadership_for(
 ) -> Leadership:
     """The elected watchdog (or, with ``key``, another role) on PostgreSQL; alone on
     SQLite, this process always leads."""
-    return AdvisoryLeadership(engine, key, role) if is_postgresql(engine) else SoleWatchdog()
+    return PgLeadership(engine, key, role) if is_postgresql(engine) else SoleWatchdog()
