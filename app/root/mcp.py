@@ -13,13 +13,12 @@ from app.mcp.allowed_hosts import transport_security
 from app.mcp.resources import register_resources
 from app.mcp.runner import Identity, ToolRunner
 from app.mcp.server import SandboxMCPServer
+from app.mcp.status_view import StatusView
 from app.mcp.tasks.extension import TasksExtension
 from app.mcp.tasks.mirror import TaskMirror, TaskRecords
 from app.mcp.tasks.store import TaskStore
-from app.mcp.tools.evidence import register_evidence_tools
-from app.mcp.tools.experiments import register_experiment_tools
-from app.mcp.tools.files import register_file_tools
-from app.mcp.tools.status import register_tools
+from app.mcp.tools import catalog
+from app.mcp.tools.common import ToolDeps
 from app.mcp.transport import StatelessTransport
 from app.mcp.view.gate import ViewGate
 from app.mcp.view.tools import build_view
@@ -73,15 +72,17 @@ def build_mcp_server(
     mcp.cap_listen_streams(
         identity, per_sandbox=calls.max_listen_streams_per_sandbox, total=calls.max_listen_streams
     )
-    register_tools(mcp, runner, pool)
     # Egress decides the openWorldHint of the tools that can then reach the network.
     # Network "restricted" reaches the open world too (its allow-list of it).
     egress = settings.egress
-    register_experiment_tools(
-        mcp, runner, manager, egress=egress.reaches_network, git_egress=egress.clones
+    deps = ToolDeps(
+        runner=runner,
+        manager=manager,
+        status=StatusView(pool),
+        egress=egress.reaches_network,
+        git_egress=egress.clones,
     )
-    register_file_tools(mcp, runner, manager)
-    register_evidence_tools(mcp, runner, manager, egress=egress.reaches_network)
+    catalog.register(mcp, deps)
     register_resources(mcp, runner, manager)
     return mcp
 

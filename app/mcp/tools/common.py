@@ -1,5 +1,11 @@
-"""What the tool modules share: parameter types, annotation presets, progress, a
-command tool's call.
+"""What the tool modules share: what every tool runs on (``ToolDeps``) and how it is
+declared (``tool``), parameter types, annotation presets, progress, a command tool's call.
+
+A tool is a module-level ``async def`` whose first parameter is ``deps: ToolDeps``; its
+other parameters are the tool's input (the MCP SDK reads them, and its return annotation,
+for the schemas). ``@tool(...)`` keeps its title, description, annotations and ``_meta``
+beside it; ``app/mcp/tools/catalog.py`` lists every tool, in order, and registers each
+with its ``deps`` bound (the composition root builds one ``ToolDeps``).
 
 Annotations are hints a client acts on (Claude runs read-only tools without
 asking, and its connector directory requires ``title``, ``readOnlyHint`` and
@@ -8,17 +14,109 @@ asking, and its connector directory requires ``title``, ``readOnlyHint`` and
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from app.experiments.manager import ExperimentManager
 from app.experiments.views import JobView
 from app.mcp.runner import Progress, ToolRunner
+from app.mcp.status_view import StatusView
 from app.mcp.tasks.extension import running_as_task
 from jail import CallContext
+
+
+@dataclass(frozen=True)
+class ToolDeps:
+    """What the tools run on, built once by the composition root.
+
+    ``egress`` and ``git_egress``: whether this server lets experiments, or the clones of
+    create_experiment, out to the network; the tools that can then reach it say so
+    (``openWorldHint``).
+    """
+
+    runner: ToolRunner
+    manager: ExperimentManager
+    status: StatusView
+    egress: bool = False
+    git_egress: bool = False
+
+
+ToolFunction = Callable[..., Awaitable[CallToolResult]]
+F = TypeVar("F", bound=ToolFunction)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as declared: its function and what ``tools/list`` says of it. Annotations
+    that depend on the server (``openWorldHint`` where egress is on) are a function of
+    its ``ToolDeps``."""
+
+    function: ToolFunction
+    title: str
+    description: str
+    annotations: ToolAnnotations | Callable[[ToolDeps], ToolAnnotations]
+    meta: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.function.__name__
+
+    def bound(self, deps: ToolDeps) -> ToolFunction:
+        """The function with ``deps`` given: what the SDK registers (its signature, the
+        tool's input, is the function's less its first parameter)."""
+        function = self.function
+        signature = inspect.signature(function, eval_str=True)
+        _, *inputs = signature.parameters.values()
+
+        @functools.wraps(function)
+        async def call(*args: Any, **kwargs: Any) -> CallToolResult:
+            return await function(deps, *args, **kwargs)
+
+        call.__signature__ = signature.replace(parameters=inputs)  # type: ignore[attr-defined]
+        call.__annotations__ = {
+            **{p.name: p.annotation for p in inputs},
+            "return": signature.return_annotation,
+        }
+        return call
+
+    def annotations_for(self, deps: ToolDeps) -> ToolAnnotations:
+        return (
+            self.annotations
+            if isinstance(self.annotations, ToolAnnotations)
+            else (self.annotations(deps))
+        )
+
+
+def tool(
+    *,
+    title: str,
+    description: str,
+    annotations: ToolAnnotations | Callable[[ToolDeps], ToolAnnotations],
+    meta: dict[str, Any] | None = None,
+) -> Callable[[F], F]:
+    """Declare a tool: its spec rides on the function (``spec_of``), which stays callable
+    as written (with its ``deps``), e.g. from a test."""
+
+    def declare(function: F) -> F:
+        function.__tool_spec__ = ToolSpec(  # type: ignore[attr-defined]
+            function, title, description, annotations, meta
+        )
+        return function
+
+    return declare
+
+
+def spec_of(function: ToolFunction) -> ToolSpec:
+    spec: ToolSpec = function.__tool_spec__  # type: ignore[attr-defined]
+    return spec
+
 
 ExperimentId = Annotated[str, Field(max_length=64, description="An id from create_experiment.")]
 JobId = Annotated[str, Field(max_length=64, description="A job id from execute_experiment.")]
@@ -63,8 +161,8 @@ def progress(ctx: Context | None) -> Progress | None:
 
 
 def run_job(
-    runner: ToolRunner,
-    tool: str,
+    deps: ToolDeps,
+    name: str,
     ctx: Context | None,
     start: Callable[[CallContext, bool], Awaitable[JobView]],
 ) -> Awaitable[CallToolResult]:
@@ -75,7 +173,7 @@ def run_job(
     async def body(call: CallContext) -> JobView:
         return await start(call, running_as_task())
 
-    return runner.run(tool, body, takes_slot=True, progress=progress(ctx))
+    return deps.runner.run(name, body, takes_slot=True, progress=progress(ctx))
 
 
 # The MCP Apps view (``app/mcp/view/``) and the ``_meta`` of the tools whose results it

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from app.experiments.manager import ExperimentManager
 from app.experiments.views import MAX_PAGE_CHARS, JobView
 from app.mcp.envelope import enveloped
-from app.mcp.runner import ToolRunner
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools.common import (
     READ_ONLY,
@@ -28,9 +26,11 @@ from app.mcp.tools.common import (
     JobId,
     Seconds,
     SeedTimeout,
+    ToolDeps,
     hints,
     progress,
     run_job,
+    tool,
 )
 from jail import CallContext
 
@@ -49,129 +49,134 @@ EXECUTE = (
 )
 
 
-def register_job_tools(
-    server: MCPServer, runner: ToolRunner, manager: ExperimentManager, *, egress: bool = False
-) -> None:
-    """Add execute_experiment and the tools of its jobs (status, result, cancel); with
-    ``egress`` (experiments may reach the network here) execute_experiment says so."""
-
-    @server.tool(
-        title="Run a command in an experiment",
-        description=EXECUTE,
-        # An arbitrary command may delete or overwrite anything in the experiment's copy
-        # (never outside it); it reaches the network only where egress is allowed.
-        annotations=hints(read_only=False, destructive=True, idempotent=False, open_world=egress),
-    )
-    async def execute_experiment(
-        experiment_id: ExperimentId,
-        command: Command,
-        background: bool = False,
-        timeout_s: Annotated[
-            Seconds | None, Field(description="Seconds; default the experiment's.")
-        ] = None,
-        env: EnvRequests = [],  # noqa: B006
-        workdir: Annotated[
-            str | None,
-            Field(max_length=4096, description="A folder relative to /workspace to run in."),
-        ] = None,
-        timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
-        ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, enveloped(JobView)]:
-        async def start(call: CallContext, until_done: bool) -> JobView:
-            seconds = seed.timeout(timeout_s, timeout)
-            text = command
-            if workdir is not None:
-                workspace = await manager.workspace(call, experiment_id)
-                text = await seed.in_workdir(call.in_thread, workspace, workdir, command)
-            return await manager.execute(
-                call,
-                experiment_id,
-                text,
-                background=background,
-                timeout_s=seconds,
-                env=env,
-                until_done=until_done,
-            )
-
-        return await run_job(runner, "execute_experiment", ctx, start)
-
-    @server.tool(
-        title="Job status",
-        description=(
-            "The status of a job (a command started by execute_experiment or run_tests), "
-            "without its output.\n\n"
-            "USE THIS to poll a background command cheaply: is it still running, did it "
-            "finish, with which exit code. Then call get_job_result for the output.\n\n"
-            "RETURNS job id, experiment id, command, status (running, completed, failed, "
-            "timeout, cancelled or lost), exit code and duration.\n\n"
-            "NEVER waits, changes the job, or takes a sandbox slot."
-        ),
-        annotations=READ_ONLY,
-    )
-    async def get_job_status(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
-        return await runner.run(
-            "get_job_status", lambda call: manager.job_status(call, job_id), takes_slot=False
+@tool(
+    title="Run a command in an experiment",
+    description=EXECUTE,
+    # An arbitrary command may delete or overwrite anything in the experiment's copy
+    # (never outside it); it reaches the network only where egress is allowed.
+    annotations=lambda deps: hints(
+        read_only=False, destructive=True, idempotent=False, open_world=deps.egress
+    ),
+)
+async def execute_experiment(
+    deps: ToolDeps,
+    experiment_id: ExperimentId,
+    command: Command,
+    background: bool = False,
+    timeout_s: Annotated[
+        Seconds | None, Field(description="Seconds; default the experiment's.")
+    ] = None,
+    env: EnvRequests = [],  # noqa: B006
+    workdir: Annotated[
+        str | None,
+        Field(max_length=4096, description="A folder relative to /workspace to run in."),
+    ] = None,
+    timeout: SeedTimeout = None,  # noqa: ASYNC109 (the seed's name)
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, enveloped(JobView)]:
+    async def start(call: CallContext, until_done: bool) -> JobView:
+        seconds = seed.timeout(timeout_s, timeout)
+        text = command
+        if workdir is not None:
+            workspace = await deps.manager.workspace(call, experiment_id)
+            text = await seed.in_workdir(call.in_thread, workspace, workdir, command)
+        return await deps.manager.execute(
+            call,
+            experiment_id,
+            text,
+            background=background,
+            timeout_s=seconds,
+            env=env,
+            until_done=until_done,
         )
 
-    @server.tool(
-        title="Job result",
-        description=(
-            "A job's result with its output, waiting up to `wait_s` seconds (at most 45) for "
-            "it to finish.\n\n"
-            "USE THIS after execute_experiment returned a job id (background=true, or a "
-            "command that outlived the synchronous wait). Call it again while the status is "
-            "still `running`. USE IT with `offset` to read a long output whole, page by page "
-            "(each page's `end` is the next `offset`).\n\n"
-            "RETURNS the same shape as execute_experiment: status, exit code, stdout and "
-            "stderr (an excerpt, head and tail, when long), duration, and for run_tests jobs "
-            "the parsed `tests`; with `offset`, one `page` of the stream instead.\n\n"
-            "NEVER starts, stops or changes the job; waiting is its only effect."
-        ),
-        annotations=READ_ONLY,
-    )
-    async def get_job_result(
-        job_id: JobId,
-        wait_s: Annotated[float, Field(ge=0, le=45)] = 30,
-        offset: Annotated[
-            int | None,
-            Field(
-                ge=0,
-                description="Read the recorded output from this character on, one page at a "
-                "time, instead of its excerpt (pass each page's `end` as the next offset).",
-            ),
-        ] = None,
-        stream: Annotated[
-            Literal["stdout", "stderr"], Field(description="Which output `offset` pages.")
-        ] = "stdout",
-        max_chars: Annotated[
-            int, Field(ge=1, le=MAX_PAGE_CHARS, description="The most one page holds.")
-        ] = 20_000,
-        ctx: Context | None = None,
-    ) -> Annotated[CallToolResult, enveloped(JobView)]:
-        page = (stream, offset, max_chars) if offset is not None else None
+    return await run_job(deps, "execute_experiment", ctx, start)
 
-        return await runner.run(
-            "get_job_result",
-            lambda call: manager.job_result(call, job_id, wait_s, page),
-            takes_slot=False,
-            progress=progress(ctx),
-        )
 
-    @server.tool(
-        title="Cancel job",
-        description=(
-            "Cancel a running job: its whole process tree inside the container is killed.\n\n"
-            "USE THIS when a command is stuck, runs far longer than it should, or is no "
-            "longer needed. Safe on a job that already ended: it returns the final state "
-            "untouched, with a note.\n\n"
-            "RETURNS the job as it ended (status `cancelled`, and the output up to the kill).\n\n"
-            "NEVER touches other jobs, the experiment's files or its container; the "
-            "experiment stays usable."
-        ),
-        # Kills a running process (its work is lost); cancelling twice changes nothing more.
-        annotations=hints(read_only=False, destructive=True, idempotent=True),
+@tool(
+    title="Job status",
+    description=(
+        "The status of a job (a command started by execute_experiment or run_tests), "
+        "without its output.\n\n"
+        "USE THIS to poll a background command cheaply: is it still running, did it "
+        "finish, with which exit code. Then call get_job_result for the output.\n\n"
+        "RETURNS job id, experiment id, command, status (running, completed, failed, "
+        "timeout, cancelled or lost), exit code and duration.\n\n"
+        "NEVER waits, changes the job, or takes a sandbox slot."
+    ),
+    annotations=READ_ONLY,
+)
+async def get_job_status(
+    deps: ToolDeps, job_id: JobId
+) -> Annotated[CallToolResult, enveloped(JobView)]:
+    return await deps.runner.run(
+        "get_job_status", lambda call: deps.manager.job_status(call, job_id), takes_slot=False
     )
-    async def cancel_job(job_id: JobId) -> Annotated[CallToolResult, enveloped(JobView)]:
-        return await runner.run(
-            "cancel_job", lambda call: manager.cancel_job(call, job_id), takes_slot=False
-        )
+
+
+@tool(
+    title="Job result",
+    description=(
+        "A job's result with its output, waiting up to `wait_s` seconds (at most 45) for "
+        "it to finish.\n\n"
+        "USE THIS after execute_experiment returned a job id (background=true, or a "
+        "command that outlived the synchronous wait). Call it again while the status is "
+        "still `running`. USE IT with `offset` to read a long output whole, page by page "
+        "(each page's `end` is the next `offset`).\n\n"
+        "RETURNS the same shape as execute_experiment: status, exit code, stdout and "
+        "stderr (an excerpt, head and tail, when long), duration, and for run_tests jobs "
+        "the parsed `tests`; with `offset`, one `page` of the stream instead.\n\n"
+        "NEVER starts, stops or changes the job; waiting is its only effect."
+    ),
+    annotations=READ_ONLY,
+)
+async def get_job_result(
+    deps: ToolDeps,
+    job_id: JobId,
+    wait_s: Annotated[float, Field(ge=0, le=45)] = 30,
+    offset: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            description="Read the recorded output from this character on, one page at a "
+            "time, instead of its excerpt (pass each page's `end` as the next offset).",
+        ),
+    ] = None,
+    stream: Annotated[
+        Literal["stdout", "stderr"], Field(description="Which output `offset` pages.")
+    ] = "stdout",
+    max_chars: Annotated[
+        int, Field(ge=1, le=MAX_PAGE_CHARS, description="The most one page holds.")
+    ] = 20_000,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, enveloped(JobView)]:
+    page = (stream, offset, max_chars) if offset is not None else None
+
+    return await deps.runner.run(
+        "get_job_result",
+        lambda call: deps.manager.job_result(call, job_id, wait_s, page),
+        takes_slot=False,
+        progress=progress(ctx),
+    )
+
+
+@tool(
+    title="Cancel job",
+    description=(
+        "Cancel a running job: its whole process tree inside the container is killed.\n\n"
+        "USE THIS when a command is stuck, runs far longer than it should, or is no "
+        "longer needed. Safe on a job that already ended: it returns the final state "
+        "untouched, with a note.\n\n"
+        "RETURNS the job as it ended (status `cancelled`, and the output up to the kill).\n\n"
+        "NEVER touches other jobs, the experiment's files or its container; the "
+        "experiment stays usable."
+    ),
+    # Kills a running process (its work is lost); cancelling twice changes nothing more.
+    annotations=hints(read_only=False, destructive=True, idempotent=True),
+)
+async def cancel_job(
+    deps: ToolDeps, job_id: JobId
+) -> Annotated[CallToolResult, enveloped(JobView)]:
+    return await deps.runner.run(
+        "cancel_job", lambda call: deps.manager.cancel_job(call, job_id), takes_slot=False
+    )

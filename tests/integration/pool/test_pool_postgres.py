@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from db_testkit import fresh_postgres
 from pool_fakes import FakeSlotStore
 
-from app.mcp.tools.status import StatusView
+from app.mcp.status_view import StatusView
 from app.storage.db import create_engine, upgrade_schema
 from app.storage.pool_pg_store import PgLeadership, PgPoolState, pool_state_for
 from pool.leases import Queued, SlotPool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pool_fakes import FakeSlotStore, MemoryPoolState
 
-from app.mcp.tools.status import StatusView
+from app.mcp.status_view import StatusView
 from pool.leases import Queued, SlotPool
 
 
