@@ -31,7 +31,20 @@ benchmarks, so CI does not install it):
 
     uv run python tests/bench/bench_light_calls_wrk.py [--rounds 5] [--seconds 5] [--also DIR]
 
-Figures: below, once measured on a quiet machine.
+Figures (2-core development machine, 2026-12-06, measured while a CI run with four
+busy processes shared it, load 9-13: no quiet window came; medians of 5 rounds of 5 s,
+every server in the same run; "server CPU" is per call):
+
+    07:40  bare SDK server           1191 calls/s   723 us CPU
+           sandbox-mcp 188aa58        888 calls/s   946 us CPU   ratio 0.75
+           sandbox-mcp a705c0c        868 calls/s  1032 us CPU   ratio 0.73  (before)
+    07:01  bare SDK server           1283 calls/s   720 us CPU
+           sandbox-mcp a705c0c        868 calls/s   926 us CPU   ratio 0.68  (before)
+           + young-GC threshold       942 calls/s   900 us CPU   ratio 0.73
+
+bench_light_calls.py in the 07:40 run, before (a705c0c) then after (188aa58), one
+after the other: bare 565 / ours 373 calls/s (0.66), then bare 489 / ours 409 (0.84);
+its client shares the two cores, so its bare figure moves with the load.
 """
 
 from __future__ import annotations
