@@ -195,6 +195,21 @@ async def test_connections_to_the_listening_socket_send_without_nagle(host: str)
     assert accepted == [1]
 
 
+def test_serving_collects_the_young_generation_every_10000_allocations() -> None:
+    """At CPython's 700 the light calls in flight set off a young collection every few
+    calls (bench_light_calls_wrk.py); the older generations keep their thresholds."""
+    import gc
+
+    from app.cli import tune_collector
+
+    before = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == (10_000, before[1], before[2])
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_several_workers_on_sqlite_are_refused_in_one_sentence(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ async def test_every_answer_carries_hsts_only_behind_https(
     app = build_app(load_settings(pool_size=1))
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://t") as http:
-        for path in ("/.well-known/oauth-authorization-server", "/nothing-here"):
+        for path in ("/.well-known/oauth-authorization-server", "/nothing-here", "/mcp"):
             response = await http.get(path)
             assert ("strict-transport-security" in response.headers) is expected
         token = await http.post("/token", data={"grant_type": "x"})
