@@ -6,20 +6,30 @@ every process takes (a transaction-level advisory lock on PostgreSQL; SQLite
 serves one process, where an asyncio lock does), so N processes together grant
 what one would. Only the limits that guard rare, costly steps use it
 (registrations, client-document fetches, e-mails): the bearer check never does.
+
+The takes that queue while the lock is held are decided together, in one
+transaction, in the order they came (``MAX_BATCH`` at most a transaction): a
+flood of registrations, granted or refused, must not make an honest one wait for
+each of the flood's transactions in turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.storage.db import Base, transaction
 
 _LEDGER_LOCK = 0x736D_6370_7261_7465  # "smcprate", pg_advisory_xact_lock key
+# The most takes one transaction decides: its reads name at most three buckets a take,
+# well under any database's limit of bound parameters.
+MAX_BATCH = 100
 
 
 class RateEventRow(Base):
@@ -31,37 +41,116 @@ class RateEventRow(Base):
     at: Mapped[float] = mapped_column(sa.Float)
 
 
+@dataclass(eq=False)
+class _Take:
+    """One caller's take, waiting to be decided (``wait``: 0 granted, else seconds)."""
+
+    budgets: Sequence[tuple[str, int]]
+    window_s: float
+    now: float
+    wait: int | None = None
+    error: BaseException | None = field(default=None, repr=False)
+
+
 class SqlEventLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._lock = asyncio.Lock()
+        self._queued: list[_Take] = []
 
     async def take(self, budgets: Sequence[tuple[str, int]], window_s: float, now: float) -> int:
-        async with self._lock, transaction(self._sessions) as session:
-            if session.get_bind().dialect.name == "postgresql":
-                await session.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LEDGER_LOCK}
-                )
-            wait = 0
-            for bucket, limit in budgets:
-                times = list(
-                    (
-                        await session.execute(
-                            sa.select(RateEventRow.at)
-                            .where(RateEventRow.bucket == bucket, RateEventRow.at > now - window_s)
-                            .order_by(RateEventRow.at)
+        mine = _Take(budgets, window_s, now)
+        self._queued.append(mine)
+        try:
+            async with self._lock:
+                # The lock's holder before us may have decided our take with its own.
+                while mine.wait is None and mine.error is None:
+                    batch = self._queued[:MAX_BATCH]
+                    del self._queued[: len(batch)]
+                    await self._decide_all(batch)
+        except asyncio.CancelledError:
+            # Not decided: nobody will read it, so nobody spends it.
+            if mine in self._queued:
+                self._queued.remove(mine)
+            raise
+        if mine.error is not None:
+            raise mine.error
+        assert mine.wait is not None
+        return mine.wait
+
+    async def _decide_all(self, batch: list[_Take]) -> None:
+        """Decide ``batch`` in one transaction, each take in turn as if alone."""
+        try:
+            async with transaction(self._sessions) as session:
+                if session.get_bind().dialect.name == "postgresql":
+                    await session.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LEDGER_LOCK}
+                    )
+                times = await _recent_times(session, batch)
+                for take in batch:
+                    take.wait = _decide(take, times)
+                    if not take.wait:
+                        session.add_all(
+                            RateEventRow(bucket=bucket, at=take.now) for bucket, _ in take.budgets
                         )
-                    ).scalars()
-                )
-                if len(times) >= limit:
-                    wait = max(wait, max(1, int(times[-limit] + window_s - now) + 1))
-            if wait:
-                return wait
-            session.add_all(RateEventRow(bucket=bucket, at=now) for bucket, _ in budgets)
-            return 0
+        except asyncio.CancelledError:
+            # The holder went away: its batch is decided by the next holder, from scratch
+            # (nothing was committed).
+            for take in batch:
+                take.wait = None
+            self._queued[:0] = batch
+            raise
+        except BaseException as exc:
+            for take in batch:
+                take.wait, take.error = None, exc
+            raise
 
     async def forget_before(self, cutoff: float) -> int:
         """Drop events no window reaches any more; returns how many."""
         async with transaction(self._sessions) as session:
             result = await session.execute(sa.delete(RateEventRow).where(RateEventRow.at < cutoff))
             return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def _recent_times(session: AsyncSession, batch: list[_Take]) -> dict[str, list[float]]:
+    """The times of each bucket the batch names, oldest first, as far back as the takes
+    naming it look (in one read: the batch's e-mails look back an hour, its
+    registrations a minute)."""
+    looks: dict[float, tuple[set[str], float]] = {}  # window: its buckets, from when
+    for take in batch:
+        buckets, since = looks.get(take.window_s, (set(), take.now))
+        buckets.update(bucket for bucket, _ in take.budgets)
+        looks[take.window_s] = (buckets, min(since, take.now - take.window_s))
+    rows = await session.execute(
+        sa.select(RateEventRow.bucket, RateEventRow.at)
+        .where(
+            sa.or_(
+                *(
+                    sa.and_(RateEventRow.bucket.in_(buckets), RateEventRow.at > since)
+                    for buckets, since in looks.values()
+                )
+            )
+        )
+        .order_by(RateEventRow.at)
+    )
+    times: dict[str, list[float]] = {
+        bucket: [] for buckets, _ in looks.values() for bucket in buckets
+    }
+    for bucket, at in rows:
+        times[bucket].append(at)
+    return times
+
+
+def _decide(take: _Take, times: dict[str, list[float]]) -> int:
+    """0 if every bucket of ``take`` holds fewer than its limit in its window (then the
+    take is counted in ``times``), else the seconds until it would."""
+    wait = 0
+    for bucket, limit in take.budgets:
+        seen = times[bucket]
+        recent = seen[bisect.bisect_right(seen, take.now - take.window_s) :]
+        if len(recent) >= limit:
+            wait = max(wait, max(1, int(recent[-limit] + take.window_s - take.now) + 1))
+    if not wait:
+        for bucket, _ in take.budgets:
+            bisect.insort(times[bucket], take.now)
+    return wait

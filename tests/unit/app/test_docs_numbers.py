@@ -45,6 +45,7 @@ from app.runtime.exec import protocol as fast_exec
 from app.runtime.git import clone as _clone
 from app.runtime.git import egress as git_egress
 from app.settings import ENV_PREFIX, Settings, load_settings
+from app.storage import rate_store
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS
 
@@ -76,6 +77,7 @@ CONSTANTS: dict[str, int | float] = {
     "MAX_VALUES": request_bounds.MAX_VALUES,
     "MAX_ESCAPES": request_bounds.MAX_ESCAPES,
     "LARGE_PER_ADDRESS": request_bounds.LARGE_PER_ADDRESS,
+    "MAX_BATCH": rate_store.MAX_BATCH,  # the shared rate ledger's takes a transaction
     # reads, views and the logs resource
     "ARTIFACT_PART_BYTES": shelf.ARTIFACT_PART_BYTES,
     "MAX_LISTED_JOBS": views.MAX_LISTED_JOBS,
