@@ -73,6 +73,17 @@ class WarmSource(Protocol):
     ) -> Container | None: ...
 
 
+class PreparedSource(Protocol):
+    """A sandbox's own container made ahead for its next create
+    (app/runtime/warm/prepared.py)."""
+
+    async def take(
+        self, key: str, slot_root: Path, spec: ContainerSpec, target: Path
+    ) -> Container | None: ...
+
+    def after_create(self, key: str, slot_root: Path, spec: ContainerSpec) -> None: ...
+
+
 def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
     """The environment a command asked for, after the credential policy."""
     # A hosted server forwards nothing of its own environment: even the error for
@@ -90,6 +101,7 @@ class ExperimentCreator:
         options: ExperimentOptions,
         clock: Callable[[], float] = time.time,
         warm: WarmSource | None = None,
+        prepared: PreparedSource | None = None,
     ) -> None:
         self._records = records
         self._backend = backend
@@ -97,6 +109,7 @@ class ExperimentCreator:
         self._options = options
         self._clock = clock
         self._warm = warm
+        self._prepared = prepared
         # Creations in flight per sandbox key: they count against max_experiments too.
         self._creating: dict[str, int] = {}
 
@@ -186,11 +199,18 @@ class ExperimentCreator:
             signin_label=fingerprint(call.signin_address) if call.signin_address else "",
         )
         started: list[Container] = []  # the container, once there is one
+        path = "cold"  # how it came: recorded with the transition to READY
         try:
             if self._warm is not None:
                 # The caller's own slot's warm container, its folder renamed to dirs.root.
                 warm = await self._warm.take(call.slot_root, spec, dirs.root)
                 started += [warm] if warm is not None else []
+                path = "warm" if started else path
+            if not started and self._prepared is not None:
+                # The container made for this sandbox after its last create.
+                mine = await self._prepared.take(call.sandbox_key, call.slot_root, spec, dirs.root)
+                started += [mine] if mine is not None else []
+                path = "prepared" if started else path
             if not started:
                 await workspace.make_dirs(dirs, self._options.owner, call.in_thread)
             fill = workspace.prepare(
@@ -231,10 +251,13 @@ class ExperimentCreator:
             )
             await workspace.remove(dirs, call.in_thread)
             raise
+        if self._prepared is not None:
+            # The next create's container, made in the background while this one is used.
+            self._prepared.after_create(call.sandbox_key, call.slot_root, spec)
         await self._records.transition(
             experiment_id,
             State.READY,
-            "container started",
+            "container started" if path == "cold" else f"container started ({path})",
             self._clock(),
             container_id=container.container_id,
             # The command wall clock is a limit applied like the others; commands read it here.

@@ -77,9 +77,7 @@ def start_server(
         "SANDBOX_MCP_WARM_CONTAINERS": os.environ.get("SANDBOX_MCP_WARM_CONTAINERS", "0"),
         # ...and no growth with demand either: every test signs in, so each server would
         # otherwise start a container per sign-in (test_warm_burst sets its own budget).
-        "SANDBOX_MCP_WARM_MAX_CONTAINERS": os.environ.get(
-            "SANDBOX_MCP_WARM_MAX_CONTAINERS", "0"
-        ),
+        "SANDBOX_MCP_WARM_MAX_CONTAINERS": os.environ.get("SANDBOX_MCP_WARM_MAX_CONTAINERS", "0"),
         # Every test client connects from 127.0.0.1, one address: the shares of the
         # global budgets would make the whole suite one user (tests of their own set
         # them: DEFAULT_SHARES).
