@@ -27,6 +27,7 @@ IDLE_PREFIX = f"{PREFIX}-idle"
 SETTINGS = {
     "SANDBOX_MCP_AUTH": "oauth",
     "SANDBOX_MCP_POOL_SIZE": "3",
+    "SANDBOX_MCP_MAX_CONTAINERS": "16",  # Alice's four experiments leave Bob room for his
     # No warm pool of their own, but a budget prepared containers may use.
     "SANDBOX_MCP_WARM_CONTAINERS": "0",
     "SANDBOX_MCP_WARM_MAX_CONTAINERS": "4",
@@ -130,8 +131,9 @@ async def test_a_request_it_cannot_serve_removes_it_and_starts_cold(
 ) -> None:
     client = await ManualClient.register(http, server.base_url)
     bob = await client.access_token(http)
+    others = {c["Id"] for c in prepared(engine, PREFIX)}  # the module's other sandboxes'
     await create(http, server, bob)
-    ready = await wait_for_prepared(engine, PREFIX, set())
+    ready = await wait_for_prepared(engine, PREFIX, others)
     label = ready["Labels"][f"{PREFIX}.sandbox"]
     # An environment is fixed at creation: the prepared one cannot serve it.
     experiment = await create(http, server, bob, env=["GREETING=hi"])
@@ -143,7 +145,7 @@ async def test_a_request_it_cannot_serve_removes_it_and_starts_cold(
     await asyncio.sleep(2)
     assert [c for c in prepared(engine, PREFIX) if c["Labels"][f"{PREFIX}.sandbox"] == label] == []
     await create(http, server, bob)
-    fresh = await wait_for_prepared(engine, PREFIX, {ready["Id"]})
+    fresh = await wait_for_prepared(engine, PREFIX, others | {ready["Id"]})
     assert fresh["Labels"][f"{PREFIX}.sandbox"] == label
     experiment = await create(http, server, bob)
     ran = await run_command(http, server, bob, experiment, "touch /tmp/warm")

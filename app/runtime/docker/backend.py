@@ -27,6 +27,7 @@ each seam method then delegates.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import secrets
@@ -224,7 +225,10 @@ class DockerBackend:
     async def info(self) -> RuntimeInfo:
         return await self._engine.info(self._allowed)
 
-    async def create(self, spec: ContainerSpec) -> Container:
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        """A started container as ``spec`` asks; ``begun`` is set when its creation leaves
+        the gate for the engine (a prepared one's owner then waits for it rather than
+        go cold)."""
         started = time.monotonic()
         image = spec.image or self._default_image
         if image not in self._allowed:
@@ -246,6 +250,8 @@ class DockerBackend:
         warnings = (*warnings, *joining.warnings)
         # The engine serves a few creations at once well; more only queue inside it.
         async with self._creates.place(background=spec.prepared):
+            if begun is not None:
+                begun.set()
             container_id = await self._engine.create(
                 api,
                 image,

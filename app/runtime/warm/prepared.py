@@ -64,6 +64,9 @@ from pool.slots import Slot
 log = structlog.get_logger(__name__)
 
 PREFIX = ".prepared-"
+# A creation at the engine is waited for at most this long by the create that wants it
+# (its SDK calls time out first: 60 s each for create and start).
+PENDING_WAIT_S = 150.0
 
 
 class PreparedBackend(WarmBackend, Protocol):
@@ -78,6 +81,10 @@ class PreparedBackend(WarmBackend, Protocol):
 
     async def remove_prepared(self, sandbox_label: str | None = None) -> int:
         """Remove a sandbox's prepared containers (any process's), or this process's."""
+        ...
+
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        """A started container; ``begun`` set once its creation has left the engine's gate."""
         ...
 
 
@@ -120,7 +127,8 @@ class PreparedContainers:
         self._owner = owner
         self._every = check_every_s
         self._held: dict[str, PreparedContainer] = {}  # by sandbox key
-        self._making: dict[str, tuple[asyncio.Task[None], str]] = {}  # key: (task, address)
+        # Being made, by key: the task, the address, and whether it has left the gate.
+        self._making: dict[str, tuple[asyncio.Task[None], str, asyncio.Event]] = {}
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         # What happened so far (tests, benches, the log): made, handed over, not used.
@@ -156,22 +164,30 @@ class PreparedContainers:
             return
         address = spec.signin_label
         mine = sum(1 for held in self._held.values() if held.address == address)
-        mine += sum(1 for _, of in self._making.values() if of == address)
+        mine += sum(1 for _, of, _ in self._making.values() if of == address)
         if mine >= self._per_address:
             log.debug("prepared.address_share_spent", held=mine)
             return
-        task = asyncio.create_task(self._prepare(key, address, slot_root, spec))
-        self._making[key] = (task, address)
+        begun = asyncio.Event()
+        task = asyncio.create_task(self._prepare(key, address, slot_root, spec, begun))
+        self._making[key] = (task, address, begun)
 
     async def take(
         self, key: str, slot_root: Path, spec: ContainerSpec, target: Path
     ) -> Container | None:
         """The sandbox's prepared container, as ``spec`` asks, with its folder renamed to
-        ``target`` (whose ``workspace`` it mounts); None: none fits, go cold (one still
-        being made stays for the sandbox's next create).
+        ``target`` (whose ``workspace`` it mounts); None: none fits, go cold.
+
+        One being made at the engine is waited for: it is ahead of any cold creation this
+        call would begin now. One still waiting for its turn (real creations go first) is
+        left for the sandbox's next create, and this one goes cold.
 
         Raises nothing of its own: a prepared container that cannot serve is removed.
         """
+        making = self._making.get(key)
+        if making is not None and making[2].is_set():
+            # (asyncio.wait: a cancelled caller leaves the creation to end as it would.)
+            await asyncio.wait({making[0]}, timeout=PENDING_WAIT_S)
         held = self._held.pop(key, None)  # taken: no second caller can have it
         if held is None:
             return None
@@ -239,7 +255,7 @@ class PreparedContainers:
         await cancel_and_wait(self._task)
         self._task = None
         with anyio.CancelScope(shield=True):
-            for task, _ in list(self._making.values()):
+            for task, _, _ in list(self._making.values()):
                 await _cancelled(task)
             for held in list(self._held.values()):
                 await self._remove(held.container.container_id, held.root)
@@ -249,7 +265,9 @@ class PreparedContainers:
             except ServiceError:
                 log.warning("prepared.remove_failed", exc_info=True)
 
-    async def _prepare(self, key: str, address: str, slot_root: Path, asked: ContainerSpec) -> None:
+    async def _prepare(
+        self, key: str, address: str, slot_root: Path, asked: ContainerSpec, begun: asyncio.Event
+    ) -> None:
         root = slot_root / f"{PREFIX}{secrets.token_hex(6)}"
         made: Container | None = None
         try:
@@ -263,7 +281,7 @@ class PreparedContainers:
                 signin_label=asked.signin_label,
                 prepared=True,
             )
-            made = await self._backend.create(spec)
+            made = await self._backend.create(spec, begun=begun)
             slot = await self._holding(key)
             if self._stopping or slot is None or slot.root != slot_root:
                 raise LookupError("the sandbox's lease ended while its container was made")

@@ -25,6 +25,11 @@ from pool.slots import Slot
 
 
 class Backend(FakeBackend):
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        if begun is not None:
+            begun.set()
+        return await super().create(spec)
+
     async def running(self) -> set[str]:
         return set(self.containers)
 

@@ -28,10 +28,13 @@ class Backend(FakeBackend):
         self.admitted: list[bool] = []
         self.removed_by_label: list[str | None] = []
 
-    async def create(self, spec: ContainerSpec) -> Container:
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
         self.creations.append(spec)
         if self.gate is not None:
-            await self.gate.wait()
+            await self.gate.wait()  # its turn at the engine has not come
+        if begun is not None:
+            begun.set()
+        await asyncio.sleep(0.01)
         return await super().create(spec)
 
     async def running(self) -> set[str]:
@@ -130,6 +133,32 @@ async def test_the_next_create_gets_the_container_made_after_the_last(tmp_path: 
     assert prepared.handed_over == 1
     # Taken: nobody else gets it, and Alice's next create finds none until one is made.
     assert await prepared.take("alice", slot, spec_for(slot, "exp-3"), slot / "x") is None
+    await prepared.stop()
+
+
+async def test_a_create_arriving_while_its_container_is_at_the_engine_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    backend, leases = Backend(), Leases(tmp_path, 1)
+    prepared = prepared_for(backend, leases)
+    slot = leases.lease("alice", 0)
+    prepared.after_create("alice", slot, spec_for(slot, "exp-1"))
+    for _ in range(500):  # until its creation has left the gate for the engine
+        if backend.creations:
+            break
+        await asyncio.sleep(0.001)
+    assert prepared.being_made == 1
+    container = await prepared.take("alice", slot, spec_for(slot, "exp-2"), slot / "exp-exp-2")
+    assert container is not None
+    assert prepared.handed_over == 1
+    # One still waiting for its turn (real creations first) is not waited for.
+    backend.gate = asyncio.Event()
+    prepared.after_create("alice", slot, spec_for(slot, "exp-2"))
+    await asyncio.sleep(0.01)
+    assert await prepared.take("alice", slot, spec_for(slot, "exp-3"), slot / "exp-exp-3") is None
+    backend.gate.set()
+    await made(prepared)
+    assert prepared.holds("alice")  # left for the next create
     await prepared.stop()
 
 
