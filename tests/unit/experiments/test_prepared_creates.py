@@ -57,7 +57,9 @@ async def test_each_next_create_takes_the_container_prepared_after_the_last(
         async def holding(key: str) -> Slot | None:
             return slot
 
-        prepared = PreparedContainers(backend, holding=holding, spare=lambda: 4, per_address=4)
+        prepared = PreparedContainers(
+            backend, holding=holding, spare=lambda: 4, per_address=4, delay_s=0
+        )
         registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
         await registry.register()
         records = ExperimentRecords(engine)

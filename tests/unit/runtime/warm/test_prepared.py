@@ -97,7 +97,11 @@ def prepared_for(
     backend: Backend, leases: Leases, *, spare: int = 10, per_address: int = 10
 ) -> PreparedContainers:
     return PreparedContainers(
-        backend, holding=leases.holding, spare=lambda: spare, per_address=per_address
+        backend,
+        holding=leases.holding,
+        spare=lambda: spare,
+        per_address=per_address,
+        delay_s=0,
     )
 
 
