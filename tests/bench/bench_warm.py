@@ -24,6 +24,11 @@ other engineers' work, so only the figures of one run compare), p50 / p95:
 - 2026-12-06 07:26, load 13-19: before 1039 / 1705 ms, after 479 / 1026 ms, beside the
   engine's floor (docker create + start + exec) 943 / 1654 ms: ratio 1.10 before,
   0.51 after. An idle prepared container: 6.4 MiB in its cgroup, 13.3 MiB for its shim.
+- 2026-12-06 07:38, load 12-13, create and first command apart (floor 874 / 1288 ms):
+  before: create 574 / 999 ms, first command 281 / 527 ms, both 914 / 1394 ms (ratio
+  1.05); after: create 105 / 209 ms, first command 425 / 621 ms, both 544 / 718 ms
+  (ratio 0.62). The first command was slower after: the next prepared container's
+  creation ran beside it, which is why it now begins 2 s after the create.
 """
 
 from __future__ import annotations
