@@ -29,6 +29,9 @@ other engineers' work, so only the figures of one run compare), p50 / p95:
   1.05); after: create 105 / 209 ms, first command 425 / 621 ms, both 544 / 718 ms
   (ratio 0.62). The first command was slower after: the next prepared container's
   creation ran beside it, which is why it now begins 2 s after the create.
+- 2026-12-06 08:04, load 15-22, with that delay (floor 1356 / 2239 ms): before: create
+  1224 / 1673 ms, first command 502 / 880 ms, both 1635 / 2249 ms (ratio 1.21); after:
+  create 122 / 453 ms, first command 303 / 571 ms, both 475 / 798 ms (ratio 0.35).
 """
 
 from __future__ import annotations

@@ -110,8 +110,9 @@ class PreparedContainers:
         check_every_s: How often leases and containers are checked.
         delay_s: How long after a create its successor's creation begins: the create's
             own first command runs meanwhile without an engine creation beside it (on 2
-            cores one beside it made that command 425 ms instead of 280 at p50,
-            tests/bench/bench_warm.py); agents take longer than this between creates.
+            cores, with one beside it that command took 425 ms p50 against 281 ms in a
+            cold container; with the delay 303 ms against 502 ms in a run at a higher
+            load: tests/bench/bench_warm.py); agents take longer than this between creates.
     """
 
     def __init__(
