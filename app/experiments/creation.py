@@ -77,6 +77,17 @@ class WarmSource(Protocol):
     ) -> Container | None: ...
 
 
+class PreparedSource(Protocol):
+    """A sandbox's own container made ahead for its next create
+    (app/runtime/warm/prepared.py)."""
+
+    async def take(
+        self, key: str, slot_root: Path, spec: ContainerSpec, target: Path
+    ) -> Container | None: ...
+
+    def after_create(self, key: str, slot_root: Path, spec: ContainerSpec) -> None: ...
+
+
 def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
     """The environment a command asked for, after the credential policy."""
     # A hosted server forwards nothing of its own environment: even the error for
@@ -94,6 +105,7 @@ class ExperimentCreator:
         options: ExperimentOptions,
         clock: Callable[[], float] = time.time,
         warm: WarmSource | None = None,
+        prepared: PreparedSource | None = None,
     ) -> None:
         self._records = records
         self._backend = backend
@@ -101,6 +113,7 @@ class ExperimentCreator:
         self._options = options
         self._clock = clock
         self._warm = warm
+        self._prepared = prepared
         # Creations in flight per sandbox key: they count against max_experiments too.
         self._creating: dict[str, int] = {}
         # Their tasks (a creation goes on when its call stops waiting): stopped at shutdown.
@@ -157,7 +170,7 @@ class ExperimentCreator:
             name=f"create {experiment_id}",
         )
         self._preparing.add(task)
-        task.add_done_callback(lambda done: self._prepared(key, done))
+        task.add_done_callback(lambda done: self._ended(key, done))
         # Only a clone or a copy of a project may take long (a clone up to its 300 s):
         # anything else is a container start and a bounded write, waited for whole.
         slow = bool(request.git_url or request.from_experiment or request.project_path)
@@ -195,7 +208,7 @@ class ExperimentCreator:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    def _prepared(self, key: str, task: asyncio.Task[tuple[WorkspaceReport, float]]) -> None:
+    def _ended(self, key: str, task: asyncio.Task[tuple[WorkspaceReport, float]]) -> None:
         self._preparing.discard(task)
         self._creating[key] -= 1
         if not self._creating[key]:
@@ -288,11 +301,18 @@ class ExperimentCreator:
         )
         started: list[Container] = []  # the container, once there is one
         starting: asyncio.Future[Container] | None = None  # a cold one, while it starts
+        path = "cold"  # how it came: recorded with the transition to READY
         try:
             if self._warm is not None:
                 # The caller's own slot's warm container, its folder renamed to dirs.root.
                 warm = await self._warm.take(call.slot_root, spec, dirs.root)
                 started += [warm] if warm is not None else []
+                path = "warm" if started else path
+            if not started and self._prepared is not None:
+                # The container made for this sandbox after its last create.
+                mine = await self._prepared.take(call.sandbox_key, call.slot_root, spec, dirs.root)
+                started += [mine] if mine is not None else []
+                path = "prepared" if started else path
             if not started:
                 await workspace.make_dirs(dirs, self._options.owner, call.in_thread)
             fill = workspace.prepare(
@@ -320,12 +340,15 @@ class ExperimentCreator:
                 assert isinstance(filled, workspace.WorkspaceReport)
                 prepared = filled
             container = started[0]
+            if self._prepared is not None:
+                # The next create's container, made in the background while this one is used.
+                self._prepared.after_create(call.sandbox_key, call.slot_root, spec)
             # Inside the try: a destroy_experiment that came while it was being prepared
             # (CREATING -> DESTROYED) refuses this, and the container goes.
             await self._records.transition(
                 experiment_id,
                 State.READY,
-                "container started",
+                "container started" if path == "cold" else f"container started ({path})",
                 self._clock(),
                 container_id=container.container_id,
                 # The command wall clock is a limit like the others; commands read it here.

@@ -25,6 +25,7 @@ from app.experiments.commands import CommandRunner, with_whole_output
 from app.experiments.creation import (
     CreateRequest,
     ExperimentCreator,
+    PreparedSource,
     WarmSource,
 )
 from app.experiments.errors import (
@@ -83,6 +84,7 @@ class ExperimentManager:
         clock: Callable[[], float] = time.time,
         warm: WarmSource | None = None,
         trash: Trash | None = None,
+        prepared: PreparedSource | None = None,
     ) -> None:
         self._records = records
         # Destroyed experiments' folders, deleted after the caller has its answer.
@@ -113,7 +115,7 @@ class ExperimentManager:
         self.recovery = Recovery(records, backend, registry, jobs, self._commands.kill, clock)
         self._remote = RemoteJobs(records, backend, registry, clock)
         self._creator = ExperimentCreator(
-            records, backend, self._commands, options, clock, warm=warm
+            records, backend, self._commands, options, clock, warm=warm, prepared=prepared
         )
         # Running a command or the tests is Execution's (its state check, the one timeout
         # clamp, the waits): the tools call these two as the manager's own.

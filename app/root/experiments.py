@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.experiments.disk_budget import DiskBudget, containers_from
+from app.experiments.evidence.shelf import fingerprint
 from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.store import ExperimentStore
 from app.experiments.workspace.dirs import Owner
 from app.runtime.backend import SandboxBackend
+from app.runtime.warm.prepared import PreparedContainers
 from app.settings import PoolSettings, Settings
 from app.tenancy.threads import TenantThreads
 from jail.context import SandboxMemory
@@ -92,8 +94,12 @@ class SandboxReset:
 
     memory: SandboxMemory
     manager: ExperimentManager
+    prepared: PreparedContainers | None = None
 
     async def __call__(self, sandbox_key: str) -> None:
-        # Containers first (they hold the slot's folders), then what we remembered.
+        # Containers first (they hold the slot's folders), then what we remembered. The
+        # prepared one first of all: no experiment of the sandbox may take it meanwhile.
+        if self.prepared is not None:
+            await self.prepared.drop(sandbox_key, fingerprint(sandbox_key))
         await self.manager.teardown_sandbox(sandbox_key, "the sandbox was emptied after being idle")
         self.memory.drop(sandbox_key)

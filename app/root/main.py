@@ -41,6 +41,7 @@ from app.root.oauth import build_auth
 from app.root.runtime import (
     build_backend,
     build_egress_proxy,
+    build_prepared,
     build_warm_demand,
     build_warm_pool,
     warn_if_sandboxes_cannot_write,
@@ -125,14 +126,25 @@ def build_services(settings: Settings) -> Services:
         processes=registry,
         refresh_free=lambda: pool.refresh(),
     )
+    # Each lessee's next experiment's container, in what the warm budget leaves beside it.
+    prepared = build_prepared(
+        settings.runtime,
+        backend,
+        warm,
+        demand=demand,
+        holding=lambda key: pool.holding(key),
+        address_share_percent=settings.auth.address_share_percent,
+    )
     options = experiment_options(settings)
-    manager = ExperimentManager(records, backend, jobs, options, registry, warm=warm)
+    manager = ExperimentManager(
+        records, backend, jobs, options, registry, warm=warm, prepared=prepared
+    )
     pool = SlotPool(
         pool_state_for(engine),  # shared by every process on PostgreSQL
         store,
         size=settings.pool.size,
         idle_timeout_s=settings.pool.idle_timeout_s,
-        before_reset=SandboxReset(memory, manager),
+        before_reset=SandboxReset(memory, manager, prepared),
         on_reserved=mailer.sandbox_ready,
     )
     # A container recreated by recovery goes on its sandbox's slot (whichever process leased it).
@@ -217,6 +229,7 @@ def build_services(settings: Settings) -> Services:
         egress=egress,
         disk_budget=disk_budget,
         warm=warm,
+        prepared=prepared,
     )
 
 

@@ -20,7 +20,8 @@ from app.egress.proxy import EgressProxy
 from app.runtime.docker.backend import DockerBackend
 from app.runtime.docker.capacity import output_streams
 from app.runtime.warm.demand import WarmBudget, WarmDemand
-from app.runtime.warm.pool import WarmBackend, WarmPool
+from app.runtime.warm.pool import WarmPool
+from app.runtime.warm.prepared import PreparedBackend, PreparedContainers
 from app.settings import RuntimeSettings, Settings
 from jail.privilege import can_chown
 from pool.slots import Slot, SlotsRoot
@@ -80,9 +81,10 @@ def build_backend(
     deployment: str,
     process_id: str | None = None,
     egress: EgressProxy | None = None,
-) -> WarmBackend:
-    """The Docker backend, as the protocol the root holds (``WarmBackend``: the
-    ``SandboxBackend`` the warm pool can hand containers over with); ``slots`` is the
+) -> PreparedBackend:
+    """The Docker backend, as the protocol the root holds (``PreparedBackend``: the
+    ``SandboxBackend`` the warm pool and the prepared containers can hand containers
+    over with); ``slots`` is the
     slot store, opened later by the lifespan (the backend asks it where the slots live
     only once the service runs)."""
     runtime, experiments, pool = settings.runtime, settings.experiments, settings.pool
@@ -122,8 +124,9 @@ def build_warm_demand(
     queued: Callable[[], int],
 ) -> WarmDemand:
     """How many warm containers to keep: WARM_CONTAINERS at least, more with sign-ins,
-    a queue and the rate of creates, within WARM_MAX_CONTAINERS and WARM_MEMORY_MB; one
-    sign-in address grows it by its share of that budget at most."""
+    a queue and the rate of creates, within WARM_MAX_CONTAINERS and WARM_MEMORY_MB (less
+    the prepared containers: ``build_prepared``); one sign-in address grows it by its
+    share of that budget at most."""
     budget = WarmBudget(
         floor=runtime.warm_containers,
         max_containers=runtime.warm_max_containers,
@@ -139,7 +142,7 @@ def build_warm_demand(
 
 def build_warm_pool(
     runtime: RuntimeSettings,
-    backend: WarmBackend,
+    backend: PreparedBackend,
     next_free: Callable[[int], list[Slot]],
     *,
     demand: WarmDemand,
@@ -164,6 +167,31 @@ def build_warm_pool(
         live_processes=processes.live,
         refresh_free=refresh_free,
     )
+
+
+def build_prepared(
+    runtime: RuntimeSettings,
+    backend: PreparedBackend,
+    warm: WarmPool,
+    *,
+    demand: WarmDemand,
+    holding: Callable[[str], Awaitable[Slot | None]],
+    address_share_percent: int,
+) -> PreparedContainers | None:
+    """A container made ahead for each lessee's next experiment, in what the warm budget
+    leaves beside the warm pool (never its floor); one sign-in address holds its share of
+    that budget at most. None: WARM_PREPARED=0."""
+    if not runtime.warm_prepared:
+        return None
+    prepared = PreparedContainers(
+        backend,
+        holding=holding,
+        spare=warm.spare,
+        per_address=demand.budget.per_address(address_share_percent),
+        owner=runtime.sandbox_ids if os.geteuid() == 0 else None,
+    )
+    demand.prepared = prepared.count  # the pool's target leaves them their room
+    return prepared
 
 
 def warn_if_sandboxes_cannot_write(runtime: RuntimeSettings) -> None:

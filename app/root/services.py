@@ -26,6 +26,7 @@ from app.root.state_lock import hold_state_dir, release_state_dir
 from app.runtime.backend import SandboxBackend
 from app.runtime.docker.probe import DockerProbe
 from app.runtime.warm.pool import WarmPool
+from app.runtime.warm.prepared import PreparedContainers
 from app.settings import Settings
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository, upgrade_schema
@@ -70,6 +71,7 @@ class Services:
     egress: EgressProxy | None = None  # network "restricted"'s proxy, when offered
     disk_budget: DiskBudget | None = None  # dir slots only: ZFS has a kernel quota
     warm: WarmPool | None = None  # pre-started containers of the default image
+    prepared: PreparedContainers | None = None  # each lessee's next experiment's container
 
     async def start(self) -> None:
         """Prepare the state dir, the schema and the slots; start the watchdog.
@@ -101,6 +103,8 @@ class Services:
             for container_id, label in (await self.manager.live_containers()).items():
                 self.warm.claim(container_id, label)
             self.warm.start(self.store.slot(i).root for i in range(self.settings.pool.size))
+        if self.prepared is not None:
+            self.prepared.start()
         self.watchdog.start()
         if self.disk_budget is not None:
             self.disk_budget.start()
@@ -134,6 +138,9 @@ class Services:
             await self.disk_budget.close()
         if self.warm is not None:
             await self.warm.stop()
+        if self.prepared is not None:
+            # Unlike experiments' containers, nothing finds them again after a restart.
+            await self.prepared.stop()
         await self.pool.close()
         # Containers keep running: a restart finds them again (work is never lost to a
         # restart); their jobs are marked lost, and orphans are swept at start-up.

@@ -52,6 +52,10 @@ class ContainerSpec:
     egress_allowlist: tuple[str, ...] | None = None
     # The caller's sign-in address, hashed (its sandboxes share the proxy's bounds).
     signin_label: str = ""
+    # Made ahead for the sandbox's next experiment (app/runtime/warm/prepared.py): sent
+    # to the engine only when no real creation waits, and outside the container shares
+    # (the warm budget bounds it) until it is handed over.
+    prepared: bool = False
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,15 @@ class RuntimeSettings(Group):
             "containerd shim, measured by tests/bench/bench_warm.py): at the default, 128."
         ),
     )
+    warm_prepared: bool = Field(
+        default=True,
+        description=(
+            "After each create_experiment, start one container like it in the background for "
+            "the sandbox's next experiment (one per sandbox holding a slot, within "
+            "WARM_MAX_CONTAINERS and WARM_MEMORY_MB beside the warm pool, never its floor; "
+            "sent to the engine only when no real creation waits)."
+        ),
+    )
     engine_creates: int = Field(
         default=8,
         ge=1,

@@ -27,6 +27,7 @@ each seam method then delegates.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import secrets
@@ -50,7 +51,8 @@ from app.runtime.backend import (
     RuntimeInfo,
 )
 from app.runtime.docker.capacity import UNATTRIBUTED, ContainerShares, output_streams
-from app.runtime.docker.engine import Engine, Labels
+from app.runtime.docker.creates import CreateGate
+from app.runtime.docker.engine import PREPARED, Engine, Labels
 from app.runtime.docker.engine_errors import translated
 from app.runtime.docker.handover import hand_over
 from app.runtime.docker.hardening import CAPABILITIES, applied_isolation
@@ -114,8 +116,9 @@ class DockerBackend:
         client_factory: Builds the Docker client (called once, in a thread).
         max_calls: Concurrent blocking SDK calls.
         max_creates: Container creations (create + start) sent to the engine at once;
-            more wait their turn in arrival order (``anyio.CapacityLimiter`` is FIFO), so
-            a slow creation delays no one beyond its own place.
+            more wait their turn in arrival order, so a slow creation delays no one
+            beyond its own place; prepared containers go only when no request waits
+            (:mod:`app.runtime.docker.creates`).
         max_streams: Concurrent command output streams.
         kill_grace_s: After a kill, how long output may take to end before the
             stream is closed on our side.
@@ -171,7 +174,7 @@ class DockerBackend:
         self._default_image = default_image or allowed_images[0]
         self._ceilings = ceilings or Ceilings()
         self._offload = Offload(calls=max_calls, streams=max_streams)
-        self._creates = anyio.CapacityLimiter(max_creates)
+        self._creates = CreateGate(max_creates)
         self._engine = Engine(
             client_factory=client_factory,
             offload=self._offload,
@@ -222,7 +225,10 @@ class DockerBackend:
     async def info(self) -> RuntimeInfo:
         return await self._engine.info(self._allowed)
 
-    async def create(self, spec: ContainerSpec) -> Container:
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        """A started container as ``spec`` asks; ``begun`` is set when its creation leaves
+        the gate for the engine (a prepared one's owner then waits for it rather than
+        go cold)."""
         started = time.monotonic()
         image = spec.image or self._default_image
         if image not in self._allowed:
@@ -233,15 +239,19 @@ class DockerBackend:
         limits, warnings = clamp_limits(spec.limits, self._ceilings, await self._engine.cpus(api))
         mounts = [self._engine.workspace_mount(workspace)]
         signin = {SIGNIN_LABEL: spec.signin_label} if spec.signin_label else {}
+        prepared = {"prepared": "1"} if spec.prepared else {}
         labels = self._labels.of_new(
-            experiment=spec.experiment_id, sandbox=spec.sandbox_label, **signin
+            experiment=spec.experiment_id, sandbox=spec.sandbox_label, **signin, **prepared
         )
-        name = f"smcp-{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
+        kind = PREPARED if spec.prepared else "smcp-"
+        name = f"{kind}{_NAME_UNSAFE.sub('-', spec.experiment_id)[:40]}-{secrets.token_hex(4)}"
         joining = self._networks.for_experiment(spec)
         labels.update(joining.labels)
         warnings = (*warnings, *joining.warnings)
         # The engine serves a few creations at once well; more only queue inside it.
-        async with self._creates:
+        async with self._creates.place(background=spec.prepared):
+            if begun is not None:
+                begun.set()
             container_id = await self._engine.create(
                 api,
                 image,
@@ -252,6 +262,7 @@ class DockerBackend:
                 limits,
                 {**spec.env, **joining.env},
                 spec.sandbox_label,
+                admit=not spec.prepared,  # the warm budget bounds it until it is handed over
             )
             try:
                 with translated(container_id):
@@ -363,14 +374,27 @@ class DockerBackend:
         """Count ``container_id`` in ``sandbox_label``'s share from now on (whatever its label)."""
         self._engine.claim(container_id, sandbox_label)
 
-    async def hand_over(self, warm: Container, spec: ContainerSpec) -> Container | None:
+    async def hand_over(
+        self, warm: Container, spec: ContainerSpec, *, admit: bool = False
+    ) -> Container | None:
         """Make the running (warm) container ``warm`` the one ``spec`` asks for, or None
-        when it cannot be (see :mod:`app.runtime.docker.handover`)."""
+        when it cannot be (see :mod:`app.runtime.docker.handover`); ``admit``: within the
+        sandbox's share, as a cold create (a prepared container)."""
         image = spec.image or self._default_image
         engine, offload, ceilings = self._engine, self._offload, self._ceilings
         return await hand_over(
-            warm, spec, image=image, engine=engine, offload=offload, ceilings=ceilings
+            warm, spec, image=image, engine=engine, offload=offload, ceilings=ceilings, admit=admit
         )
+
+    async def remove_prepared(self, sandbox_label: str | None = None) -> int:
+        """Remove the prepared containers not handed over yet: a sandbox's (whichever
+        process made them), or all of this process's (``None``); how many."""
+        found = await self._engine.prepared(sandbox_label=sandbox_label, mine=sandbox_label is None)
+        for container_id in found:
+            await self._remove_quietly(container_id)
+        if found:
+            log.info("runtime.prepared_removed", removed=len(found), sandbox=sandbox_label)
+        return len(found)
 
     async def sweep(
         self, live_container_ids: set[str], live_processes: frozenset[str] = frozenset()

@@ -50,6 +50,9 @@ _LABEL_PREFIX = re.compile(r"[a-z0-9]+([.-][a-z0-9]+)*")
 _NAME_SAFE = re.compile(r"[A-Za-z0-9-]{1,64}")
 # The name a warm container takes when handed over: it carries its new sandbox label.
 HANDED_OVER = "smcp-handed-"
+# The name of a sandbox's prepared container until it is handed over (renamed as above):
+# the container shares do not count it, the warm budget does (app/runtime/warm/prepared.py).
+PREPARED = "smcp-prepared-"
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,33 @@ class Engine:
         """Count ``container_id`` in ``sandbox_label``'s share from now on (whatever its label)."""
         self._claimed[container_id] = sandbox_label
 
+    def admitted(
+        self, sandbox: str, name: str, *, admit: bool = True
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """A place in ``sandbox``'s share for the container ``name`` while it is made
+        (or handed over); ``admit=False``: none asked for.
+
+        Raises:
+            LimitReached, CapacityExceeded: see ``ContainerLimiter.admit``.
+        """
+        return self._containers.admit(sandbox, name) if admit else contextlib.nullcontext()
+
+    async def prepared(self, *, sandbox_label: str | None = None, mine: bool = False) -> list[str]:
+        """The ids of the prepared containers not handed over yet (any process's, or this
+        process's only), of one sandbox or of all."""
+        filters = [self.labels.selector, f"{self.labels.key('prepared')}=1"]
+        if sandbox_label is not None:
+            filters.append(f"{self.labels.key('sandbox')}={sandbox_label}")
+        if mine and self.labels.process_id:
+            filters.append(f"{self.labels.key('process')}={self.labels.process_id}")
+        api = await self.api()
+        with translated():
+            found = await self._offload.call(api.containers, all=True, filters={"label": filters})
+        # Labels are fixed at creation: a handed-over one keeps its label, not its name.
+        return [
+            c["Id"] for c in found if (c.get("Names") or [""])[0].lstrip("/").startswith(PREPARED)
+        ]
+
     async def create(
         self,
         api: docker.APIClient,
@@ -266,8 +296,13 @@ class Engine:
         limits: Limits,
         env: Mapping[str, str],
         sandbox: str,
+        *,
+        admit: bool = True,
     ) -> str:
-        """Create (not start) a hardened container within ``sandbox``'s share; its id."""
+        """Create (not start) a hardened container within ``sandbox``'s share; its id.
+
+        ``admit=False``: outside the shares (a prepared container, named ``PREPARED...``:
+        its own budget bounds it, and it is admitted when handed over)."""
         await self.cpus(api)
         if self.problem is not None:
             raise RuntimeUnavailable(self.problem)
@@ -283,7 +318,7 @@ class Engine:
         )
         # Defence in depth: whatever the code above became, never the engine's socket.
         await self._offload.call(refuse_docker_socket_in, host_config)
-        async with self._containers.admit(sandbox, name):
+        async with self.admitted(sandbox, name, admit=admit):
             with translated():
                 try:
                     created = await self._offload.call(
@@ -346,6 +381,8 @@ class Engine:
         live = {}
         for c in await self.ours():
             name = (c.get("Names") or [c["Id"]])[0].lstrip("/")
+            if name.startswith(PREPARED):
+                continue  # the warm budget's, until handed over (and admitted then)
             label = (c.get("Labels") or {}).get(self.labels.key("sandbox"), UNATTRIBUTED)
             if name.startswith(HANDED_OVER):  # a warm one, handed over by any process
                 label = name.removeprefix(HANDED_OVER).rsplit("-", 1)[0]

@@ -7,6 +7,10 @@ its own) and the size of ``/tmp`` (a tmpfs). CPU, memory and pids limits can cha
 in a running container, so they are updated in place to the request's (clamped as
 for a cold one). From then on it counts in its new sandbox's share (the backend
 claims it: its labels cannot change).
+
+A sandbox's prepared container (:mod:`app.runtime.warm.prepared`) was made outside the
+shares; its hand-over is admitted like a cold create of that sandbox (``admit``), so
+it is refused exactly when a cold one would be.
 """
 
 from __future__ import annotations
@@ -35,9 +39,14 @@ async def hand_over(
     engine: Engine,
     offload: Offload,
     ceilings: Ceilings,
+    admit: bool = False,
 ) -> Container | None:
     """The running container ``warm`` made the one ``spec`` asks for (its ``image``, the
-    default one when the spec names none), claimed by its sandbox; None when it cannot be."""
+    default one when the spec names none), claimed by its sandbox; None when it cannot be.
+
+    Raises:
+        LimitReached, CapacityExceeded: ``admit`` and the sandbox's share is full.
+    """
     if not fits(warm.isolation, image=image, network=spec.network, env=spec.env):
         return None
     api = await engine.api()
@@ -46,15 +55,15 @@ async def hand_over(
     if isolation is None:
         return None
     updated = isolation is not warm.isolation
-    if updated:
-        with translated(warm.container_id):
-            await offload.call(update_limits, api, warm.container_id, limits)
-    engine.claim(warm.container_id, spec.sandbox_label)
-    # Its label still says warm-slot-NNN (labels are fixed): its new name tells the other
-    # server processes whose share it is now.
-    await engine.rename(
-        warm.container_id, f"{HANDED_OVER}{spec.sandbox_label}-{secrets.token_hex(4)}"
-    )
+    name = f"{HANDED_OVER}{spec.sandbox_label}-{secrets.token_hex(4)}"
+    async with engine.admitted(spec.sandbox_label, name, admit=admit):
+        if updated:
+            with translated(warm.container_id):
+                await offload.call(update_limits, api, warm.container_id, limits)
+        engine.claim(warm.container_id, spec.sandbox_label)
+        # Its label still says warm-slot-NNN or prepared (labels are fixed): its new name
+        # tells the other server processes whose share it is now.
+        await engine.rename(warm.container_id, name)
     log.info("runtime.hand_over", container_id=warm.container_id[:12], updated=updated)
     return Container(warm.container_id, isolation, warnings)
 

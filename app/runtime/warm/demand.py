@@ -17,6 +17,11 @@ address (``auth.client_address``'s budget key) counts at most ``per_address`` pe
 sign-ins, its share of the ceiling, whatever the number it makes; its sign-ins are
 bounded on their own by the per-address sign-in budget. A warm container belongs to
 no one (the next first call takes it), so growing the pool takes nothing from others.
+
+The same budget holds the sandboxes' prepared containers (:mod:`app.runtime.warm.prepared`,
+one per lessee for its next experiment): the pool's target is what the budget leaves
+beside them, never below the floor, and they get only what the pool neither holds nor
+wants (``WarmPool.spare``). So the two together stay within the ceiling.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class WarmDemand:
         address_share_percent: The percent of the ceiling one sign-in address may grow.
         holds_slot: Whether a sandbox key holds a slot (leased or reserved) now.
         queued: How many callers wait in the queue now.
+        prepared: How many prepared containers the budget holds now (made or being made).
         clock: Monotonic seconds.
     """
 
@@ -71,6 +77,7 @@ class WarmDemand:
         address_share_percent: int = 100,
         holds_slot: Callable[[str], bool] = lambda key: False,
         queued: Callable[[], int] = lambda: 0,
+        prepared: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
         signin_window_s: float = 120.0,
         rate_window_s: float = 60.0,
@@ -80,6 +87,7 @@ class WarmDemand:
         self._per_address = budget.per_address(address_share_percent)
         self._holds_slot = holds_slot
         self._queued = queued
+        self.prepared = prepared
         self._clock = clock
         self._signin_window_s = signin_window_s
         self._rate_window_s = rate_window_s
@@ -105,7 +113,8 @@ class WarmDemand:
         self._notify()
 
     def target(self) -> int:
-        """How many warm containers to keep now: floor + signals, within the ceiling."""
+        """How many warm containers to keep now: floor + signals, within what the
+        ceiling leaves beside the prepared containers (never below the floor)."""
         now = self._clock()
         by_address: dict[str, int] = {}
         for key, (address, at) in list(self._pending.items()):
@@ -118,7 +127,8 @@ class WarmDemand:
             self._creates.popleft()
         rate = math.ceil(len(self._creates) * self._horizon_s / self._rate_window_s)
         wanted = self.budget.floor + signins + self._queued() + rate
-        return max(self.budget.floor, min(self.budget.ceiling, wanted))
+        room = self.budget.ceiling - self.prepared()
+        return max(self.budget.floor, min(room, wanted))
 
     def _notify(self) -> None:
         for listener in self._listeners:

@@ -193,6 +193,17 @@ class WarmPool:
     def ready(self) -> int:
         return len(self._ready)
 
+    def spare(self) -> int:
+        """What the warm budget leaves beside this pool now, where the sandboxes' prepared
+        containers (``app.runtime.warm.prepared``) live: its ceiling less the most of its
+        floor (always kept for it), what it holds or is making, and what it wants (its
+        target) as far as the free slots can hold it (a target past them holds nothing)."""
+        target = self.target()
+        mine = len(self._ready) + len(self._pending)
+        wanted = min(target, len(self._next_free(target))) if target > mine else 0
+        held = max(self.count if self._demand is None else self._demand.budget.floor, mine, wanted)
+        return max(0, self.ceiling - held)
+
     def ready_slots(self) -> list[Path]:
         return list(self._ready)
 

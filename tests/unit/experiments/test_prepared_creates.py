@@ -1,0 +1,100 @@
+"""A sandbox's second and later creates take the container prepared after the one
+before (app.experiments.creation with app.runtime.warm.prepared), on a fake runtime and
+the real database (SQLite); the real engine: tests/e2e/test_prepared_over_http.py."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from db_testkit import migrated_sqlite
+from runtime_fakes import FakeBackend
+
+from app.experiments.creation import CreateRequest
+from app.experiments.jobs import JobRegistry
+from app.experiments.manager import ExperimentManager
+from app.experiments.options import ExperimentOptions
+from app.experiments.recovery.process_registry import ProcessRegistry
+from app.runtime.backend import Container, ContainerSpec
+from app.runtime.warm.prepared import PreparedContainers
+from app.storage.experiment_store import ExperimentRecords
+from app.storage.process_store import SqlProcessRecords
+from jail import SandboxMemory, new_call_context
+from pool.slots import Slot
+
+
+class Backend(FakeBackend):
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        if begun is not None:
+            begun.set()
+        return await super().create(spec)
+
+    async def running(self) -> set[str]:
+        return set(self.containers)
+
+    def claim(self, container_id: str, sandbox_label: str) -> None:
+        pass
+
+    async def hand_over(
+        self, warm: Container, spec: ContainerSpec, *, admit: bool = False
+    ) -> Container | None:
+        return warm if spec.image == warm.isolation.image else None
+
+    async def remove_prepared(self, sandbox_label: str | None = None) -> int:
+        return 0
+
+
+async def test_each_next_create_takes_the_container_prepared_after_the_last(
+    tmp_path: Path,
+) -> None:
+    engine = await migrated_sqlite(tmp_path)
+    try:
+        slot = Slot(0, "slot-000", tmp_path / "slot-000")
+        slot.root.mkdir()
+        backend = Backend()
+
+        async def holding(key: str) -> Slot | None:
+            return slot
+
+        prepared = PreparedContainers(
+            backend, holding=holding, spare=lambda: 4, per_address=4, delay_s=0
+        )
+        registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
+        await registry.register()
+        records = ExperimentRecords(engine)
+        options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=tmp_path / "a")
+        manager = ExperimentManager(
+            records, backend, JobRegistry(), options, registry, prepared=prepared
+        )
+        memory = SandboxMemory()
+        paths = []
+        for image in ("img:1", "img:1", "img:1", "img:2"):
+            call = new_call_context(
+                memory, "alice", request_id=uuid.uuid4().hex, slot_root=slot.root
+            )
+            made = await manager.create(call, CreateRequest(image=image, files={"a.py": "1\n"}))
+            (_, _, reason), *_ = (await records.transitions(made.experiment_id))[1:]
+            paths.append(reason)
+            workspace = slot.root / f"exp-{made.experiment_id}" / "workspace"
+            assert (workspace / "a.py").read_text() == "1\n"  # its files, in the folder it mounts
+            for _ in range(500):  # the next one is made in the background
+                if not prepared.being_made:
+                    break
+                await asyncio.sleep(0.01)
+        assert paths == [
+            "container started",  # the sandbox's first: nothing prepared yet
+            "container started (prepared)",
+            "container started (prepared)",
+            "container started",  # another image: the prepared one removed, then cold
+        ]
+        # Four experiments, and the one prepared after the last create (for img:2)
+        # waits until the lease ends (here: the server stops).
+        assert len(backend.containers) == 5
+        assert prepared.count() == 1
+        assert prepared.handed_over == 2
+        assert prepared.not_used == 1
+        await prepared.stop()
+        assert len(backend.containers) == 4
+    finally:
+        await engine.dispose()
