@@ -18,7 +18,7 @@ from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.runtime.backend import Container, ContainerSpec
 from app.runtime.warm.prepared import PreparedContainers
-from app.storage.experiment_store import ExperimentRecords
+from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
 from jail import SandboxMemory, new_call_context
 from pool.slots import Slot
@@ -62,7 +62,7 @@ async def test_each_next_create_takes_the_container_prepared_after_the_last(
         )
         registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
         await registry.register()
-        records = ExperimentRecords(engine)
+        records = SqlExperimentStore(engine)
         options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=tmp_path / "a")
         manager = ExperimentManager(
             records, backend, JobRegistry(), options, registry, prepared=prepared
