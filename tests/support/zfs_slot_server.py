@@ -20,8 +20,15 @@ from mcp_http import run_command, tool
 from zfs_testkit import destroy_server_dataset, new_dataset_name
 
 
-def zfs(*args: str) -> str:
-    done = subprocess.run(["zfs", *args], capture_output=True, text=True, timeout=60)
+def zfs(*args: str, busy_s: float = 120) -> str:
+    """``zfs *args``; retried while zfs-fuse answers "busy" (for ``busy_s`` at most): on a
+    loaded host it held a just-unmounted slot busy for seconds (the loaded CI run)."""
+    deadline = time.monotonic() + busy_s
+    while True:
+        done = subprocess.run(["zfs", *args], capture_output=True, text=True, timeout=60)
+        if done.returncode == 0 or "busy" not in done.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
