@@ -178,7 +178,11 @@ class ExperimentCreator:
             # A call that waits to the end owns its creation: cancelling it cancels that.
             prepared, timeout_s = await task
         else:
-            await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0.0))
+            try:
+                await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0.0))
+            except asyncio.CancelledError:
+                detached.set()  # the caller went away: it goes on, setup included, as past
+                raise  # the wait (a client that hung up keeps its experiment)
             if not task.done():
                 detached.set()  # no await since the wait: the task sees it when it goes on
                 return await self._still_preparing(call, request, experiment_id)

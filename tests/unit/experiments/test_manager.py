@@ -836,3 +836,35 @@ async def test_a_server_stopping_mid_creation_leaves_it_destroyed_not_creating(
     assert view.warnings == ["Creation failed: The server stopped while it was being created."]
     assert world.backend.containers == {}
     assert not world.manager.is_busy("alice")
+
+
+async def test_a_clone_whose_caller_hangs_up_goes_on_with_its_setup(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """A client that hung up keeps its experiment, as past the synchronous wait: made,
+    and its setup commands run."""
+    world = await make_world(tmp_path, sync_wait_s=30)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()
+    call = asyncio.create_task(
+        world.manager.create(
+            world.call(),
+            CreateRequest(git_url="https://example.test/r.git", setup_commands=("echo set up",)),
+        )
+    )
+
+    async def cloning() -> bool:
+        return world.backend.cloned_for == [fingerprint("alice")]
+
+    await until(cloning, "the clone begun")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    world.backend.clone_gate.set()
+
+    async def set_up() -> bool:
+        return world.backend.ran == ["echo set up"] and not world.manager.is_busy("alice")
+
+    await until(set_up, "the setup command run in the background")
+    (view,) = await world.manager.list_all(world.call())
+    assert view.state == "COMPLETED"
