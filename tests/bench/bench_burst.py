@@ -64,6 +64,9 @@ WIDE = {
     "SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR": "1000000",
     "SANDBOX_MCP_SANDBOXES_PER_ADDRESS": "100000",
     "SANDBOX_MCP_MAX_CALLS_PER_ADDRESS": "100000",
+    # The server's default warm budget: the test servers' start turns growth off.
+    "SANDBOX_MCP_WARM_MAX_CONTAINERS": "128",
+    "SANDBOX_MCP_WARM_MEMORY_MB": "2560",
     **dict(item.split("=", 1) for item in os.environ.get("BURST_SERVER_ENV", "").split()),
 }
 
