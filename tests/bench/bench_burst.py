@@ -173,7 +173,9 @@ def remove_ours(prefix: str) -> None:
     client = docker.from_env(timeout=300)
     try:
         for found in client.api.containers(all=True, filters={"label": f"{prefix}.managed"}):
-            client.api.remove_container(found["Id"], force=True)
+            # One may go meanwhile (the server's warm pool shrinking as it stops).
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_container(found["Id"], force=True)
     finally:
         client.close()
 
