@@ -35,6 +35,11 @@ one run compare), N=100, dir slots, last first output (p50) beside the engine's 
   46.64 s (43.01 s), ratio 1.69; before, in the same hour: 165.26 s (74.58 s) beside
   42.15 s (36.33 s), ratio 3.92 (the creations' listings in a row: the line).
 - after, pool full: 145.93 s (91.51 s); no one served a wave before someone ahead.
+- on main after the merges, a quiet machine (load under 3), ``burst``: the pool grew to
+  102; 12.82 s (12.75 s) beside 15.66 s (14.74 s), ratio 0.82: every first output came
+  out at about the same moment (p50 = last), so something holds the calls together.
+  With the pool kept at 2 (growth off by mistake), 27.98 s (17.64 s) beside 19.33 s
+  (18.31 s), ratio 1.45.
 """
 
 from __future__ import annotations
