@@ -3,5 +3,8 @@
 # The package's surface: its public modules (imported by name, never re-exported here).
 __all__ = [
     "claims",
+    "demand",
+    "folders",
     "pool",
+    "prepared",
 ]

@@ -74,8 +74,8 @@ from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, SandboxBackend
 from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
 from app.runtime.warm.demand import WarmDemand
+from app.runtime.warm.folders import delete_quietly, make_folder, same_folder
 from app.sampling import ThrottledLog
-from jail.tree_delete import delete_tree
 from pool.background import cancel_and_wait
 from pool.slots import Slot
 
@@ -261,7 +261,7 @@ class WarmPool:
             return None  # another process removed it a moment ago: leave it alone
         self._wake.set()
         try:
-            if not await asyncio.to_thread(_same_folder, warm):
+            if not await asyncio.to_thread(same_folder, warm.root, warm.identity):
                 raise LookupError("the warm folder is gone (its slot was emptied)")
             container = await self._backend.hand_over(warm.container, spec)
             if container is None:
@@ -301,7 +301,7 @@ class WarmPool:
         running = await self._backend.running() if self._ready else set()
         for warm in list(self._ready.values()):
             fresh = warm.container.container_id in running
-            if not fresh or not await asyncio.to_thread(_same_folder, warm):
+            if not fresh or not await asyncio.to_thread(same_folder, warm.root, warm.identity):
                 if self._ready.pop(warm.slot.root, None) is None:
                     continue  # handed over meanwhile
                 claims.pop(warm.claim.slot, None)
@@ -402,7 +402,7 @@ class WarmPool:
             return 0  # another process claimed it a moment ago
         made: Container | None = None
         try:
-            identity = await asyncio.to_thread(_make_folder, root, self._owner)
+            identity = await asyncio.to_thread(make_folder, root, self._owner)
             spec = ContainerSpec(
                 experiment_id=f"warm-{root.name.removeprefix(PREFIX)}",
                 sandbox_label=f"warm-{slot.name}",
@@ -443,7 +443,7 @@ class WarmPool:
                 await self._backend.remove(container_id)
             except ServiceError:
                 log.warning("warm.remove_failed", container_id=container_id[:12])
-        await asyncio.to_thread(_delete_quietly, root)
+        await asyncio.to_thread(delete_quietly, root, "warm.folder_left")
 
     async def _run(self, leftovers_in: list[Path]) -> None:
         # Another live process's warm folders are claimed: only unclaimed ones go.
@@ -461,25 +461,6 @@ class WarmPool:
             self._wake.clear()
 
 
-def _make_folder(root: Path, owner: tuple[int, int] | None) -> tuple[int, int]:
-    """``root`` (0700, the server's) and its empty ``workspace`` (the sandbox user's)."""
-    root.mkdir(mode=0o700)
-    workspace = root / "workspace"
-    workspace.mkdir(mode=0o755)
-    if owner is not None:
-        os.chown(workspace, *owner)
-    st = os.lstat(root)
-    return (st.st_dev, st.st_ino)
-
-
-def _same_folder(warm: WarmContainer) -> bool:
-    try:
-        st = os.lstat(warm.root)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == warm.identity
-
-
 def _delete_leftovers(slot_roots: list[Path], claimed: set[Path]) -> None:
     for slot_root in slot_roots:
         try:
@@ -489,11 +470,4 @@ def _delete_leftovers(slot_roots: list[Path], claimed: set[Path]) -> None:
             continue
         for name in found:
             if slot_root / name not in claimed:
-                _delete_quietly(slot_root / name)
-
-
-def _delete_quietly(root: Path) -> None:
-    try:
-        delete_tree(root)
-    except OSError:
-        log.warning("warm.folder_left", path=str(root))
+                delete_quietly(slot_root / name, "warm.folder_left")

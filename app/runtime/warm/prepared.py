@@ -43,7 +43,6 @@ with its slot at the lease's end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 from collections.abc import Awaitable, Callable
@@ -56,8 +55,8 @@ import structlog
 
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec
+from app.runtime.warm.folders import delete_quietly, make_folder, same_folder
 from app.runtime.warm.pool import WarmBackend
-from jail.tree_delete import delete_tree
 from pool.background import cancel_and_wait
 from pool.slots import Slot
 
@@ -199,7 +198,9 @@ class PreparedContainers:
         if held is None:
             return None
         try:
-            if held.slot_root != slot_root or not await asyncio.to_thread(_same_folder, held):
+            if held.slot_root != slot_root or not await asyncio.to_thread(
+                same_folder, held.root, held.identity
+            ):
                 raise LookupError("its folder is gone (the slot was emptied)")
             container = await self._backend.hand_over(held.container, spec, admit=True)
             if container is None:
@@ -223,7 +224,7 @@ class PreparedContainers:
         with anyio.CancelScope(shield=True):
             making = self._making.get(key)
             if making is not None:
-                await _cancelled(making[0])
+                await cancel_and_wait(making[0])
             held = self._held.pop(key, None)
             if held is not None:
                 await self._remove(held.container.container_id, held.root)
@@ -241,7 +242,7 @@ class PreparedContainers:
             slot = await self._holding(key)
             kept = held.container.container_id in running and slot is not None
             if kept and slot is not None and slot.root == held.slot_root:
-                kept = await asyncio.to_thread(_same_folder, held)
+                kept = await asyncio.to_thread(same_folder, held.root, held.identity)
             else:
                 kept = False
             if kept:
@@ -263,7 +264,7 @@ class PreparedContainers:
         self._task = None
         with anyio.CancelScope(shield=True):
             for task, _, _ in list(self._making.values()):
-                await _cancelled(task)
+                await cancel_and_wait(task)
             for held in list(self._held.values()):
                 await self._remove(held.container.container_id, held.root)
             self._held.clear()
@@ -280,7 +281,7 @@ class PreparedContainers:
         try:
             if self._delay > 0:
                 await asyncio.sleep(self._delay)  # the create's first command goes first
-            identity = await asyncio.to_thread(_make_folder, root, self._owner)
+            identity = await asyncio.to_thread(make_folder, root, self._owner)
             spec = ContainerSpec(
                 experiment_id=f"prepared-{root.name.removeprefix(PREFIX)}",
                 sandbox_label=asked.sandbox_label,
@@ -315,7 +316,7 @@ class PreparedContainers:
                 await self._backend.remove(container_id)
             except ServiceError:
                 log.warning("prepared.remove_failed", container_id=container_id[:12])
-        await asyncio.to_thread(_delete_quietly, root)
+        await asyncio.to_thread(delete_quietly, root, "prepared.folder_left")
 
     async def _run(self) -> None:
         while True:
@@ -324,37 +325,3 @@ class PreparedContainers:
                 await self.check()
             except Exception:  # the loop must outlive one bad check
                 log.exception("prepared.check_failed")
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    """Cancel a creation and wait for its end: one still waiting for its turn at the
-    engine ends at once; one at the engine ends when its call returns."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-def _make_folder(root: Path, owner: tuple[int, int] | None) -> tuple[int, int]:
-    """``root`` (0700, the server's) and its empty ``workspace`` (the sandbox user's)."""
-    root.mkdir(mode=0o700)
-    workspace = root / "workspace"
-    workspace.mkdir(mode=0o755)
-    if owner is not None:
-        os.chown(workspace, *owner)
-    st = os.lstat(root)
-    return (st.st_dev, st.st_ino)
-
-
-def _same_folder(held: PreparedContainer) -> bool:
-    try:
-        st = os.lstat(held.root)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == held.identity
-
-
-def _delete_quietly(root: Path) -> None:
-    try:
-        delete_tree(root)
-    except OSError:
-        log.warning("prepared.folder_left", path=str(root))
