@@ -29,13 +29,17 @@ EVIL_GLOB = "*a" * 8 + "*b"
 # for a while; a stalled event loop gives no answer at all (a 5 s timeout, counted).
 HEALTH_LIMIT_S = 2.5
 CALL_LIMIT_S = 10.0
+# The watcher's samples at the least, however quickly the attacks are answered: on a busy
+# machine the test's own loop may take only a few in the attacks' time.
+MIN_SAMPLES = 5
 
 
 async def health_latencies(server: RunningServer, stop: asyncio.Event) -> list[float]:
-    """Time ``GET /health`` every 50 ms until ``stop``; a timeout counts as its 5 s."""
+    """Time ``GET /health`` every 50 ms until ``stop`` and ``MIN_SAMPLES`` were taken; a
+    timeout counts as its 5 s."""
     latencies: list[float] = []
     async with httpx2.AsyncClient(timeout=5) as http:
-        while not stop.is_set():
+        while not stop.is_set() or len(latencies) < MIN_SAMPLES:
             started = time.perf_counter()
             try:
                 response = await http.get(f"{server.base_url}/health")
@@ -110,7 +114,6 @@ async def test_a_backtracking_regex_and_glob_do_not_stall_the_server(tmp_path: P
                 stop.set()
                 latencies = await watcher
 
-            assert len(latencies) >= 5, latencies
             assert max(latencies) < HEALTH_LIMIT_S, (
                 f"/health took up to {max(latencies):.2f} s during the attack "
                 f"(search {search_s:.2f} s, collect {collect_s:.2f} s)"
