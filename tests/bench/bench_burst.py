@@ -49,6 +49,8 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -63,7 +65,8 @@ from mcp_http import run_command, tool
 N = int(os.environ.get("BURST_N", "100"))
 FILES = {"main.py": "print('hi')\n"}
 # Everyone signs in from 127.0.0.1: the budgets per address and in all are opened wide.
-# BURST_SERVER_ENV="SANDBOX_MCP_X=1 ..." adds settings of the server's (e.g. its log level).
+# BURST_SERVER_ENV="SANDBOX_MCP_X=1 ..." adds settings of the server's (e.g. its log level);
+# BURST_PYSPY=<file> samples the server during the burst (py-spy on the PATH, raw format).
 WIDE = {
     "SANDBOX_MCP_REGISTRATIONS_PER_MINUTE": "100000",
     "SANDBOX_MCP_NEW_SANDBOXES_PER_HOUR": "1000000",
@@ -233,7 +236,16 @@ async def scenario_burst(root: Path, *, settle: bool = True) -> None:
             else:
                 warm, waited = warm_count(client.api, prefix), 0.0
             client.close()
+            profile = os.environ.get("BURST_PYSPY")  # a path: py-spy samples the burst
+            spy = None if not profile else subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+                ["py-spy", "record", "-p", str(server.process.pid), "-r", "200", "--idle",
+                 "--threads", "--format", "raw", "-o", profile, "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
             times, wall = await burst(http, server, tokens)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+                spy.wait(timeout=60)
     when = f"{waited:.1f} s after the last sign-in" if settle else "right after the last sign-in"
     print(
         f"[burst{'' if settle else '-now'}] N={N}, dir slots; {N} sign-ins took {signed_in:.1f} s;"

@@ -270,3 +270,42 @@ async def test_a_key_calling_while_its_old_sandbox_is_emptied_waits_for_that_slo
     assert fresh.slot.index == old.slot.index
     assert fresh.notes == ("emptied", "ready")
     pool.check_invariants()
+
+
+class HeldWrites(MemoryPoolState):
+    """A state store whose writes wait until ``released`` (a slow database)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+        self.waiting = 0
+        self.second_write = asyncio.Event()
+
+    async def apply(self, changes: object) -> None:
+        self.waiting += 1
+        if self.waiting == 2:
+            self.second_write.set()
+        await self.released.wait()
+        await super().apply(changes)  # type: ignore[arg-type]
+
+
+async def test_a_key_holding_its_lease_is_not_held_behind_another_keys_lease_write() -> None:
+    """A burst: every call of a sandbox that already holds its slot used to wait for the
+    pool's lock behind the burst's first leases, each written in turn."""
+    state = HeldWrites()
+    state.released.set()
+    pool, _, _, clock = await make_pool(3, state=state)
+    alice = await pool.acquire("alice")
+    state.released.clear()
+    bob = asyncio.create_task(pool.acquire("bob"))  # a new lease: its write is held
+    await state.second_write.wait()
+    clock.now += 5
+    again = await asyncio.wait_for(pool.acquire("alice"), 5)
+    assert again.slot == alice.slot
+    assert again.notes == ()
+    assert not bob.done()
+    state.released.set()
+    assert (await bob).slot != alice.slot
+    # Alice's activity counts from that call (the idle timeout starts again from it).
+    assert pool._idle_leases[alice.slot.index] == clock.now
+    pool.check_invariants()
