@@ -3,20 +3,15 @@
 # The package's surface: its public modules (imported by name, never re-exported here).
 __all__ = [
     "commands",
+    "core",
     "creation",
     "disk_budget",
-    "errors",
     "evidence",
     "execution",
     "held_files",
-    "jobs",
     "manager",
     "options",
-    "records",
     "recovery",
-    "result",
-    "states",
-    "store",
     "views",
     "workspace",
 ]

@@ -22,31 +22,31 @@ import structlog
 
 from app.errors import ServiceError
 from app.experiments.commands import CommandRunner, with_whole_output
+from app.experiments.core.errors import (
+    ExperimentNotFound,
+    InvalidTransition,
+    ProjectSourceError,
+)
+from app.experiments.core.jobs import JobRegistry, stop_job
+from app.experiments.core.records import ArtifactRecord, Experiment, JobRecord, JobSummary
+from app.experiments.core.states import State
+from app.experiments.core.store import ExperimentStore
 from app.experiments.creation import (
     CreateRequest,
     ExperimentCreator,
     PreparedSource,
     WarmSource,
 )
-from app.experiments.errors import (
-    ExperimentNotFound,
-    InvalidTransition,
-    ProjectSourceError,
-)
 from app.experiments.evidence import evidence
 from app.experiments.evidence.artifacts import ArtifactList
 from app.experiments.evidence.compare import Comparison, recommend
 from app.experiments.evidence.shelf import ArtifactShelf, fingerprint
 from app.experiments.execution import Execution
-from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import ArtifactRecord, Experiment, JobRecord, JobSummary
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.recovery import Recovery
 from app.experiments.recovery.remote_jobs import RemoteJobs
 from app.experiments.recovery.slot_mounts import check_workspace
-from app.experiments.states import State
-from app.experiments.store import ExperimentStore
 from app.experiments.views import (
     MAX_LISTED_COMMAND_CHARS,
     MAX_LISTED_JOBS,

@@ -7,6 +7,7 @@ __all__ = [
     "artifacts",
     "compare",
     "evidence",
+    "project",
     "readers",
     "shelf",
     "testing",

@@ -6,9 +6,9 @@ teardown, so that a destroyed experiment stays comparable.
 
 from __future__ import annotations
 
+from app.experiments.core.records import Experiment
+from app.experiments.core.store import ExperimentStore
 from app.experiments.evidence.compare import ExperimentEvidence
-from app.experiments.records import Experiment
-from app.experiments.store import ExperimentStore
 from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
 from app.experiments.workspace import changes
 from app.experiments.workspace.dirs import ExperimentDirs

@@ -4,7 +4,6 @@ networks, capacity, the hand-over of warm containers and the engine probe.
 
 # The package's surface: its public modules (imported by name, never re-exported here).
 __all__ = [
-    "backend",
     "capacity",
     "engine",
     "engine_errors",
