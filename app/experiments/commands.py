@@ -20,15 +20,14 @@ from typing import Any
 import structlog
 
 from app.errors import InvalidArgument
-from app.experiments.errors import InvalidTransition
-from app.experiments.evidence import testing
+from app.experiments.core.errors import InvalidTransition
+from app.experiments.core.jobs import JobRegistry, RunningJob, stop_job
+from app.experiments.core.records import Experiment, JobOutcome, JobRecord
+from app.experiments.core.states import State, outcome_state
+from app.experiments.core.store import ExperimentStore
+from app.experiments.evidence import project, testing
 from app.experiments.evidence.testing import TestPlan
-from app.experiments.jobs import JobRegistry, RunningJob, stop_job
 from app.experiments.output_budget import CEILING, ceiling_refusal, day_of
-from app.experiments.records import Experiment, JobOutcome, JobRecord
-from app.experiments.states import State, outcome_state
-from app.experiments.store import ExperimentStore
-from app.experiments.workspace import project
 from app.runtime.backend import ExecResult, SandboxBackend
 from app.runtime.errors import ExecutorStopped, RuntimeFailure
 from app.tenancy.job_limits import JobLimits

@@ -17,17 +17,17 @@ import structlog
 
 from app.errors import ServiceError
 from app.experiments.commands import Command, CommandRunner
-from app.experiments.errors import (
+from app.experiments.core.errors import (
     InvalidTransition,
     ModeRefused,
     ProjectSourceError,
     TooManyExperiments,
 )
+from app.experiments.core.records import Experiment
+from app.experiments.core.states import State
+from app.experiments.core.store import ExperimentStore
 from app.experiments.evidence.shelf import fingerprint
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import Experiment
-from app.experiments.states import State
-from app.experiments.store import ExperimentStore
 from app.experiments.views import CreatedExperiment, ExperimentView, JobView
 from app.experiments.workspace import dirs as workspace
 from app.experiments.workspace.dirs import ExperimentDirs, WorkspaceReport

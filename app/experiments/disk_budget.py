@@ -56,9 +56,9 @@ from typing import Protocol
 import structlog
 
 from app.errors import ServiceError
+from app.experiments.core.jobs import JobRegistry, stop_job
+from app.experiments.core.records import Experiment
 from app.experiments.held_files import held_bytes, missing_capabilities
-from app.experiments.jobs import JobRegistry, stop_job
-from app.experiments.records import Experiment
 from app.runtime.backend import SandboxBackend
 from app.runtime.errors import ContainerGone, RuntimeFailure
 from app.tenancy.threads import TenantThreads

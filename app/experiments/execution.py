@@ -14,15 +14,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from app.experiments.commands import Command, CommandRunner, TestContext
+from app.experiments.core.errors import InvalidTransition, ProjectSourceError, TestsNotDetected
+from app.experiments.core.states import RUNNABLE, State
+from app.experiments.core.store import ExperimentStore
 from app.experiments.creation import COMMAND_TIMEOUT_KEY, forwarded_env
-from app.experiments.errors import InvalidTransition, ProjectSourceError, TestsNotDetected
-from app.experiments.evidence import testing
+from app.experiments.evidence import project, testing
 from app.experiments.evidence.testing import TestPlan
 from app.experiments.options import ExperimentOptions
-from app.experiments.states import RUNNABLE, State
-from app.experiments.store import ExperimentStore
 from app.experiments.views import JobView
-from app.experiments.workspace import project
 from jail import CallContext
 
 

@@ -22,31 +22,31 @@ import structlog
 
 from app.errors import ServiceError
 from app.experiments.commands import CommandRunner, with_whole_output
+from app.experiments.core.errors import (
+    ExperimentNotFound,
+    InvalidTransition,
+    ProjectSourceError,
+)
+from app.experiments.core.jobs import JobRegistry, stop_job
+from app.experiments.core.records import ArtifactRecord, Experiment, JobRecord, JobSummary
+from app.experiments.core.states import State
+from app.experiments.core.store import ExperimentStore
 from app.experiments.creation import (
     CreateRequest,
     ExperimentCreator,
     PreparedSource,
     WarmSource,
 )
-from app.experiments.errors import (
-    ExperimentNotFound,
-    InvalidTransition,
-    ProjectSourceError,
-)
 from app.experiments.evidence import evidence
 from app.experiments.evidence.artifacts import ArtifactList
-from app.experiments.evidence.compare import Comparison, recommend
+from app.experiments.evidence.compare import Comparison, ExperimentEvidence, recommend
 from app.experiments.evidence.shelf import ArtifactShelf, fingerprint
 from app.experiments.execution import Execution
-from app.experiments.jobs import JobRegistry, stop_job
 from app.experiments.options import ExperimentOptions
-from app.experiments.records import ArtifactRecord, Experiment, JobRecord, JobSummary
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.recovery import Recovery
 from app.experiments.recovery.remote_jobs import RemoteJobs
 from app.experiments.recovery.slot_mounts import check_workspace
-from app.experiments.states import State
-from app.experiments.store import ExperimentStore
 from app.experiments.views import (
     MAX_LISTED_COMMAND_CHARS,
     MAX_LISTED_JOBS,
@@ -205,6 +205,19 @@ class ExperimentManager:
     async def _get(self, call: CallContext, experiment_id: str) -> Experiment:
         return await self._records.get(call.sandbox_key, experiment_id)
 
+    async def _evidence(
+        self, experiment: Experiment, dirs: ExperimentDirs | None, in_thread: InThread
+    ) -> ExperimentEvidence:
+        """Its evidence, with the exit codes of the jobs its view lists."""
+        return await evidence.gather(
+            self._records,
+            experiment,
+            dirs,
+            in_thread,
+            listed_jobs=MAX_LISTED_JOBS,
+            listed_command_chars=MAX_LISTED_COMMAND_CHARS,
+        )
+
     async def get(
         self, call: CallContext, experiment_id: str, jobs_skip: int = 0
     ) -> ExperimentView:
@@ -269,7 +282,7 @@ class ExperimentManager:
                 if call.slot_root is not None and experiment.state is not State.DESTROYED
                 else None
             )
-            gathered = await evidence.gather(self._records, experiment, dirs, call.in_thread)
+            gathered = await self._evidence(experiment, dirs, call.in_thread)
             found.append(gathered.model_copy(update={"label": labels.get(experiment_id)}))
         recommended, reason = recommend(found)
         return Comparison(experiments=found, recommended=recommended, reason=reason)
@@ -327,7 +340,7 @@ class ExperimentManager:
         # creation, finding it DESTROYED, removes what it made.
         walked = None if experiment.state is State.CREATING else dirs
         found, _ = await asyncio.gather(
-            evidence.gather(self._records, experiment, walked, in_thread),
+            self._evidence(experiment, walked, in_thread),
             self._remove_container(experiment),
         )
         findings = {

@@ -40,5 +40,5 @@ class ExperimentOptions:
         """A command's wall clock (a run's, or the setup commands' of a creation): the
         request, or the default, clamped to the ceiling, with the warning the agent is
         told. The one place the domain clamps a timeout; the backend keeps the
-        runtime's own ceiling for any caller (``app/runtime/docker/backend.py``)."""
+        runtime's own ceiling for any caller (``app/runtime/backends/docker.py``)."""
         return clamp_timeout(requested or self.default_timeout_s, self.max_timeout_s)

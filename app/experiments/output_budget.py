@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.errors import LimitReached
-from app.experiments.records import JobOutcome
+from app.experiments.core.records import JobOutcome
 
 TAIL_CHARS = 4_096  # per stream, past the budget
 COMMAND_KEPT_CHARS = 1_000  # views list commands cut to this (MAX_LISTED_COMMAND_CHARS)

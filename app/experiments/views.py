@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from app.experiments.core.records import Experiment, JobRecord, JobSummary
+from app.experiments.core.result import Result
 from app.experiments.options import ExperimentOptions
 from app.experiments.output_budget import not_kept_note
-from app.experiments.records import Experiment, JobRecord, JobSummary
-from app.experiments.result import Result
 from app.experiments.workspace.changes import ChangeReport
 from app.runtime.backend import RuntimeInfo
 

@@ -12,8 +12,11 @@ __all__ = [
     "request_bounds",
     "resources",
     "runner",
+    "schemas",
     "server",
+    "status_view",
     "tasks",
     "tools",
     "transport",
+    "view",
 ]

@@ -1,6 +1,6 @@
 """The result envelope: what every tool result carries beside the domain's record.
 
-The domain returns plain records (``app.experiments.result.Result`` and friends);
+The domain returns plain records (``app.experiments.core.result.Result`` and friends);
 the runner wraps them here, adding the sandbox's idle expiry and the pool's
 one-time notes. ``enveloped(Model)`` is the output schema a tool declares: the
 record's fields plus the envelope's, under the record's own name.

@@ -8,8 +8,8 @@ import json
 from mcp.server.mcpserver import MCPServer
 
 from app.errors import InvalidArgument
+from app.experiments.core.records import JobRecord
 from app.experiments.manager import ExperimentManager
-from app.experiments.records import JobRecord
 from app.experiments.views import MAX_LISTED_COMMAND_CHARS, excerpt
 from app.mcp.fit import MAX_RESULT_CHARS
 from app.mcp.runner import ToolRunner

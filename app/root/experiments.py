@@ -8,12 +8,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.experiments.core.jobs import JobRegistry
+from app.experiments.core.store import ExperimentStore
 from app.experiments.disk_budget import DiskBudget, containers_from
 from app.experiments.evidence.shelf import fingerprint
-from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
-from app.experiments.store import ExperimentStore
 from app.experiments.workspace.dirs import Owner
 from app.runtime.backend import SandboxBackend
 from app.runtime.warm.prepared import PreparedContainers

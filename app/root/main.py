@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 
-from app.experiments.jobs import JobRegistry
+from app.experiments.core.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.slot_mounts import SlotMounts

@@ -17,7 +17,7 @@ import structlog
 
 from app.egress.meter import UsageRecords
 from app.egress.proxy import EgressProxy
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.docker.capacity import output_streams
 from app.runtime.warm.demand import WarmBudget, WarmDemand
 from app.runtime.warm.pool import WarmPool

@@ -13,8 +13,8 @@ from mcp.server.mcpserver import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.egress.proxy import EgressProxy
+from app.experiments.core.jobs import JobRegistry
 from app.experiments.disk_budget import DiskBudget
-from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.http.metrics import Metrics
 from app.mcp.runner import ToolRunner

@@ -3,8 +3,9 @@
 The seam is what the rest of the service uses: the Protocol and its records
 (``backend``), the errors with their stable codes (``errors``) and the clamps to
 the operator's ceilings (``limits``), all exported here. The Docker implementation
-lives in the subpackages (``docker``, ``exec``, ``git``, ``warm``) and is built by the
-composition root only.
+lives in the subpackages and is built by the composition root only: ``backends``
+(DockerBackend, the façade) over ``docker`` (the engine), ``exec`` (commands) and ``git``
+(clones); ``warm`` holds containers started ahead.
 """
 
 from app.runtime.backend import (

@@ -2,7 +2,7 @@
 
 The experiment manager decides *what* runs; a backend decides *how* it is
 isolated. All container hardening lives in the implementation
-(``app/runtime/docker/backend.py``); nothing above this seam ever sees a Docker flag,
+(``app/runtime/backends/docker.py``); nothing above this seam ever sees a Docker flag,
 a mount or a privilege.
 """
 

@@ -2,7 +2,7 @@
 
 One naming rule: ``<part>_store.py`` holds the SQL implementation of the Protocol its
 consumer declares, named ``Sql<Protocol>`` (``Pg<Protocol>`` for a PostgreSQL-only
-one): ``experiment_store.SqlExperimentStore`` is ``app.experiments.store.ExperimentStore``,
+one): ``experiment_store.SqlExperimentStore`` is ``app.experiments.core.store.ExperimentStore``,
 ``process_store.SqlProcessRecords`` is ``ProcessRecords``, ``auth_store.SqlAuthStore``
 is ``auth.store.AuthStore``. The other modules are not stores: the engine and the ORM
 base (``db``), the experiments' tables (``experiment_rows``), the audit trail (a

@@ -1,4 +1,4 @@
-"""The experiment tables as ORM rows, and the records (app.experiments.records) they
+"""The experiment tables as ORM rows, and the records (app.experiments.core.records) they
 become at the store's boundary: experiments, their transitions, jobs and artifacts.
 
 A record's fields are its row's columns of the same names; only the JSON columns
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.experiments.records import ArtifactRecord, Experiment, JobRecord, JobSummary
-from app.experiments.states import State
+from app.experiments.core.records import ArtifactRecord, Experiment, JobRecord, JobSummary
+from app.experiments.core.states import State
 from app.storage.db import Base
 
 if TYPE_CHECKING:

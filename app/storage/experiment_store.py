@@ -1,6 +1,6 @@
 """The experiment store in the database: experiments, their transitions, jobs and
 artifacts, one class (``SqlExperimentStore``, the ``ExperimentStore`` Protocol of
-:mod:`app.experiments.store`).
+:mod:`app.experiments.core.store`).
 
 Every query is scoped to a sandbox key: another key's id is indistinguishable
 from an id that never existed. The tables and their records are
@@ -21,9 +21,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.experiments.errors import ExperimentNotFound
-from app.experiments.output_budget import cut, day_of, stored_bytes
-from app.experiments.records import (
+from app.experiments.core.errors import ExperimentNotFound
+from app.experiments.core.records import (
     ArtifactRecord,
     Experiment,
     JobControl,
@@ -33,7 +32,8 @@ from app.experiments.records import (
     JobTally,
     LostJob,
 )
-from app.experiments.states import State, check_transition
+from app.experiments.core.states import State, check_transition
+from app.experiments.output_budget import cut, day_of, stored_bytes
 from app.storage.cancel_requests import CancelRequests
 from app.storage.db import upsert_insert
 from app.storage.experiment_rows import (

@@ -40,7 +40,7 @@ import structlog
 from _bench_servers import hardened_host_config
 
 from app.runtime.backend import ContainerSpec, Limits
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from pool.slots import SlotsAt
 
 UID = 1000

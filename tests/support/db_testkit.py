@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.experiments.records import Experiment
-from app.experiments.states import State
+from app.experiments.core.records import Experiment
+from app.experiments.core.states import State
 from app.storage.db import create_engine, upgrade_schema
 
 

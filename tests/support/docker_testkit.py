@@ -11,7 +11,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.exec.stream import close_stream, exec_stream
 from pool.slots import SlotsAt
 

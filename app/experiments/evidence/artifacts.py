@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from app.experiments.errors import ProjectSourceError
-from app.experiments.result import Result
+from app.experiments.core.errors import ProjectSourceError
+from app.experiments.core.result import Result
 from app.experiments.workspace.patterns import InvalidPattern, Matcher, compile_glob
 from jail import Jail, JailError, PathInfo
 

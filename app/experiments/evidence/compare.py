@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from app.experiments.result import Result
+from app.experiments.core.result import Result
 
 
 class ExperimentEvidence(BaseModel):

@@ -6,10 +6,9 @@ teardown, so that a destroyed experiment stays comparable.
 
 from __future__ import annotations
 
+from app.experiments.core.records import Experiment
+from app.experiments.core.store import ExperimentStore
 from app.experiments.evidence.compare import ExperimentEvidence
-from app.experiments.records import Experiment
-from app.experiments.store import ExperimentStore
-from app.experiments.views import MAX_LISTED_COMMAND_CHARS, MAX_LISTED_JOBS
 from app.experiments.workspace import changes
 from app.experiments.workspace.dirs import ExperimentDirs
 from jail.context import InThread
@@ -42,15 +41,20 @@ async def gather(
     experiment: Experiment,
     dirs: ExperimentDirs | None,
     in_thread: InThread,
+    *,
+    listed_jobs: int,
+    listed_command_chars: int,
 ) -> ExperimentEvidence:
-    """The experiment's evidence: recorded findings if destroyed, else measured now."""
+    """The experiment's evidence: recorded findings if destroyed, else measured now; the
+    exit codes of its newest ``listed_jobs`` jobs, read with their commands cut to
+    ``listed_command_chars`` (the caller's listing: an experiment's view lists the same)."""
     if experiment.findings and "evidence" in experiment.findings:
         recorded = ExperimentEvidence(**experiment.findings["evidence"])
         return recorded.model_copy(update={"state": experiment.state.value})
     # The newest jobs' exit codes and the sums of all: an experiment runs any number of
     # jobs, each command up to 100,000 characters (cut here by the database, as listed).
     page, total = await records.newest_jobs(
-        experiment.experiment_id, MAX_LISTED_JOBS, 0, MAX_LISTED_COMMAND_CHARS
+        experiment.experiment_id, listed_jobs, 0, listed_command_chars
     )
     tally = await records.tally(experiment.experiment_id)
     summary = tally.test_summary or {}

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.experiments.errors import ArtifactTooLarge, ExperimentNotFound
+from app.experiments.core.errors import ArtifactTooLarge, ExperimentNotFound
+from app.experiments.core.records import ArtifactRecord
+from app.experiments.core.store import ExperimentStore
 from app.experiments.evidence import artifacts
 from app.experiments.evidence.artifacts import Artifact, ArtifactList
-from app.experiments.records import ArtifactRecord
-from app.experiments.store import ExperimentStore
 from jail.context import InThread
 
 # The most one read of an artifact returns. The MCP SDK base64-encodes and serialises a

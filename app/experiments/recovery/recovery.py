@@ -30,13 +30,13 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from app.errors import ServiceError
-from app.experiments.errors import InvalidTransition
-from app.experiments.jobs import JobRegistry, RunningJob
-from app.experiments.records import LostJob
+from app.experiments.core.errors import InvalidTransition
+from app.experiments.core.jobs import JobRegistry, RunningJob
+from app.experiments.core.records import LostJob
+from app.experiments.core.states import State
+from app.experiments.core.store import ExperimentStore
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.recreation import recreate
-from app.experiments.states import State
-from app.experiments.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
 from app.sampling import ThrottledLog
 from pool.background import cancel_and_wait

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import structlog
 
+from app.experiments.core.records import Experiment
+from app.experiments.core.store import ExperimentStore
 from app.experiments.evidence.shelf import fingerprint
-from app.experiments.records import Experiment
-from app.experiments.store import ExperimentStore
 from app.experiments.workspace.dirs import ExperimentDirs
 from app.runtime.backend import ContainerSpec, Limits, SandboxBackend
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 
 from app.errors import ServiceError
-from app.experiments.records import JobOutcome, JobRecord
+from app.experiments.core.records import JobOutcome, JobRecord
+from app.experiments.core.store import ExperimentStore
 from app.experiments.recovery.process_registry import ProcessRegistry
-from app.experiments.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
 
 FIRST_POLL_S = 0.1

@@ -41,9 +41,9 @@ from pathlib import Path
 import structlog
 
 from app.errors import ServiceError
-from app.experiments.errors import InvalidTransition
-from app.experiments.states import State
-from app.experiments.store import ExperimentStore
+from app.experiments.core.errors import InvalidTransition
+from app.experiments.core.states import State
+from app.experiments.core.store import ExperimentStore
 from app.runtime.backend import SandboxBackend
 from pool import slots_zfs
 from pool.errors import PoolError

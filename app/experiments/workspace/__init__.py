@@ -9,6 +9,5 @@ __all__ = [
     "dirs",
     "files",
     "patterns",
-    "project",
     "trash",
 ]

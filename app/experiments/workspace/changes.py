@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from app.experiments.result import Result
+from app.experiments.core.result import Result
 from app.experiments.workspace import diff as _diff
 from jail import Jail, JailError, PathInfo
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import structlog
 
-from app.experiments.errors import ProjectSourceError
+from app.experiments.core.errors import ProjectSourceError
 from jail import Jail, snapshot_copy
 from jail.context import InThread
 from jail.tree_delete import delete_tree

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from app.experiments.errors import EditNotFound, EditNotUnique, ProjectSourceError
-from app.experiments.result import Result
+from app.experiments.core.errors import EditNotFound, EditNotUnique, ProjectSourceError
+from app.experiments.core.result import Result
 from app.experiments.workspace.patterns import compile_search
 from jail import EditState, Jail, JailError, PathInfo
 

@@ -8,10 +8,10 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from app.experiments.evidence import project
 from app.experiments.evidence.artifacts import ArtifactList
 from app.experiments.evidence.compare import Comparison
 from app.experiments.views import ChangesView, JobView
-from app.experiments.workspace import project
 from app.mcp.envelope import enveloped
 from app.mcp.tools import seed_names as seed
 from app.mcp.tools.common import (

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from app.errors import InvalidArgument, ServiceError
-from app.experiments.states import State
+from app.experiments.core.states import State
 from app.runtime.backend import WORKSPACE, NetworkMode
 from jail import Jail, JailError
 from jail.context import InThread

@@ -11,3 +11,11 @@ a client that renders Apps (claude.ai).
   and only while ``SANDBOX_MCP_APPS_VIEW`` is on; everyone else sees the server as if
   the view did not exist.
 """
+
+# The package's surface: its public modules (imported by name, never re-exported here).
+__all__ = [
+    "gate",
+    "resource",
+    "snapshot",
+    "tools",
+]

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from app.experiments.records import JobRecord
+from app.experiments.core.records import JobRecord
 from app.experiments.views import ExperimentView, JobView
 from app.experiments.workspace.diff import shown_path
 from app.mcp.envelope import ToolOutput

@@ -11,17 +11,13 @@ An experiment asks for one of three modes (``NetworkMode``):
   is removed (``detach``). What the proxy refused reaches the agent with the next
   command's result (``notice``). Without a proxy the mode is RESTRICTED_UNAVAILABLE.
 
-A clone helper, the only other container that may get network: none for a local
-repository; through the proxy, with the server's own list, when there is one; else,
-on a server built with ``allow_git_egress``, a network of its own (never the default
-bridge, created when missing) with git pinned to the checked public address of the
-URL's host (:mod:`app.runtime.git.egress`); else GIT_EGRESS_DISABLED.
+A clone helper's network is :mod:`app.runtime.git.network` (it uses ``Joining`` and the
+proxy's part here).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import docker
@@ -29,12 +25,7 @@ import docker
 from app.egress.proxy import EgressProxy
 from app.errors import InvalidArgument
 from app.runtime.backend import ContainerSpec, NetworkMode
-from app.runtime.docker.engine_errors import translated
-from app.runtime.docker.threads import Offload
-from app.runtime.errors import EgressDisabled, GitEgressDisabled, RestrictedUnavailable
-from app.runtime.git.egress import LookupShares, ensure_network, pin_remote
-from app.runtime.git.sources import ClonePlan
-from jail.addresses import AddressPolicy, Resolver
+from app.runtime.errors import EgressDisabled, RestrictedUnavailable
 
 
 @dataclass(frozen=True)
@@ -56,15 +47,6 @@ class Networks:
     allow_egress: bool  # whether network "egress" is honoured
     egress_network: str  # the Docker network egress containers join
     proxy: EgressProxy | None  # network "restricted"'s (None: refused); remote clones use it
-    allow_git_egress: bool  # whether a clone may fetch an https URL without a proxy
-    git_network: str  # the network of its own such clone helpers join
-    git_network_labels: dict[str, str]  # what that network is created with
-    resolve: Resolver  # how a remote clone's host is resolved, to be checked and pinned
-    git_address_policy: AddressPolicy  # which addresses a remote clone may reach
-    api: Callable[[], Awaitable[docker.APIClient]]  # the engine client
-    offload: Offload  # where blocking SDK calls run
-    lookups: LookupShares = field(default_factory=LookupShares)  # each tenant's DNS share
-    _git_network_ready: bool = field(default=False, init=False)
 
     def mode(self, network: NetworkMode) -> str:
         """Docker's network mode for ``network``; checked before anything is made.
@@ -100,39 +82,6 @@ class Networks:
             warnings=planned.warnings,
             proxied=True,
         )
-
-    async def for_clone(
-        self, plan: ClonePlan, *, sandbox: str, address: str
-    ) -> tuple[ClonePlan, Joining]:
-        """How a clone of ``plan`` joins its network, and the plan git runs (pinned to the
-        checked address when it goes out on its own; its host looked up within the shares
-        of ``sandbox`` and sign-in ``address``, labels as in ``ContainerSpec``).
-
-        Raises:
-            GitSourceRefused: the URL's host is not (only) public, or another port.
-            GitEgressDisabled: a remote URL on a server that allows no git egress.
-        """
-        if plan.local_source is not None:
-            return plan, Joining("none")
-        if self.proxy is not None:
-            # Through the proxy, with its rules (the server's list): it resolves and checks.
-            planned = self.proxy.plan(None)
-            return plan, Joining(
-                planned.network, env=planned.env, labels=planned.labels, proxied=True
-            )
-        if not self.allow_git_egress:
-            raise GitEgressDisabled()
-        resolve = self.lookups.bounded(self.resolve, sandbox, address)
-        pin = await pin_remote(plan.url, resolve=resolve, allow=self.git_address_policy)
-        pinned = dataclasses.replace(plan, pin=pin)
-        if not self._git_network_ready:
-            api = await self.api()
-            with translated():
-                await self.offload.call(
-                    ensure_network, api, self.git_network, self.git_network_labels
-                )
-            self._git_network_ready = True
-        return pinned, Joining(self.git_network)
 
     async def attach(self, api: docker.APIClient, container_id: str, joining: Joining) -> None:
         """After the container started: tell the proxy its address, when it goes through it."""

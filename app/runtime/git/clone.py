@@ -5,7 +5,7 @@ limits (``GIT_LIMITS``, clamped to the ceilings like an experiment's), is labell
 ``<prefix>.role=git-clone`` and is removed when the clone ends, however it ends. Its
 mounts are the (empty) workspace, read-write, and, for a local repository, that
 repository read-only (and not recursively) at ``/source``. It is the only container
-that may get network for a clone (:mod:`app.runtime.docker.network`), and a failed remote
+that may get network for a clone (:mod:`app.runtime.git.network`), and a failed remote
 clone tells the tenant only one of a few fixed sentences, never git's own lines
 (:mod:`app.runtime.git.egress`). What git runs is :mod:`app.runtime.git.sources`.
 """
@@ -26,10 +26,10 @@ from docker.types import Mount
 from app.runtime.backend import ExecResult, GitSource, Limits
 from app.runtime.docker.engine import Engine
 from app.runtime.docker.engine_errors import translated
-from app.runtime.docker.network import Networks
 from app.runtime.docker.threads import Offload
 from app.runtime.docker.workspace import check_workspace
 from app.runtime.git.egress import tenant_error
+from app.runtime.git.network import CloneNetwork
 from app.runtime.git.sources import (
     SOURCE,
     ClonePlan,
@@ -67,7 +67,7 @@ class Cloner:
         self,
         *,
         engine: Engine,
-        networks: Networks,
+        networks: CloneNetwork,
         offload: Offload,
         slots_base: Callable[[], Path],
         ceilings: Ceilings,

@@ -34,7 +34,7 @@ from hardening_checks import assert_hardened
 import app.runtime.exec.kill as runtime_kill
 import app.runtime.exec.protocol as fast_exec
 from app.runtime.backend import Container, ContainerSpec, ExecResult, Limits
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.errors import (
     CapacityExceeded,
     ContainerGone,

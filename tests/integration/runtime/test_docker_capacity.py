@@ -18,7 +18,7 @@ from docker_testkit import RUN, backend_on_engine, docker_client, labelled, new_
 
 from app.errors import ServiceError
 from app.runtime.backend import Container, ContainerSpec, Limits
-from app.runtime.docker.backend import DockerBackend, output_streams
+from app.runtime.backends.docker import DockerBackend, output_streams
 from app.runtime.exec.protocol import ExecPath
 
 pytestmark = pytest.mark.integration

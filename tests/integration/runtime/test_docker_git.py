@@ -38,7 +38,7 @@ from hardening_checks import assert_hardened
 
 import app.runtime.git.clone as runtime_clone
 from app.runtime.backend import ContainerSpec, GitSource
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.errors import (
     CapacityExceeded,
     GitEgressDisabled,

@@ -35,7 +35,7 @@ import urllib3.connection
 from docker_testkit import BACKEND_PREFIX, backend_on_engine, new_workspace
 
 from app.runtime.backend import ContainerSpec
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from jail import Jail
 from pool.slots import SlotsAt
 

@@ -24,7 +24,7 @@ from docker_testkit import BACKEND_PREFIX, docker_client, new_workspace
 
 import app.runtime.exec.sessions as executors
 from app.runtime.backend import ContainerSpec, ExecResult, Limits
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.errors import ExecutorStopped
 from app.runtime.exec.protocol import ENDED
 from pool.slots import SlotsAt
@@ -236,7 +236,7 @@ async def test_when_the_server_process_dies_its_executor_kills_its_jobs(
         import asyncio, sys
         sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "tests" / "support")!r}]
         from docker_testkit import docker_client
-        from app.runtime.docker.backend import DockerBackend
+        from app.runtime.backends.docker import DockerBackend
         from pool.slots import SlotsAt
 
         async def main():

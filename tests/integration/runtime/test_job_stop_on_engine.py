@@ -17,10 +17,10 @@ from db_testkit import an_experiment, migrated_sqlite
 from docker_testkit import BACKEND_PREFIX, backend_on_engine, new_workspace
 
 from app.experiments.commands import Command, CommandRunner
-from app.experiments.jobs import JobRegistry
-from app.experiments.states import State
+from app.experiments.core.jobs import JobRegistry
+from app.experiments.core.states import State
 from app.runtime.backend import ContainerSpec, Limits
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.storage.experiment_store import SqlExperimentStore
 from app.tenancy.job_limits import JobLimits
 

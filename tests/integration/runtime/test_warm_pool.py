@@ -19,7 +19,7 @@ from docker_testkit import GID, RUN, UID, backend_on_engine, labelled
 
 from app.errors import ServiceError
 from app.runtime.backend import ContainerSpec, Limits
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.warm.pool import WarmPool
 from pool.slots import Slot, name_of
 

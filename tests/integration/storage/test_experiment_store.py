@@ -8,9 +8,9 @@ import pytest
 from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.experiments.errors import ExperimentNotFound, InvalidTransition
-from app.experiments.records import ArtifactRecord, JobOutcome, JobRecord
-from app.experiments.states import State
+from app.experiments.core.errors import ExperimentNotFound, InvalidTransition
+from app.experiments.core.records import ArtifactRecord, JobOutcome, JobRecord
+from app.experiments.core.states import State
 from app.storage.experiment_store import SqlExperimentStore
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import pytest
 from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.experiments.core.records import JobOutcome, JobRecord
 from app.experiments.output_budget import COMMAND_KEPT_CHARS, JOB_ROW_BYTES, TAIL_CHARS
-from app.experiments.records import JobOutcome, JobRecord
 from app.storage.experiment_store import SqlExperimentStore
 
 pytestmark = pytest.mark.integration

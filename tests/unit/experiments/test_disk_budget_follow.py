@@ -18,8 +18,8 @@ import pytest
 from deep_trees import build_deep_tree
 from runtime_fakes import FakeBackend
 
+from app.experiments.core.jobs import JobRegistry
 from app.experiments.disk_budget import DiskBudget, QuotaExceeded
-from app.experiments.jobs import JobRegistry
 from app.experiments.workspace.trash import Trash
 from app.runtime.backend import ExecResult
 from app.runtime.errors import RuntimeUnavailable

@@ -17,9 +17,9 @@ import pytest
 from runtime_fakes import FakeBackend
 
 from app.experiments import held_files
+from app.experiments.core.jobs import JobRegistry
 from app.experiments.disk_budget import DiskBudget, DiskUsage, measure_slot
 from app.experiments.held_files import held_bytes, missing_capabilities
-from app.experiments.jobs import JobRegistry
 
 MB = 1_048_576
 

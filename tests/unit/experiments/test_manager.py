@@ -17,13 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import ServiceError
 from app.experiments.commands import Command, CommandRunner
+from app.experiments.core.jobs import JobRegistry
+from app.experiments.core.states import State, check_transition
 from app.experiments.creation import CreateRequest
 from app.experiments.evidence.shelf import fingerprint
-from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
-from app.experiments.states import State, check_transition
 from app.runtime.backend import Limits
 from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords

@@ -15,8 +15,9 @@ from runtime_fakes import FakeBackend
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import ServiceError
+from app.experiments.core.jobs import JobRegistry
+from app.experiments.core.records import JobOutcome, JobRecord
 from app.experiments.creation import CreateRequest
-from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.output_budget import (
@@ -27,7 +28,6 @@ from app.experiments.output_budget import (
     cut,
     stored_bytes,
 )
-from app.experiments.records import JobOutcome, JobRecord
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords

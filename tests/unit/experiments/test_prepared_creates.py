@@ -11,8 +11,8 @@ from pathlib import Path
 from db_testkit import migrated_sqlite
 from runtime_fakes import FakeBackend
 
+from app.experiments.core.jobs import JobRegistry
 from app.experiments.creation import CreateRequest
-from app.experiments.jobs import JobRegistry
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import InvalidArgument
-from app.experiments.states import State
+from app.experiments.core.states import State
 from app.mcp.tools import seed_names as seed
 from jail import JailError
 

@@ -16,7 +16,7 @@ import tracemalloc
 from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.experiments.records import JobOutcome, JobRecord
+from app.experiments.core.records import JobOutcome, JobRecord
 from app.storage.experiment_store import SqlExperimentStore
 
 JOBS = 20

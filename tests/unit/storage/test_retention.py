@@ -9,8 +9,8 @@ from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.egress.records import Notice
-from app.experiments.records import ArtifactRecord, JobRecord
-from app.experiments.states import State
+from app.experiments.core.records import ArtifactRecord, JobRecord
+from app.experiments.core.states import State
 from app.storage.audit import AuditTrail
 from app.storage.db import Repository, ToolCall
 from app.storage.egress_store import SqlUsageRecords

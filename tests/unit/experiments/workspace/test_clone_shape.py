@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.experiments.errors import ProjectSourceError
+from app.experiments.core.errors import ProjectSourceError
 from app.experiments.workspace.dirs import MAX_CLONE_DEPTH, MAX_CLONE_PATH, count_cloned_files
 
 

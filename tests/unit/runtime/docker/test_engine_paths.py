@@ -7,7 +7,7 @@ from pathlib import Path
 import docker
 import requests
 
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.docker.engine_errors import translate
 from pool.slots import SlotsAt
 

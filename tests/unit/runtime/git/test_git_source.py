@@ -21,7 +21,7 @@ from hardening_checks import assert_hardened
 
 from app.errors import ConfigurationError
 from app.runtime.backend import ExecResult, GitSource
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.errors import (
     ContainerGone,
     GitEgressDisabled,

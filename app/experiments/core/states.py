@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from app.experiments.errors import InvalidTransition
+from app.experiments.core.errors import InvalidTransition
 
 
 class State(StrEnum):

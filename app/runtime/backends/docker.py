@@ -8,9 +8,11 @@ the restricted proxy's part in it) in :mod:`app.runtime.docker.network`; command
 their kills in :mod:`app.runtime.exec.runner`; the fair container shares in
 :mod:`app.runtime.docker.capacity`; handing a warm container over in
 :mod:`app.runtime.docker.handover`; the clone helper in :mod:`app.runtime.git.clone`, what
-git runs in :mod:`app.runtime.git.sources` and where it may connect in
-:mod:`app.runtime.git.egress`. Docker and ``requests`` errors become
-:mod:`app.runtime.errors` in :mod:`app.runtime.docker.engine_errors`.
+git runs in :mod:`app.runtime.git.sources`, which network it joins in
+:mod:`app.runtime.git.network` and where it may connect in :mod:`app.runtime.git.egress`.
+Docker and ``requests`` errors become :mod:`app.runtime.errors` in
+:mod:`app.runtime.docker.engine_errors`. It composes the engine (``docker/``), commands
+(``exec/``) and clones (``git/``), so it lives above the three, which never import it.
 
 An experiment container's keep-alive is ``sleep infinity``; commands run through
 its executor (:mod:`app.runtime.exec.protocol`) or, as its fallback, ``docker exec``.
@@ -66,6 +68,7 @@ from app.runtime.exec.runner import ExecRunner, OnStart
 from app.runtime.exec.sessions import Executors
 from app.runtime.git.clone import GIT_LIMITS, GIT_ROLE, Cloner
 from app.runtime.git.egress import GIT_NETWORK, clone_resolver
+from app.runtime.git.network import CloneNetwork
 from app.runtime.limits import Ceilings, clamp_limits, clamp_timeout
 from jail.addresses import AddressPolicy, Resolver, is_public_address
 from pool.slots import SlotsRoot
@@ -189,9 +192,10 @@ class DockerBackend:
         self._labels = self._engine.labels
         self._user = user = self._engine.user
         self._networks = Networks(
-            allow_egress=allow_egress,
-            egress_network=egress_network,
-            proxy=egress_proxy,
+            allow_egress=allow_egress, egress_network=egress_network, proxy=egress_proxy
+        )
+        clone_network = CloneNetwork(
+            networks=self._networks,
             allow_git_egress=allow_git_egress,
             git_network=git_network,
             git_network_labels={self._labels.key("managed"): "git"},
@@ -211,7 +215,7 @@ class DockerBackend:
         )
         self._cloner = Cloner(
             engine=self._engine,
-            networks=self._networks,
+            networks=clone_network,
             offload=self._offload,
             slots_base=lambda: slots.base,
             ceilings=self._ceilings,

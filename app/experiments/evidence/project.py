@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import Field
 
+from app.experiments.core.result import Result
 from app.experiments.evidence import testing
-from app.experiments.result import Result
 from jail import Jail, JailError
 
 WALK_LIMIT = 20_000

@@ -18,7 +18,7 @@ class ExperimentNotFound(ServiceError):
 
 class InvalidTransition(ServiceError):
     """The experiment is not in a state this call works in: destroyed, still being
-    created, or (the state machine of app.experiments.states) not allowed to move to
+    created, or (the state machine of app.experiments.core.states) not allowed to move to
     the state the call would put it in."""
 
     code = "INVALID_STATE"

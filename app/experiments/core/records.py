@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.experiments.states import State
+from app.experiments.core.states import State
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The ExperimentStore seam: what the experiment domain needs from its records' storage.
 
-The domain reads and writes plain records (:mod:`app.experiments.records`) through this
+The domain reads and writes plain records (:mod:`app.experiments.core.records`) through this
 Protocol; its SQL implementation is ``app.storage.experiment_store.SqlExperimentStore``,
 built by the composition root (``app/root``) and handed in. Every query is scoped to
 a sandbox key where the caller has one: another key's id reads like one that never
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from app.experiments.records import (
+from app.experiments.core.records import (
     ArtifactRecord,
     Experiment,
     JobControl,
@@ -21,7 +21,7 @@ from app.experiments.records import (
     JobTally,
     LostJob,
 )
-from app.experiments.states import State
+from app.experiments.core.states import State
 
 
 class ExperimentStore(Protocol):

@@ -17,7 +17,7 @@ from hardening_checks import assert_hardened
 
 from app.errors import ConfigurationError, InvalidArgument, LimitReached
 from app.runtime.backend import ContainerSpec, Limits
-from app.runtime.docker.backend import DockerBackend
+from app.runtime.backends.docker import DockerBackend
 from app.runtime.docker.hardening import refuse_docker_socket_in
 from app.runtime.errors import (
     CapacityExceeded,
