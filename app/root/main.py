@@ -61,6 +61,7 @@ from app.storage.front_door import front_door_engine
 from app.storage.pool_pg_store import EGRESS_LOCK, leadership_for, pool_state_for
 from app.storage.process_store import SqlProcessRecords
 from app.storage.retention import Retention
+from app.storage.sqlite_writes import in_turns
 from app.storage.task_store import SqlTaskRecords
 from app.storage.warm_store import SqlWarmClaimLedger
 from app.tenancy.threads import TenantThreads
@@ -81,6 +82,7 @@ def build_services(settings: Settings) -> Services:
     engine = create_engine(database_url)
     # The sign-in's and the rate ledger's connections, apart from the tenants' (front_door.py).
     front_door = front_door_engine(database_url)
+    in_turns(engine, front_door)  # SQLite's one writer: the sign-in's writes go first
     repository = Repository(engine)
     memory = SandboxMemory()
     shared = SharedLimits.build(front_door, database_url, settings.smtp.max_per_hour)

@@ -9,7 +9,7 @@ base (``db``), the experiments' tables (``experiment_rows``), the audit trail (a
 batching writer), the cancel flag both job and task stores share, a PostgreSQL channel
 (``ready_relay``), the retention sweep, the schema head, decisions taken in batches
 (``batches``, and ``auth_admissions`` for the sign-in's) and the sign-in's own
-connections (``front_door``). Nothing outside this
+connections (``front_door``) and SQLite's writers in turns (``sqlite_writes``). Nothing outside this
 package sees an ORM row."""
 
 # The package's surface: its public modules (imported by name, never re-exported here).
@@ -32,6 +32,7 @@ __all__ = [
     "ready_relay",
     "retention",
     "schema_head",
+    "sqlite_writes",
     "task_store",
     "warm_store",
 ]
