@@ -57,9 +57,11 @@ from app.storage.audit_day_store import SqlDayLedger
 from app.storage.db import Repository, create_engine
 from app.storage.egress_store import SqlUsageRecords
 from app.storage.experiment_store import SqlExperimentStore
+from app.storage.front_door import front_door_engine
 from app.storage.pool_pg_store import EGRESS_LOCK, leadership_for, pool_state_for
 from app.storage.process_store import SqlProcessRecords
 from app.storage.retention import Retention
+from app.storage.sqlite_writes import in_turns
 from app.storage.task_store import SqlTaskRecords
 from app.storage.warm_store import SqlWarmClaimLedger
 from app.tenancy.threads import TenantThreads
@@ -78,9 +80,12 @@ def build_services(settings: Settings) -> Services:
     # Storage: one database for every process, budgets counted in it.
     database_url = settings.storage.effective_database_url
     engine = create_engine(database_url)
+    # The sign-in's and the rate ledger's connections, apart from the tenants' (front_door.py).
+    front_door = front_door_engine(database_url)
+    in_turns(engine, front_door)  # SQLite's one writer: the sign-in's writes go first
     repository = Repository(engine)
     memory = SandboxMemory()
-    shared = SharedLimits.build(engine, database_url, settings.smtp.max_per_hour)
+    shared = SharedLimits.build(front_door, database_url, settings.smtp.max_per_hour)
     mailer = ReadyMailer(
         settings.smtp.options(),
         public_url=settings.server.effective_public_url,
@@ -163,7 +168,7 @@ def build_services(settings: Settings) -> Services:
     )
     # The sign-in (hosted mode), and the chores of the one watchdog across processes.
     auth = (
-        build_auth(settings, engine, mailer, shared, on_signin=demand.signed_in)
+        build_auth(settings, front_door, mailer, shared, on_signin=demand.signed_in)
         if settings.auth.hosted
         else None
     )
@@ -212,6 +217,7 @@ def build_services(settings: Settings) -> Services:
     return Services(
         settings=settings,
         engine=engine,
+        front_door=front_door,
         repository=repository,
         audit=audit,
         pool=pool,

@@ -54,6 +54,7 @@ class Services:
 
     settings: Settings
     engine: AsyncEngine
+    front_door: AsyncEngine  # the sign-in's and the rate ledger's (app/storage/front_door.py)
     repository: Repository
     audit: AuditTrail
     pool: SlotPool
@@ -159,6 +160,7 @@ class Services:
         await self.audit.close()  # rows of calls already answered
         self.docker_probe.close()
         await self.engine.dispose()
+        await self.front_door.dispose()
         release_state_dir(self.settings.storage)
 
     async def pool_stats(self) -> PoolStats:

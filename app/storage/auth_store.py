@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -12,6 +11,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.storage.auth_admissions import MAX_ADMISSIONS, Ask, CodeBook, Press, StoredCode, ask_of
+from app.storage.batches import Batches
 from app.storage.db import Base, transaction, upsert_insert
 from auth.store import (
     Client,
@@ -103,9 +104,11 @@ class OAuthCodeRow(Base):
 class SqlAuthStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
-        # SQLite serves one process: this lock serializes its admissions; PostgreSQL
-        # takes a transaction-level advisory lock as well, for the other processes.
-        self._admission = asyncio.Lock()
+        # One batch of admissions at a time in this process (SQLite serves one process);
+        # PostgreSQL takes a transaction-level advisory lock as well, for the others.
+        self._admissions: Batches[Press, object] = Batches(
+            self._admit_all, max_batch=MAX_ADMISSIONS
+        )
 
     def _transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
         return transaction(self._sessions)
@@ -203,78 +206,93 @@ class SqlAuthStore:
         hourly_since: float,
         refuse: Callable[[SigninCounts], R | None],
     ) -> IssuedCode | R:
-        async with self._admission, self._transaction() as session:
+        # The presses queued behind a transaction are decided together by the next
+        # (app/storage/auth_admissions.py): a flood's presses cost an honest one a
+        # transaction or two, not one each.
+        outcome = await self._admissions.decide(Press(code, burst_since, hourly_since, refuse))
+        return cast("IssuedCode | R", outcome)
+
+    async def _admit_all(self, presses: list[Press]) -> list[object]:
+        """Each press's outcome in order, in one transaction that holds the admission
+        lock: the earlier record of its code, what ``refuse`` returned, or its code, then
+        recorded and counted for the presses after it."""
+        async with self._transaction() as session:
             if session.get_bind().dialect.name == "postgresql":
                 await session.execute(
                     sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADMISSION_LOCK}
                 )
-            earlier = await session.get(OAuthCodeRow, code.code_hash)
-            if earlier is not None:
-                return IssuedCode(
-                    earlier.code_hash, earlier.signin_prefix, earlier.created_at, earlier.expires_at
+            book = await self._code_book(session, [ask_of(press) for press in presses])
+            outcomes: list[object] = []
+            for press in presses:
+                code = press.code
+                earlier = book.earlier(code.code_hash)
+                if earlier is not None:
+                    outcomes.append(earlier)
+                    continue
+                refused = press.refuse(book.counts(ask_of(press)))
+                if refused is not None:
+                    outcomes.append(refused)
+                    continue
+                book.add(code)
+                session.add(
+                    OAuthCodeRow(
+                        code_hash=code.code_hash,
+                        signin_prefix=code.signin_prefix,
+                        created_at=code.created_at,
+                        expires_at=code.expires_at,
+                        grant_id=None,
+                    )
                 )
-            counts = await self._counts(
-                session, code.signin_prefix, code.created_at, burst_since, hourly_since
-            )
-            refused = refuse(counts)
-            if refused is not None:
-                return refused
-            session.add(
-                OAuthCodeRow(
-                    code_hash=code.code_hash,
-                    signin_prefix=code.signin_prefix,
-                    created_at=code.created_at,
-                    expires_at=code.expires_at,
-                    grant_id=None,
-                )
-            )
-            return code
+                outcomes.append(code)
+            return outcomes
 
     async def signin_counts(
         self, signin_prefix: str, now: float, *, burst_since: float, hourly_since: float
     ) -> SigninCounts:
+        ask = Ask(None, signin_prefix, now, burst_since, hourly_since)
         async with self._transaction() as session:
-            return await self._counts(session, signin_prefix, now, burst_since, hourly_since)
+            return (await self._code_book(session, [ask])).counts(ask)
 
-    async def _counts(
-        self,
-        session: AsyncSession,
-        prefix: str | None,
-        now: float,
-        burst_since: float,
-        hourly_since: float,
-    ) -> SigninCounts:
-        # Redeemed codes are the hour's new sandboxes; a code not yet redeemed holds a
-        # place while it may be (else codes handed out could overrun the cap), and one
-        # that expired unredeemed frees it.
-        hour_s = now - hourly_since
-        hourly = [
-            (created + hour_s if grant is not None else min(created + hour_s, expires), signin)
-            for created, signin, grant, expires in (
-                await session.execute(
-                    sa.select(
-                        OAuthCodeRow.created_at,
-                        OAuthCodeRow.signin_prefix,
-                        OAuthCodeRow.grant_id,
-                        OAuthCodeRow.expires_at,
-                    ).where(OAuthCodeRow.created_at > hourly_since)
-                )
-            ).all()
-            if grant is not None or expires > now
-        ]
-        if prefix is None:
-            return SigninCounts(None, [], hourly, [])
-        mine = (
-            await session.execute(
-                sa.select(OAuthCodeRow.created_at, OAuthCodeRow.expires_at, OAuthCodeRow.grant_id)
-                .where(OAuthCodeRow.signin_prefix == prefix)
-                .where((OAuthCodeRow.created_at > burst_since) | (OAuthCodeRow.expires_at > now))
+    @staticmethod
+    async def _code_book(session: AsyncSession, asks: list[Ask]) -> CodeBook:
+        """Every code and live grant any of ``asks`` counts, in two reads (a superset:
+        each ask's count filters its own)."""
+        hashes = {ask.code_hash for ask in asks if ask.code_hash is not None}
+        prefixes = {ask.prefix for ask in asks if ask.prefix is not None}
+        earliest = min(min(ask.hourly_since, ask.burst_since) for ask in asks)
+        first_now = min(ask.now for ask in asks)
+        wanted = [OAuthCodeRow.created_at > earliest]
+        if prefixes:
+            wanted.append(
+                OAuthCodeRow.signin_prefix.in_(prefixes) & (OAuthCodeRow.expires_at > first_now)
             )
-        ).all()
-        live = await self._live_grant_expiries(session, prefix, now)
-        live += [expires for _, expires, grant in mine if grant is None and expires > now]
-        recent = sorted(created for created, _, _ in mine if created > burst_since)
-        return SigninCounts(prefix, recent, hourly, live)
+        if hashes:
+            wanted.append(OAuthCodeRow.code_hash.in_(hashes))
+        rows = await session.execute(
+            sa.select(
+                OAuthCodeRow.code_hash,
+                OAuthCodeRow.signin_prefix,
+                OAuthCodeRow.created_at,
+                OAuthCodeRow.expires_at,
+                OAuthCodeRow.grant_id,
+            ).where(sa.or_(*wanted))
+        )
+        codes = [StoredCode(*row) for row in rows]
+        if not prefixes:
+            return CodeBook(codes, [])
+        # Per grant: when its last refresh token expires (its prefix beside it).
+        grants = await session.execute(
+            sa.select(OAuthGrantRow.signin_prefix, sa.func.max(OAuthTokenRow.expires_at))
+            .join(OAuthGrantRow, OAuthGrantRow.grant_id == OAuthTokenRow.grant_id)
+            .where(
+                OAuthGrantRow.signin_prefix.in_(prefixes),
+                OAuthGrantRow.revoked_at.is_(None),
+                OAuthTokenRow.role == "refresh",
+                OAuthTokenRow.expires_at > first_now,
+            )
+            .group_by(OAuthGrantRow.grant_id, OAuthGrantRow.signin_prefix)
+        )
+        return CodeBook(codes, [(signin, float(expiry)) for signin, expiry in grants.all()])
 
     async def redeem_code(
         self, code_hash: str, grant: Grant, tokens: list[TokenRecord]

@@ -67,17 +67,22 @@ class AuditDay(Base):
     granted: Mapped[int] = mapped_column(sa.Integer)
 
 
-def create_engine(url: str) -> AsyncEngine:
-    """An async engine; SQLite gets WAL, foreign keys and a busy timeout on every connection."""
+def create_engine(url: str, *, connections: int = 15) -> AsyncEngine:
+    """An async engine of at most ``connections`` connections (all kept on PostgreSQL);
+    SQLite gets WAL, foreign keys and a busy timeout on every connection."""
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        # SQLAlchemy's own split for 15 (5 kept, the rest closed at check-in).
+        kept = min(connections, 5)
+        engine = create_async_engine(
+            url, connect_args={"timeout": 30}, pool_size=kept, max_overflow=connections - kept
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     # At most 15 connections per process, as SQLAlchemy's default (5 + 10 overflow), but
     # all kept: overflow connections were closed at check-in, so 16 concurrent light
     # calls opened a new PostgreSQL connection for most statements (a profile: a third
     # of the process's CPU in asyncpg's connect; bench_workers.py).
-    return create_async_engine(url, pool_pre_ping=True, pool_size=15, max_overflow=0)
+    return create_async_engine(url, pool_pre_ping=True, pool_size=connections, max_overflow=0)
 
 
 def upsert_insert(dialect: str) -> Any:

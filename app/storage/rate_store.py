@@ -8,22 +8,22 @@ what one would. Only the limits that guard rare, costly steps use it
 (registrations, client-document fetches, e-mails): the bearer check never does.
 
 The takes that queue while the lock is held are decided together, in one
-transaction, in the order they came (``MAX_BATCH`` at most a transaction): a
-flood of registrations, granted or refused, must not make an honest one wait for
-each of the flood's transactions in turn.
+transaction, in the order they came (``MAX_BATCH`` at most a transaction;
+``app.storage.batches``): a flood of registrations, granted or refused, must not
+make an honest one wait for each of the flood's transactions in turn.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.storage.batches import Batches
 from app.storage.db import Base, transaction
 
 _LEDGER_LOCK = 0x736D_6370_7261_7465  # "smcprate", pg_advisory_xact_lock key
@@ -41,69 +41,40 @@ class RateEventRow(Base):
     at: Mapped[float] = mapped_column(sa.Float)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class _Take:
-    """One caller's take, waiting to be decided (``wait``: 0 granted, else seconds)."""
+    """One caller's take: granted (0) if every budget has room in the window at ``now``."""
 
     budgets: Sequence[tuple[str, int]]
     window_s: float
     now: float
-    wait: int | None = None
-    error: BaseException | None = field(default=None, repr=False)
 
 
 class SqlEventLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
-        self._lock = asyncio.Lock()
-        self._queued: list[_Take] = []
+        self._batches: Batches[_Take, int] = Batches(self._decide_all, max_batch=MAX_BATCH)
 
     async def take(self, budgets: Sequence[tuple[str, int]], window_s: float, now: float) -> int:
-        mine = _Take(budgets, window_s, now)
-        self._queued.append(mine)
-        try:
-            async with self._lock:
-                # The lock's holder before us may have decided our take with its own.
-                while mine.wait is None and mine.error is None:
-                    batch = self._queued[:MAX_BATCH]
-                    del self._queued[: len(batch)]
-                    await self._decide_all(batch)
-        except asyncio.CancelledError:
-            # Not decided: nobody will read it, so nobody spends it.
-            if mine in self._queued:
-                self._queued.remove(mine)
-            raise
-        if mine.error is not None:
-            raise mine.error
-        assert mine.wait is not None
-        return mine.wait
+        return await self._batches.decide(_Take(budgets, window_s, now))
 
-    async def _decide_all(self, batch: list[_Take]) -> None:
+    async def _decide_all(self, batch: list[_Take]) -> list[int]:
         """Decide ``batch`` in one transaction, each take in turn as if alone."""
-        try:
-            async with transaction(self._sessions) as session:
-                if session.get_bind().dialect.name == "postgresql":
-                    await session.execute(
-                        sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LEDGER_LOCK}
+        async with transaction(self._sessions) as session:
+            if session.get_bind().dialect.name == "postgresql":
+                await session.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LEDGER_LOCK}
+                )
+            times = await _recent_times(session, batch)
+            waits = []
+            for take in batch:
+                wait = _decide(take, times)
+                if not wait:
+                    session.add_all(
+                        RateEventRow(bucket=bucket, at=take.now) for bucket, _ in take.budgets
                     )
-                times = await _recent_times(session, batch)
-                for take in batch:
-                    take.wait = _decide(take, times)
-                    if not take.wait:
-                        session.add_all(
-                            RateEventRow(bucket=bucket, at=take.now) for bucket, _ in take.budgets
-                        )
-        except asyncio.CancelledError:
-            # The holder went away: its batch is decided by the next holder, from scratch
-            # (nothing was committed).
-            for take in batch:
-                take.wait = None
-            self._queued[:0] = batch
-            raise
-        except BaseException as exc:
-            for take in batch:
-                take.wait, take.error = None, exc
-            raise
+                waits.append(wait)
+            return waits
 
     async def forget_before(self, cutoff: float) -> int:
         """Drop events no window reaches any more; returns how many."""

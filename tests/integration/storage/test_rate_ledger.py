@@ -5,15 +5,12 @@ the flood's transactions in turn; the budgets hold as if each take came alone.""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+from turns_testkit import counted_transactions, database_held, settle
 
 from app.storage.rate_store import _LEDGER_LOCK, MAX_BATCH, SqlEventLedger
 
@@ -23,60 +20,11 @@ REGISTER = 60.0  # the registrations' window
 HOUR = 3600.0  # the e-mails'
 
 
-@contextmanager
-def counted_transactions(engine: AsyncEngine) -> Iterator[list[int]]:
-    """How many transactions ``engine`` began meanwhile (a one-item list)."""
-    began = [0]
-
-    def on_begin(_connection: Any) -> None:
-        began[0] += 1
-
-    event.listen(engine.sync_engine, "begin", on_begin)
-    try:
-        yield began
-    finally:
-        event.remove(engine.sync_engine, "begin", on_begin)
-
-
 @asynccontextmanager
 async def ledger_held(engine: AsyncEngine) -> AsyncIterator[None]:
-    """The ledger's database held by someone else, as a tenant's long write holds
-    SQLite's one write lock (or another process holds PostgreSQL's ledger lock): a
-    take's transaction waits until the block ends."""
-    if engine.dialect.name == "postgresql":
-        # An engine of its own: its transactions are not the ledger's to count.
-        holder = create_async_engine(engine.url.render_as_string(hide_password=False))
-        try:
-            async with holder.connect() as other:
-                await other.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _LEDGER_LOCK})
-                await other.commit()
-                try:
-                    yield
-                finally:
-                    await other.execute(
-                        sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _LEDGER_LOCK}
-                    )
-                    await other.commit()
-        finally:
-            await holder.dispose()
-        return
-    path = engine.url.database
-    assert path
-    writer = sqlite3.connect(path, isolation_level=None)
-    try:
-        writer.execute("BEGIN IMMEDIATE")  # SQLite's write lock, until the rollback
-        try:
-            yield
-        finally:
-            writer.execute("ROLLBACK")
-    finally:
-        writer.close()
-
-
-async def settle() -> None:
-    """Every task started so far runs up to its first wait (loop turns, not time)."""
-    for _ in range(20):
-        await asyncio.sleep(0)
+    """The ledger's database held by someone else (``database_held``)."""
+    async with database_held(engine, _LEDGER_LOCK):
+        yield
 
 
 async def test_a_take_behind_a_flood_waits_for_one_transaction_not_one_each(

@@ -45,7 +45,7 @@ from app.runtime.exec import protocol as fast_exec
 from app.runtime.git import clone as _clone
 from app.runtime.git import egress as git_egress
 from app.settings import ENV_PREFIX, Settings, load_settings
-from app.storage import rate_store
+from app.storage import auth_admissions, front_door, rate_store, sqlite_writes
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS
 
@@ -78,6 +78,9 @@ CONSTANTS: dict[str, int | float] = {
     "MAX_ESCAPES": request_bounds.MAX_ESCAPES,
     "LARGE_PER_ADDRESS": request_bounds.LARGE_PER_ADDRESS,
     "MAX_BATCH": rate_store.MAX_BATCH,  # the shared rate ledger's takes a transaction
+    "MAX_ADMISSIONS": auth_admissions.MAX_ADMISSIONS,  # the sign-in's presses a transaction
+    "FRONT_DOOR_CONNECTIONS": front_door.FRONT_DOOR_CONNECTIONS,  # the sign-in's own
+    "TURN_WAIT_S": sqlite_writes.TURN_WAIT_S,  # a SQLite writer's wait for its turn
     # reads, views and the logs resource
     "ARTIFACT_PART_BYTES": shelf.ARTIFACT_PART_BYTES,
     "MAX_LISTED_JOBS": views.MAX_LISTED_JOBS,
