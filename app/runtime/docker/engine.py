@@ -33,6 +33,7 @@ from docker.types import Mount
 from app.errors import ConfigurationError
 from app.runtime.backend import WORKSPACE, Limits, Revival, RuntimeInfo
 from app.runtime.docker.capacity import UNATTRIBUTED, ContainerLimiter, ContainerShares
+from app.runtime.docker.cgroup_pids import CgroupPids
 from app.runtime.docker.engine_errors import translate, translated
 from app.runtime.docker.hardening import (
     TMP,
@@ -127,6 +128,7 @@ class Engine:
         home: str,
         host_paths: tuple[Path, Path] | None = None,
         dir_budget_bytes: int | None = None,
+        cgroups: CgroupPids | None = None,
     ) -> None:
         if user_ids[0] == 0:
             raise ConfigurationError("The sandbox user must be uid:gid of a non-root user.")
@@ -149,6 +151,7 @@ class Engine:
         # Containers whose sandbox is not the one their label names (labels are fixed at
         # creation): warm ones handed over to a sandbox (see app/runtime/warm/pool.py).
         self._claimed: dict[str, str] = {}
+        self._cgroups = cgroups or CgroupPids()
 
     def path(self, path: Path) -> str:
         """``path`` as the Docker engine sees it (see ``host_paths``)."""
@@ -341,6 +344,7 @@ class Engine:
     async def delete(self, container_id: str) -> None:
         """Kill and remove a container; a missing one, or one being removed, is no error."""
         self._claimed.pop(container_id, None)
+        self._cgroups.forget(container_id)
         api = await self.api()
         try:
             await self._offload.call(api.remove_container, container_id, v=True, force=True)
@@ -365,8 +369,20 @@ class Engine:
             await self._offload.call(api.stop, container_id, timeout=2)
 
     async def host_pids(self, container_id: str) -> list[int]:
-        """The container's processes, as pids of the engine's host (``docker top``)."""
+        """The container's processes, as pids of the engine's host: read from its cgroup
+        where this process can (:mod:`app.runtime.docker.cgroup_pids`), else ``docker top``."""
+        found = self._cgroups.pids(container_id)
+        if found is not None:
+            return found
         api = await self.api()
+        if not self._cgroups.tried(container_id):
+            with translated(container_id):
+                state = (await self._offload.call(api.inspect_container, container_id))["State"]
+            if state.get("Running") and state.get("Pid"):
+                self._cgroups.learn(container_id, int(state["Pid"]))
+                found = self._cgroups.pids(container_id)
+                if found is not None:
+                    return found
         with translated(container_id):
             top = await self._offload.call(api.top, container_id, ps_args="-eo pid")
         return [int(row[0]) for row in top.get("Processes") or [] if row and row[0].isdigit()]

@@ -8,6 +8,7 @@ removed by the fixtures (and, as a safety net, by the session fixture).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import shutil
@@ -597,3 +598,40 @@ async def test_info_reports_the_engine_and_the_images(backend: DockerBackend) ->
     assert info.version
     assert IMAGE in info.images
     assert info.missing_images == (MISSING,)
+
+
+async def test_host_pids_come_from_the_cgroup_and_match_docker_top(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk budget's list of a container's processes: learnt once (one inspect), then
+    read from the container's cgroup, not by the engine running ``ps`` over the host."""
+    client = docker.from_env()
+
+    def top() -> set[int]:
+        rows = client.api.top(sandbox.id, ps_args="-eo pid")["Processes"]
+        return {int(row[0]) for row in rows}
+
+    def refused(*_: object, **__: object) -> None:
+        raise AssertionError("docker top was called")
+
+    idle = top()
+    running = asyncio.create_task(sandbox.run(f"sleep 60; echo {TAG}"))
+    try:
+        for _ in range(600):  # 60 s at most for the command to start
+            if len(top()) > len(idle):
+                break
+            await asyncio.sleep(0.1)
+        busy = top()
+        assert len(busy) > len(idle), busy  # the command's processes are there
+        assert set(await sandbox.backend.host_pids(sandbox.id)) == busy
+        monkeypatch.setattr(docker.api.client.APIClient, "top", refused)
+        # Read again from the cgroup (no engine call), and afresh: the same processes.
+        assert set(await sandbox.backend.host_pids(sandbox.id)) == busy
+    finally:
+        monkeypatch.undo()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        client.close()
+    # The command's tree is gone, and the cgroup read shows it gone.
+    assert set(await sandbox.backend.host_pids(sandbox.id)) == top() == idle
