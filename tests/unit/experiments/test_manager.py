@@ -29,6 +29,7 @@ from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
 from app.tenancy.job_limits import JobLimits
 from jail import CallContext, JailError, SandboxMemory, new_call_context
+from jail.pack import Pack
 from pool.slots import Slot
 
 
@@ -96,8 +97,8 @@ async def test_create_writes_files_captures_a_baseline_and_records_transitions(
     assert created.state == "READY"
     workspace = world.slot / f"exp-{created.experiment_id}" / "workspace"
     assert (workspace / "pkg" / "b.txt").read_text() == "b"
-    baseline = workspace.parent / "baseline"
-    assert (baseline / "a.py").read_text() == "print(1)\n"
+    with Pack.open(workspace.parent / "baseline.pack") as baseline:
+        assert baseline.read_bytes("a.py", max_bytes=100) == b"print(1)\n"
     assert await world.records.transitions(created.experiment_id) == [
         (None, "CREATING", "create_experiment called"),
         ("CREATING", "READY", "container started"),
@@ -362,8 +363,9 @@ async def test_a_git_source_is_cloned_before_the_baseline(world: World) -> None:
         world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="v1")
     )
     assert created.source == "git"
-    baseline = world.slot / f"exp-{created.experiment_id}" / "baseline" / "CLONED_FROM"
-    assert baseline.read_text() == "https://example.test/r.git@v1"
+    with Pack.open(world.slot / f"exp-{created.experiment_id}" / "baseline.pack") as baseline:
+        cloned_from = baseline.read_bytes("CLONED_FROM", max_bytes=1000)
+    assert cloned_from == b"https://example.test/r.git@v1"
     # The clone's helper is counted against this sandbox's share of the containers.
     assert world.backend.cloned_for == [fingerprint("alice")]
 
