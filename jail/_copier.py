@@ -233,7 +233,11 @@ class Copier:
                 return
             # The first copy is read back for the others: they are identical even if the
             # source changes meanwhile (another experiment's container may be running).
-            first = os.open(name, _O_DST_FILE_READABLE, 0o600, dir_fd=dst_fds[0])
+            # Made with its final mode: a chmod after is one round trip to a FUSE daemon
+            # per file saved (zfs-fuse), needed only where the umask took bits away.
+            # Nothing of the tenant's runs on a workspace being filled.
+            mode = stat.S_IMODE(st.st_mode) & 0o777
+            first = os.open(name, _O_DST_FILE_READABLE, mode, dir_fd=dst_fds[0])
             try:
                 data = None
                 if self._pack is not None and st.st_size <= SMALL_FILE:
@@ -246,9 +250,12 @@ class Copier:
                     self.tally.bytes_copied += _transfer(src, first, st.st_size)
                 if self._owner is not None:
                     os.fchown(first, *self._owner)  # before the mode: chown clears setgid
-                _finish_file(first, st)
+                os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
+                made = os.fstat(first)  # the times as the file system keeps them
+                if stat.S_IMODE(made.st_mode) != mode:
+                    os.fchmod(first, mode)
+                    made = os.fstat(first)
                 if self._pack is not None:
-                    made = os.fstat(first)  # the times as the file system keeps them
                     if data is not None:
                         self._pack.add_data(path, made, data)
                     else:
