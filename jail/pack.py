@@ -30,7 +30,7 @@ import os
 import stat
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,11 +75,16 @@ class PackWriter:
     """Writes one pack; safe to feed from several threads (the copier's workers).
 
     Every ``add_*`` takes the facts to record; :meth:`close` writes the index and the
-    trailer. A writer closed without :meth:`close` (an error) leaves a pack without a
-    trailer, which :class:`Pack` refuses; its caller deletes the experiment's folder.
+    trailer. ``leave_out`` names folders (by name) whose contents are not recorded,
+    only the folder itself: what the diff never walks (node_modules, .git, build
+    output) costs the baseline nothing and counts toward none of its bounds.
+
+    A writer closed without :meth:`close` (an error) leaves a pack without a trailer,
+    which :class:`Pack` refuses; its caller deletes the experiment's folder.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, leave_out: Callable[[str], bool] | None = None) -> None:
+        self._leave_out = leave_out
         # O_EXCL|O_NOFOLLOW: a new file of the server's, never something already there.
         self._fd = os.open(
             path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
@@ -92,6 +97,12 @@ class PackWriter:
         self._entries = 0
         self._closed = False
 
+    def left_out(self, path: str) -> bool:
+        """Whether ``path`` lies in a folder whose contents are not recorded."""
+        if self._leave_out is None:
+            return False
+        return any(map(self._leave_out, path.split("/")[:-1]))
+
     def add_dir(self, path: str, st: os.stat_result) -> None:
         self._record("dir", path, st.st_mode, st.st_size, st.st_mtime_ns)
 
@@ -100,6 +111,8 @@ class PackWriter:
 
     def add_data(self, path: str, st: os.stat_result, data: bytes) -> None:
         """A regular file whose whole content is ``data`` (a small one, read whole)."""
+        if self.left_out(path):
+            return
         with self._lock:
             offset = self._end
             self._buffer += data
@@ -113,6 +126,8 @@ class PackWriter:
     def add_file(self, path: str, st: os.stat_result, fd: int) -> None:
         """A regular file read from ``fd`` (the caller's own descriptor: its offset moves),
         its data segments only."""
+        if self.left_out(path):
+            return
         size = st.st_size
         if size <= _SMALL:
             self.add_data(path, st, _pread_all(fd, size))
@@ -155,6 +170,8 @@ class PackWriter:
     def _record(
         self, kind: str, path: str, mode: int, size: int, mtime_ns: int, target: str = ""
     ) -> None:
+        if self.left_out(path):
+            return
         with self._lock:
             self._add(kind, path, mode, size, mtime_ns, target, 0, [])
 
@@ -348,9 +365,10 @@ def _read_index(fd: int) -> tuple[dict[str, list[PathInfo]], dict[str, _Data]]:
     return children, data
 
 
-def pack_tree(root: Path, pack: Path) -> int:
+def pack_tree(root: Path, pack: Path, leave_out: Callable[[str], bool] | None = None) -> int:
     """Write the pack of the folder ``root`` (files, folders and links as they are,
-    special files left out) and return the files it holds.
+    special files left out, the contents of ``leave_out`` folders not entered) and
+    return the files it holds.
 
     A walk of descriptors opened with O_NOFOLLOW, a loop (no recursion), never
     deeper than MAX_DEPTH. For a tree no tenant process changes meanwhile: a clone,
@@ -360,7 +378,7 @@ def pack_tree(root: Path, pack: Path) -> int:
         JailError: TOO_MANY_ENTRIES past the pack's bounds; NO_SPACE, ... from the disk.
     """
     try:
-        writer = PackWriter(pack)
+        writer = PackWriter(pack, leave_out)
     except OSError as exc:
         raise translate(exc, ".") from None
     try:
@@ -394,7 +412,8 @@ def pack_tree(root: Path, pack: Path) -> int:
                 sub = os.open(name, _O_DIR, dir_fd=fd)
                 stack.append((sub, path, []))
                 writer.add_dir(path, os.fstat(sub))
-                stack[-1][2].extend(sorted(os.listdir(sub), reverse=True))
+                if not writer.left_out(f"{path}/-"):  # its contents are recorded
+                    stack[-1][2].extend(sorted(os.listdir(sub), reverse=True))
             elif stat.S_ISREG(st.st_mode):
                 file_fd = os.open(name, _O_FILE, dir_fd=fd)
                 try:

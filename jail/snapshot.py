@@ -19,7 +19,7 @@ import errno
 import os
 import pwd
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +72,7 @@ def snapshot_copy(
     home: Path | None = None,
     mirror: Path | None = None,
     pack: Path | None = None,
+    pack_leave_out: Callable[[str], bool] | None = None,
     owner: tuple[int, int] | None = None,
     workers: int | None = None,
 ) -> SnapshotReport:
@@ -91,6 +92,7 @@ def snapshot_copy(
             ``dest``, so both hold the same bytes even if ``source`` changes.
         pack: a new file to write, in the same walk, with what ``dest`` received
             (jail/pack.py: an experiment's baseline as one file, not a second tree).
+        pack_leave_out: folder names whose contents the pack does not record.
         owner: (uid, gid) to give ``dest`` and all it receives (the mirror keeps
             the server's): the sandbox user's workspace, without a second walk.
         workers: threads copying the top-level folders side by side (1: one walk);
@@ -114,7 +116,7 @@ def snapshot_copy(
             os.fchown(dst_fds[0], *owner)
         if pack is not None:
             try:
-                writer = PackWriter(pack)
+                writer = PackWriter(pack, pack_leave_out)
             except OSError as exc:
                 raise translate(exc, ".") from None
         tally = Copier(rules, skip=skip, owner=owner, pack=writer).copy_tree(

@@ -1,5 +1,6 @@
 """A 5,000-file project over HTTP, on the dir and the zfs slot backend: read once into
-the workspace and its baseline, the baseline untouched by whatever the container does,
+the workspace and its baseline (one pack file beside it, not a second tree), the
+baseline untouched by whatever the container does,
 the changes measured right, destroy answering before the deletion is done, and a
 restart finishing what a stopped server left in a slot's trash."""
 
@@ -19,6 +20,8 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 from zfs_testkit import destroy_server_dataset, new_dataset_name
+
+from jail.pack import Pack
 
 pytestmark = pytest.mark.e2e
 
@@ -124,7 +127,8 @@ async def _big_project_round(
         else:
             copied = made["files_copied"]
         assert copied == FOLDERS * PER_FOLDER
-        baseline = slot / f"exp-{exp}" / "baseline"
+        pack = slot / f"exp-{exp}" / "baseline.pack"
+        assert not (slot / f"exp-{exp}" / "baseline").exists()
         # Whatever the container does to its workspace, the baseline stays as it was.
         ran = await run_command(
             http, server, "", exp,
@@ -132,9 +136,11 @@ async def _big_project_round(
             "&& ls /workspace/../ | head -3",
         )  # fmt: skip
         assert ran["exit_code"] == 0, ran
-        assert (baseline / "d1" / "f1.py").read_text() == "VALUE = 101\n"
-        assert (baseline / "d2" / "f2.py").stat().st_mode & 0o777 != 0o600
-        assert (baseline / "d3" / "f3.py").exists()
+        with Pack.open(pack) as baseline:
+            assert baseline.read_bytes("d1/f1.py", max_bytes=100) == b"VALUE = 101\n"
+            kept = {i.path: i for i in baseline.list_dir("d2", max_entries=200)}
+            assert kept["d2/f2.py"].mode != 0o600
+            assert "d3/f3.py" in {i.path for i in baseline.list_dir("d3", max_entries=200)}
         changes = await tool(
             http, server, "", "inspect_changes", {"experiment_id": exp, "include_diff": True}
         )

@@ -15,7 +15,7 @@ from app.experiments.workspace.dirs import ExperimentDirs
 from jail.context import InThread
 
 # Test reports and dependency folders are not the agent's changes.
-EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
+EXCLUDED_FROM_CHANGES = changes.EXCLUDED
 
 
 async def inspect(

@@ -41,6 +41,9 @@ DEFAULT_EXCLUDED = frozenset(
         ".parcel-cache", ".gradle", ".cache", "coverage", "htmlcov",
     }
 )  # fmt: skip
+# What an experiment's changes leave out (inspect_changes, its evidence), and so what its
+# baseline pack need not hold: dependencies, build output and test reports.
+EXCLUDED = DEFAULT_EXCLUDED | {".sandbox-reports"}
 READ_LIMIT = 2 * 1024 * 1024  # larger files are compared, never diffed or line-counted
 COMPARE_LIMIT = 64 * 1024 * 1024  # same-size large files past this count as changed, unread
 READ_BUDGET = 256 * 1024 * 1024  # bytes read for one report, both trees together
@@ -161,6 +164,11 @@ class _Notes:
     def lines(self) -> list[str]:
         extra = [f"... and {self._dropped} more notes"] if self._dropped else []
         return self._lines + extra
+
+
+def excluder(names: frozenset[str]) -> Callable[[str], bool]:
+    """Whether a folder name is one of ``names`` (names or globs)."""
+    return _excluder(names)
 
 
 def _excluder(names: frozenset[str]) -> Callable[[str], bool]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import structlog
 
 from app.experiments.errors import ProjectSourceError
+from app.experiments.workspace import changes
 from jail import Jail, snapshot_copy
 from jail.context import InThread
 from jail.pack import pack_tree
@@ -29,6 +30,10 @@ from jail.tree_delete import delete_tree
 from pool.spread import spread_subfolders
 
 log = structlog.get_logger(__name__)
+
+# The baseline pack records what the changes are measured on: the contents of the folders
+# they never walk (node_modules, .git, build output) would only cost time and disk.
+_LEFT_OUT = changes.excluder(changes.EXCLUDED)
 
 MAX_FILES = 2000
 MAX_FILES_BYTES = 50 * 1024 * 1024
@@ -179,7 +184,7 @@ def _finish(dirs: ExperimentDirs, owner: Owner | None) -> None:
         # keep-alive), so packing it as it is is race-free. The walk never follows a
         # link (it records its text) and records the mtimes the files have (the diff
         # trusts equal size and mtime).
-        pack_tree(dirs.workspace, dirs.pack)
+        pack_tree(dirs.workspace, dirs.pack, _LEFT_OUT)
     if owner is not None:
         _chown_tree(dirs.workspace, owner)
 
@@ -200,7 +205,12 @@ def _prepare(
     # (beside it, out of every mount); given files and a clone are packed by _finish.
     if project_path is not None:
         snap = snapshot_copy(
-            project_path, dirs.workspace, extra_excludes=excludes, pack=dirs.pack, owner=ids
+            project_path,
+            dirs.workspace,
+            extra_excludes=excludes,
+            pack=dirs.pack,
+            pack_leave_out=_LEFT_OUT,
+            owner=ids,
         )
         report = WorkspaceReport(
             "project_path", snap.files_copied, snap.secrets_skipped, snap.build_skipped
@@ -213,6 +223,7 @@ def _prepare(
             dirs.workspace,
             include_build_output=True,
             pack=dirs.pack,
+            pack_leave_out=_LEFT_OUT,
             owner=ids,
         )
         report = WorkspaceReport("from_experiment", snap.files_copied, snap.secrets_skipped, 0)

@@ -165,3 +165,34 @@ def test_the_writer_never_writes_through_something_already_there(tmp_path: Path)
     with pytest.raises(FileExistsError):
         PackWriter(planted)
     assert target.read_text() == "keep"
+
+
+def test_folders_left_out_are_recorded_without_their_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the diff never walks (node_modules, .git) costs the pack nothing, bounds included."""
+    monkeypatch.setattr(packs, "MAX_ENTRIES", 10)
+    project = tmp_path / "project"
+    for folder in ("node_modules/pkg", "src/.git/objects"):
+        (project / folder).mkdir(parents=True)
+    for index in range(30):
+        (project / "node_modules" / "pkg" / f"m{index}.js").write_text("x")
+        (project / "src" / ".git" / "objects" / f"o{index}").write_text("x")
+    (project / "src" / "app.js").write_text("app")
+    leave_out = {"node_modules", ".git"}.__contains__
+    dest = tmp_path / "workspace"
+    dest.mkdir()
+    snapshot_copy(
+        project,
+        dest,
+        home=tmp_path / "home",
+        include_build_output=True,
+        pack=tmp_path / "a.pack",
+        pack_leave_out=leave_out,
+    )
+    assert len(list((dest / "node_modules" / "pkg").iterdir())) == 30  # the workspace has all
+    pack_tree(project, tmp_path / "b.pack", leave_out)
+    for pack in ("a.pack", "b.pack"):
+        assert set(_packed(tmp_path / pack)) == {
+            "node_modules", "src", "src/.git", "src/app.js",
+        }  # fmt: skip

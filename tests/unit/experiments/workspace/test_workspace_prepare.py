@@ -15,6 +15,7 @@ from app.experiments.workspace import changes
 from app.experiments.workspace import dirs as workspace
 from app.experiments.workspace.dirs import ExperimentDirs, Owner
 from jail import Jail
+from jail import pack as packs
 from jail.pack import Pack
 
 FILES = {f"pkg/mod{i}.py": f"VALUE = {i}\n" for i in range(12)} | {"main.py": "print('hi')\n"}
@@ -95,3 +96,39 @@ async def test_the_workspace_is_the_sandbox_users_and_the_baseline_stays_the_ser
         inside = [dirs.workspace, *dirs.workspace.rglob("*")]
         assert {(p.lstat().st_uid, p.lstat().st_gid) for p in inside} == {(4321, 4322)}
         assert dirs.pack.lstat().st_uid == 0
+
+
+async def test_a_copied_experiment_s_dependencies_are_not_packed_and_its_changes_still_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """from_experiment copies node_modules (build output included) into the workspace; the
+    baseline pack leaves its contents out (the diff never walks them), so many of them
+    neither cost the pack nor reach its bounds."""
+    monkeypatch.setattr(packs, "MAX_ENTRIES", 50)
+    source = ExperimentDirs.of(tmp_path, "exp_source")
+    (source.workspace / "node_modules" / "dep").mkdir(parents=True)
+    for index in range(200):
+        (source.workspace / "node_modules" / "dep" / f"m{index}.js").write_text("x")
+    (source.workspace / "app.js").write_text("one\n")
+    dirs = ExperimentDirs.of(tmp_path, "exp_copy")
+    report = await workspace.prepare(
+        dirs,
+        files=None,
+        project_path=None,
+        copy_from=source,
+        excludes=(),
+        owner=None,
+        in_thread=asyncio.to_thread,
+    )
+    assert report.files == 201
+    assert set(_packed(dirs.pack)) == {"app.js"}
+
+    def measured() -> changes.ChangeReport:
+        return changes.inspect(
+            dirs.workspace, dirs.kept_baseline(), include_diff=False, excluded_dirs=changes.EXCLUDED
+        )
+
+    assert measured().files_changed == 0
+    (dirs.workspace / "app.js").write_text("two\n")
+    (dirs.workspace / "node_modules" / "dep" / "m1.js").write_text("changed")
+    assert [c.path for c in measured().modified] == ["app.js"]
