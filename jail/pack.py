@@ -17,8 +17,8 @@ its times were set), so equal size and mtime still mean "unchanged, not read".
 Hostile input: the tree a pack is made of may be a tenant's, but the pack is the
 server's, in a folder no container can see (beside the workspace, never in a
 mount). Nothing in it is ever followed: a link is its target's text, and reading
-is ``pread`` on the pack alone. Bounds: at most ``MAX_ENTRIES`` entries and
-``MAX_INDEX_BYTES`` of index, checked while writing (a larger tree is refused
+is ``pread`` on the pack alone. Bounds: at most ``MAX_PACK_ENTRIES`` entries and
+``MAX_PACK_INDEX_BYTES`` of index, checked while writing (a larger tree is refused
 with TOO_MANY_ENTRIES) and again while reading; data bytes cost what the
 workspace copy beside it costs (the slot's quota or disk budget counts both).
 """
@@ -39,15 +39,15 @@ from jail._oserrors import translate
 from jail._paths import quote
 from jail.errors import JailError
 
-__all__ = ["MAX_ENTRIES", "MAX_INDEX_BYTES", "Pack", "PackWriter", "pack_tree"]
+__all__ = ["MAX_PACK_ENTRIES", "MAX_PACK_INDEX_BYTES", "Pack", "PackWriter", "pack_tree"]
 
 MAGIC = b"SMCPACK1"
 # As many entries as inspect_changes walks on one side (app/experiments/workspace/changes.py):
 # a bigger baseline could never be compared whole anyway.
-MAX_ENTRIES = 200_000
+MAX_PACK_ENTRIES = 200_000
 # The index is built in memory (and read whole by the diff): 200,000 entries of paths
-# up to about 300 bytes. Deep trees of long names hit this before MAX_ENTRIES.
-MAX_INDEX_BYTES = 64 * 1024 * 1024
+# up to about 300 bytes. Deep trees of long names hit this before MAX_PACK_ENTRIES.
+MAX_PACK_INDEX_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = 256  # as the snapshot copier
 
 _FLUSH = 1024 * 1024  # small files' data is written in pieces of about this size
@@ -67,7 +67,7 @@ def _too_many(what: str) -> JailError:
     return JailError(
         "TOO_MANY_ENTRIES",
         f"The project holds more than {what}; an experiment's baseline keeps at most "
-        f"{MAX_ENTRIES} files, folders and links. Leave build output and dependencies out.",
+        f"{MAX_PACK_ENTRIES} files, folders and links. Leave build output and dependencies out.",
     )
 
 
@@ -187,8 +187,8 @@ class PackWriter:
         segments: list[tuple[int, int]],
     ) -> None:
         """Append one index record (the caller holds the lock)."""
-        if self._entries >= MAX_ENTRIES:
-            raise _too_many(f"{MAX_ENTRIES} entries")
+        if self._entries >= MAX_PACK_ENTRIES:
+            raise _too_many(f"{MAX_PACK_ENTRIES} entries")
         name, link = os.fsencode(path), os.fsencode(target)
         record = _RECORD.pack(
             _KINDS[kind],
@@ -200,8 +200,8 @@ class PackWriter:
             len(name),
             len(link),
         )
-        if len(self._index) + len(record) + len(name) + len(link) > MAX_INDEX_BYTES:
-            raise _too_many(f"{MAX_INDEX_BYTES} bytes of file names")
+        if len(self._index) + len(record) + len(name) + len(link) > MAX_PACK_INDEX_BYTES:
+            raise _too_many(f"{MAX_PACK_INDEX_BYTES} bytes of file names")
         self._index += record + name + link
         for segment in segments:
             self._index += _SEGMENT.pack(*segment)
@@ -326,8 +326,8 @@ def _read_index(fd: int) -> tuple[dict[str, list[PathInfo]], dict[str, _Data]]:
     )
     if magic != MAGIC or index_at + length + _TRAILER.size != end or index_at < len(MAGIC):
         raise broken
-    if entries > MAX_ENTRIES or length > MAX_INDEX_BYTES:
-        raise _too_many(f"{MAX_ENTRIES} entries")
+    if entries > MAX_PACK_ENTRIES or length > MAX_PACK_INDEX_BYTES:
+        raise _too_many(f"{MAX_PACK_ENTRIES} entries")
     index = os.pread(fd, length, index_at)
     if len(index) != length:
         raise broken

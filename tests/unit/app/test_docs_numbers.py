@@ -48,6 +48,7 @@ from app.settings import ENV_PREFIX, Settings, load_settings
 from app.storage import rate_store
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS
+from jail import pack as packs
 
 ROOT = Path(__file__).parents[3]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -94,6 +95,9 @@ CONSTANTS: dict[str, int | float] = {
     # the metadata-document fetcher's DNS threads, and how long a fetch waits for its share
     "LOOKUP_THREADS": LOOKUP_THREADS,
     "LOOKUP_WAIT_S": LOOKUP_WAIT_S,
+    # an experiment's baseline pack
+    "MAX_PACK_ENTRIES": packs.MAX_PACK_ENTRIES,
+    "MAX_PACK_INDEX_BYTES": packs.MAX_PACK_INDEX_BYTES,
 }
 
 # Backticked names beside a number that are not the code's bounds, each with why.

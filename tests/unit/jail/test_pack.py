@@ -114,11 +114,11 @@ def test_links_are_kept_as_text_and_special_files_left_out(tmp_path: Path) -> No
             assert caught.value.code == "NOT_FOUND"
 
 
-@pytest.mark.parametrize("bound", ["MAX_ENTRIES", "MAX_INDEX_BYTES"])
+@pytest.mark.parametrize("bound", ["MAX_PACK_ENTRIES", "MAX_PACK_INDEX_BYTES"])
 def test_a_tree_past_the_bounds_is_refused_with_a_stable_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
 ) -> None:
-    monkeypatch.setattr(packs, bound, 20 if bound == "MAX_ENTRIES" else 2_000)
+    monkeypatch.setattr(packs, bound, 20 if bound == "MAX_PACK_ENTRIES" else 2_000)
     project = tmp_path / "project"
     project.mkdir()
     for index in range(40):
@@ -171,7 +171,7 @@ def test_folders_left_out_are_recorded_without_their_contents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the diff never walks (node_modules, .git) costs the pack nothing, bounds included."""
-    monkeypatch.setattr(packs, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(packs, "MAX_PACK_ENTRIES", 10)
     project = tmp_path / "project"
     for folder in ("node_modules/pkg", "src/.git/objects"):
         (project / folder).mkdir(parents=True)

@@ -104,7 +104,7 @@ async def test_a_copied_experiment_s_dependencies_are_not_packed_and_its_changes
     """from_experiment copies node_modules (build output included) into the workspace; the
     baseline pack leaves its contents out (the diff never walks them), so many of them
     neither cost the pack nor reach its bounds."""
-    monkeypatch.setattr(packs, "MAX_ENTRIES", 50)
+    monkeypatch.setattr(packs, "MAX_PACK_ENTRIES", 50)
     source = ExperimentDirs.of(tmp_path, "exp_source")
     (source.workspace / "node_modules" / "dep").mkdir(parents=True)
     for index in range(200):
