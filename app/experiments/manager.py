@@ -45,6 +45,7 @@ from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.recovery import Recovery
 from app.experiments.recovery.remote_jobs import RemoteJobs
 from app.experiments.recovery.slot_mounts import check_workspace
+from app.experiments.removals import DeferredRemovals
 from app.experiments.states import State
 from app.experiments.store import ExperimentStore
 from app.experiments.views import (
@@ -89,6 +90,8 @@ class ExperimentManager:
         self._records = records
         # Destroyed experiments' folders, deleted after the caller has its answer.
         self.trash = trash or Trash()
+        # Destroyed experiments' containers, removed after the caller has its answer.
+        self.removals = DeferredRemovals(lambda container_id: self._backend.remove(container_id))
         self._backend = backend
         self._jobs = jobs
         self._options = options
@@ -135,6 +138,8 @@ class ExperimentManager:
     # -- create ------------------------------------------------------------------
 
     async def create(self, call: CallContext, request: CreateRequest) -> CreatedExperiment:
+        # A container the sandbox just destroyed still counts in its share until it is gone.
+        await self.removals.settled(call.sandbox_key)
         return await self._creator.create(call, request)
 
     async def stop_creations(self) -> None:
@@ -303,7 +308,9 @@ class ExperimentManager:
         if not already:
             assert call.slot_root is not None
             dirs = ExperimentDirs.of(call.slot_root, experiment_id)
-            await self._teardown(experiment, dirs, "destroy_experiment", call.in_thread)
+            await self._teardown(
+                experiment, dirs, "destroy_experiment", call.in_thread, remove_later=True
+            )
         view = await self.get(call, experiment_id)
         return DestroyReport(**view.model_dump(exclude={"notes"}), already_destroyed=already)
 
@@ -313,7 +320,12 @@ class ExperimentManager:
         dirs: ExperimentDirs | None,
         reason: str,
         in_thread: InThread,  # walks dirs, if any: the caller's thread share
+        *,
+        remove_later: bool = False,
     ) -> None:
+        """Stop the experiment's jobs, record its findings, remove its container and
+        trash its folder (``dirs``). ``remove_later``: the container's removal, and so
+        the folder's deletion, go on after the return (app/experiments/removals.py)."""
         for job in self._jobs.running_in(experiment.experiment_id):
             await stop_job(self._backend, job)
             await self._jobs.wait(job, 10)
@@ -326,10 +338,16 @@ class ExperimentManager:
         # One still being created has no baseline yet, so no changes to report: its
         # creation, finding it DESTROYED, removes what it made.
         walked = None if experiment.state is State.CREATING else dirs
-        found, _ = await asyncio.gather(
-            evidence.gather(self._records, experiment, walked, in_thread),
-            self._remove_container(experiment),
-        )
+        removal: asyncio.Future[bool] | None = None
+        if remove_later and experiment.container_id:
+            # Begun before the walk, as the overlap above, but not waited for.
+            removal = await self.removals.start(experiment.sandbox_key, experiment.container_id)
+            found = await evidence.gather(self._records, experiment, walked, in_thread)
+        else:
+            found, _ = await asyncio.gather(
+                evidence.gather(self._records, experiment, walked, in_thread),
+                self._remove_container(experiment),
+            )
         findings = {
             "state_before": experiment.state.value,
             "commands": found.jobs_total,
@@ -340,7 +358,7 @@ class ExperimentManager:
             "evidence": found.model_dump(),
         }
         if dirs is not None:
-            await self.trash.discard(dirs.root)
+            await self.trash.discard(dirs.root, after=removal)
         fresh = await self._records.load(experiment.sandbox_key, experiment.experiment_id)
         assert fresh is not None
         if fresh.state is State.RUNNING:
@@ -364,6 +382,8 @@ class ExperimentManager:
         for experiment in live:
             # The folders go with the slot reset itself.
             await self._teardown(experiment, None, reason, asyncio.to_thread)  # no walk
+        # Containers it destroyed just before still mount its slot's folders.
+        await self.removals.settled(sandbox_key)
         return len(live)
 
     async def live_containers(self) -> dict[str, str]:

@@ -26,7 +26,7 @@ from stated_limits import NAME_THEN_VALUE, UNIT, number, stated_pairs
 
 from app.egress import connlimit as egress_connlimit
 from app.egress.rules import SquidPlan, squid_conf
-from app.experiments import disk_budget, output_budget, views
+from app.experiments import disk_budget, output_budget, removals, views
 from app.experiments.evidence import shelf
 from app.experiments.evidence.readers import _common as report_common
 from app.experiments.evidence.readers.junit import (  # the package's `junit` is its reader function
@@ -98,6 +98,9 @@ CONSTANTS: dict[str, int | float] = {
     # an experiment's baseline pack
     "MAX_PACK_ENTRIES": packs.MAX_PACK_ENTRIES,
     "MAX_PACK_INDEX_BYTES": packs.MAX_PACK_INDEX_BYTES,
+    # destroyed experiments' containers, removed after the answer
+    "MAX_PENDING_PER_SANDBOX": removals.MAX_PENDING_PER_SANDBOX,
+    "REMOVAL_WAIT_S": removals.REMOVAL_WAIT_S,
 }
 
 # Backticked names beside a number that are not the code's bounds, each with why.

@@ -24,6 +24,7 @@ from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.states import State, check_transition
+from app.experiments.workspace.trash import TRASH
 from app.runtime.backend import Limits
 from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
@@ -79,6 +80,7 @@ async def worlds() -> AsyncIterator[list[World]]:
     made: list[World] = []
     yield made
     for world in made:
+        await world.manager.removals.close()
         await world.engine.dispose()
 
 
@@ -261,6 +263,7 @@ async def test_destroy_is_idempotent_and_keeps_findings(world: World) -> None:
     assert first.findings["commands"] == 1
     assert first.findings["last_exit_code"] == 1
     assert not (world.slot / f"exp-{exp.experiment_id}").exists()
+    await world.manager.removals.idle()  # removed after the answer
     assert f"c-{exp.experiment_id}" in world.backend.removed
     with pytest.raises(ServiceError):
         await world.manager.execute(world.call(), exp.experiment_id, "echo late")
@@ -292,7 +295,41 @@ async def test_destroy_walks_the_workspace_while_the_container_is_removed(
     gone = await world.manager.destroy(world.call(), exp.experiment_id)
     assert gone.findings is not None
     assert gone.findings["evidence"]["files_changed"] == 1
+    await world.manager.removals.idle()
     assert world.backend.removed == [f"c-{exp.experiment_id}"]
+
+
+async def test_destroy_answers_before_the_container_is_removed_and_a_create_waits_for_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's removal was most of a destroy's time (issue 26): it goes on after
+    the answer; the folder is deleted once the container is gone, and the sandbox's
+    next create waits for it (the container still counts in the sandbox's share)."""
+    exp = await world.manager.create(world.call(), CreateRequest(files={"a.py": "x\n"}))
+    release = asyncio.Event()
+    remove = world.backend.remove
+
+    async def held(container_id: str) -> None:
+        await release.wait()
+        await remove(container_id)
+
+    monkeypatch.setattr(world.backend, "remove", held)
+    # Bounded: were the answer to wait for the removal, it would wait for ever.
+    gone = await asyncio.wait_for(world.manager.destroy(world.call(), exp.experiment_id), 30)
+    assert gone.state == "DESTROYED"
+    assert world.backend.removed == []  # answered; the removal goes on
+    assert not (world.slot / f"exp-{exp.experiment_id}").exists()
+    (aside,) = (world.slot / TRASH).iterdir()  # moved aside, not deleted under it
+    creating = asyncio.ensure_future(world.manager.create(world.call(), CreateRequest()))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not creating.done()
+    release.set()
+    made = await asyncio.wait_for(creating, 30)  # a bound against a hang, not the verdict
+    assert world.backend.removed == [f"c-{exp.experiment_id}"]
+    assert made.state == "READY"
+    await world.manager.trash.idle()
+    assert not aside.exists()
 
 
 async def test_copy_from_another_experiment(world: World) -> None:
