@@ -150,7 +150,18 @@ async def _big_project_round(
         assert "+more" in changes["diff"]
         destroyed = await tool(http, server, "", "destroy_experiment", {"experiment_id": exp})
         assert destroyed["state"] == "DESTROYED"
-        assert destroyed["findings"]["evidence"]["files_changed"] >= 3, destroyed["findings"]
+        # The change size is measured after the answer, on the folder in the trash.
+        assert destroyed["findings"]["changes_pending"] is True, destroyed["findings"]
+        deadline = time.monotonic() + 300  # a bound against a hang, not the verdict
+        while (
+            "changes_pending"
+            in (view := await tool(http, server, "", "get_experiment", {"experiment_id": exp}))[
+                "findings"
+            ]
+        ):
+            assert time.monotonic() < deadline, "the change size was never recorded"
+            await asyncio.sleep(0.2)
+        assert view["findings"]["evidence"]["files_changed"] >= 3, view["findings"]
         # Answered: the folder is out of its place at once; it is deleted in the background.
         assert not (slot / f"exp-{exp}").exists()
         assert await asyncio.to_thread(wait_until, lambda: trash_empty(slot))

@@ -62,37 +62,35 @@ class Trash:
         self._pending_in: dict[Path, set[concurrent.futures.Future[None]]] = {}
         self._stop = threading.Event()
 
-    async def discard(self, root: Path, after: asyncio.Future[bool] | None = None) -> None:
-        """Move ``root`` (an experiment's folder) aside; it is deleted in the background.
-        Deleted here and now if it cannot be moved (its container gone).
+    async def discard(self, root: Path, after: asyncio.Future[bool] | None = None) -> Path | None:
+        """Move ``root`` (an experiment's folder) aside and delete it in the background;
+        where it is now (None: there was nothing). Deleted where it is if it cannot be
+        moved.
 
-        ``after``: the removal of the container that mounts the folder, maybe still in
-        progress (app/experiments/removals.py). The deletion waits for it, since a
-        live container could still write into the tree, and is left to the next
-        start's sweep if the removal failed; the folder counts as pending in its slot
-        (``settled``) from the move on.
+        ``after``: the end of the experiment's teardown (app/experiments/removals.py:
+        its container's removal, then the measure of its changes on the folder
+        returned here). The deletion waits for it, since a live container could still
+        write into the tree, and is left to the next start's sweep if the container
+        may still be there (False); the folder counts as pending in its slot
+        (``settled``) from now on.
         """
         try:
             aside = await asyncio.to_thread(_move_aside, root)
         except OSError as exc:
             log.warning("trash.move_failed", path=str(root), error=exc.strerror)
-            if after is not None:
-                await asyncio.wait([after])
-            if after is None or _removed(after):
-                await asyncio.to_thread(self._run, root)
-            return
+            aside = root
         if aside is None:
-            return
+            return None
         if after is None:
-            self._submit(aside)
-            return
+            self._submit(aside, root.parent)
+            return aside
         waiting: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._track(waiting, aside.parent.parent)
+        self._track(waiting, root.parent)
 
-        def go(removal: asyncio.Future[bool]) -> None:
-            # On the event loop, once the container's removal has ended.
-            if not _removed(removal) or self._stop.is_set():
-                waiting.set_result(None)  # left in the trash for the next start's sweep
+        def go(teardown: asyncio.Future[bool]) -> None:
+            # On the event loop, once the teardown has ended.
+            if not _removed(teardown) or self._stop.is_set():
+                waiting.set_result(None)  # left for the next start's sweep
                 return
             try:
                 deletion = self._executor.submit(self._run, aside)
@@ -102,6 +100,7 @@ class Trash:
             deletion.add_done_callback(lambda _: waiting.set_result(None))
 
         after.add_done_callback(go)
+        return aside
 
     def sweep(self, slot_roots: Iterable[Path]) -> None:
         """Delete, in the background, what an earlier run left in the slots' trash."""
@@ -137,9 +136,9 @@ class Trash:
                 log.warning("trash.abandoned", count=len(not_done))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _submit(self, path: Path) -> None:
+    def _submit(self, path: Path, slot_root: Path) -> None:
         future = self._executor.submit(self._run, path)
-        self._track(future, path.parent.parent)  # <slot root>/.trash/<folder>
+        self._track(future, slot_root)
 
     def _track(self, future: concurrent.futures.Future[None], slot_root: Path) -> None:
         self._pending.add(future)

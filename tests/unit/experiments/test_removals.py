@@ -4,6 +4,7 @@ retried when the engine fails, waited for by whoever needs them gone."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -112,4 +113,25 @@ async def test_every_removal_ends_and_is_forgotten(per_sandbox: int) -> None:
     await removals.idle()
     assert len(engine.removed) == 10
     assert removals.pending("alice") == 0
+    await removals.close()
+
+
+async def test_the_step_after_a_removal_is_told_whether_it_is_gone() -> None:
+    engine = HeldEngine()
+    engine.failures = {"a2": 5}
+    removals = DeferredRemovals(engine.remove, retry_delays_s=(0, 0))
+    told: list[tuple[str, bool]] = []
+
+    def after(name: str, fail: bool = False) -> Callable[[bool], Awaitable[None]]:
+        async def step(gone: bool) -> None:
+            told.append((name, gone))
+            if fail:
+                raise RuntimeError("a step that fails is logged, not raised")
+
+        return step
+
+    assert await (await removals.start("alice", "a1", then=after("a1")))
+    assert not await (await removals.start("alice", "a2", then=after("a2")))
+    assert await (await removals.start("alice", "a3", then=after("a3", fail=True)))
+    assert told == [("a1", True), ("a2", False), ("a3", True)]
     await removals.close()
