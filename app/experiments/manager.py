@@ -349,6 +349,7 @@ class ExperimentManager:
         walked = None if experiment.state is State.CREATING else dirs
         later = remove_later and dirs is not None and experiment.container_id is not None
         if later:
+            await self.removals.turn(experiment.sandbox_key)
             found = await evidence.gather(self._records, experiment, None, in_thread)
         else:
             # The walk (a thread) overlaps the container's removal (the engine): on a
@@ -393,13 +394,9 @@ class ExperimentManager:
                 if kept is not None and walked is not None
                 else None
             )
-            try:
-                teardown = await self.removals.start(
-                    experiment.sandbox_key, experiment.container_id, then=measure
-                )
-            except BaseException:
-                ended.set_result(False)  # the container may be there: the next start's
-                raise
+            teardown = self.removals.begin(
+                experiment.sandbox_key, experiment.container_id, then=measure
+            )
             teardown.add_done_callback(
                 lambda done: ended.set_result(not done.cancelled() and done.result())
             )

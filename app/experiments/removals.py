@@ -10,13 +10,15 @@ then the change size measured on the folder in the trash (nothing can change it
 any more) and added to the findings, and only then is the folder deleted (a live
 container still mounts it).
 
-Bounds. A sandbox has at most ``MAX_PENDING_PER_SANDBOX`` removals in progress; a
-destroy past that waits for one of its own first, so no tenant piles up engine
-work. A container being removed stays in its sandbox's share at the engine (the
-admission lists it), and its folder stays on the slot's disk (the quota or the
-disk budget counts it), until each is gone; a create, and the reset of the slot,
-wait for the sandbox's pending removals first (``settled``), so a sandbox at its
-container cap that destroys one is not refused by its own leftover.
+Bounds. A destroy begins only while its sandbox has fewer than
+``MAX_PENDING_PER_SANDBOX`` removals in progress, and otherwise waits for one of its
+own first, so no tenant piles up engine work (destroys of one sandbox that begin
+together may pass it by how many they are, at most its calls in flight). A
+container being removed stays in its sandbox's share at the engine (the admission
+lists it), and its folder stays on the slot's disk (the quota or the disk budget
+counts it), until each is gone; a create, and the reset of the slot, wait for the
+sandbox's pending removals first (``settled``), so a sandbox at its container cap
+that destroys one is not refused by its own leftover.
 
 The walk runs in the sandbox's own thread share, as the destroy's walk did. A
 restart forgets what is pending here: the containers of destroyed experiments are
@@ -65,26 +67,26 @@ class DeferredRemovals:
         self._per_sandbox = per_sandbox
         self._delays = tuple(retry_delays_s)
         self._pending: dict[str, set[asyncio.Task[bool]]] = {}
-        self._closed = False
 
     def pending(self, sandbox_key: str) -> int:
         return sum(not t.done() for t in self._pending.get(sandbox_key, ()))
 
-    async def start(
+    async def turn(self, sandbox_key: str) -> None:
+        """Wait while the sandbox has ``per_sandbox`` removals in progress (a destroy
+        waits here before it changes anything, so a caller that hangs up meanwhile
+        leaves nothing half done)."""
+        while (mine := self._running(sandbox_key)) and len(mine) >= self._per_sandbox:
+            await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
+
+    def begin(
         self,
         sandbox_key: str,
         container_id: str,
         then: Callable[[bool], Awaitable[None]] | None = None,
-    ) -> asyncio.Future[bool]:
-        """Begin removing ``container_id``, then run ``then`` (told whether it is gone);
-        the future says whether it is gone, once both are done. Waits first while the
-        sandbox has ``per_sandbox`` removals in progress."""
-        while (mine := self._running(sandbox_key)) and len(mine) >= self._per_sandbox:
-            await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
-        if self._closed:  # shutting down: nothing is left running behind the caller
-            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            done.set_result(await self._teardown(container_id, then))
-            return done
+    ) -> asyncio.Task[bool]:
+        """Remove ``container_id``, then run ``then`` (told whether it is gone); the task
+        says whether it is gone, once both are done. Takes no await: once the caller
+        has recorded the destroy, nothing can cancel it in between."""
         task = asyncio.create_task(
             self._teardown(container_id, then), name=f"remove-{container_id[:12]}"
         )
@@ -106,7 +108,6 @@ class DeferredRemovals:
     async def close(self, timeout_s: float = 10.0) -> None:
         """At shutdown: wait for removals in progress, then stop them (the next start's
         sweep removes what is left)."""
-        self._closed = True
         tasks = [t for ts in self._pending.values() for t in ts if not t.done()]
         if not tasks:
             return
