@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import subprocess
 import tempfile
 import time
@@ -74,7 +75,7 @@ def container_removal(api: docker.APIClient, labels: dict[str, str]) -> float:
 
 
 async def bench(backend: str, samples: int, root: Path, project: Path) -> None:
-    with docker.from_env(timeout=120) as engine:
+    with contextlib.closing(docker.from_env(timeout=120)) as engine:
         prefix = f"io.sandbox-mcp-bench-big-{uuid.uuid4().hex[:6]}"
         try:
             await _bench(engine.api, prefix, backend, samples, root, project)
