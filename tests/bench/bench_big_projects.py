@@ -12,13 +12,31 @@ Measured (2 cores, 2026-12-06; p50, the floor in brackets, ratio to it):
 - Before the baseline pack (a705c0c, 07:01 UTC, load about 7, 5 samples):
   dir  create 829 ms (cp -a 219, 3.79)   destroy 163 ms (docker rm -f 74, 2.20)
   zfs  create 4,344 ms (cp -a 233, 18.65) destroy 578 ms (docker rm -f 68, 8.54)
-- After (07:28-07:52 UTC, load 12 to 19 from other runs outside the bench lock, zfs-fuse
-  shared with them; dir 5 samples, zfs 3):
-  dir  create 1,994 ms (cp -a 655, 3.05)  destroy 393 ms (docker rm -f 241, 1.63)
-  zfs  create 68,277 ms (cp -a 1,336, 51)  destroy 341 ms (docker rm -f 149, 2.28)
-  The zfs create is that load's, not the pack's: in the same minutes a bare copy of
-  500 files onto a fresh dataset took 14.7 to 26.1 s with the old mirror baseline,
-  6.2 to 9.3 s with the pack and 6.9 s with no baseline at all. A quiet rerun is owed.
+- Same run under the bench lock, 10:31-10:35 UTC, load 4.8 falling to 1.7, 5 samples
+  each, in this order (p50 / p95 ms, floor p50 in brackets):
+  after (1cf52c2; e4d41ae before the rebase): the pack; the removal, the change size
+  and the deletion after the answer
+  dir  create 2,180 / 2,601 (cp -a 676)    destroy 32 / 46 (docker rm -f 62)
+  zfs  create 1,742 / 2,129 (cp -a 940)    destroy 42 / 51 (docker rm -f 58)
+       the change size recorded 204 / 243 (dir), 287 / 327 (zfs) after the call
+       (polled every 50 ms with get_experiment)
+  the pack and the removal after the answer, the walk still on the call (23460c1;
+  589ff22 before the rebase)
+  dir  create 2,592 / 2,659 (cp -a 1,816)  destroy 169 / 193 (docker rm -f 84)
+  zfs  create 1,949 / 2,046 (cp -a 1,675)  destroy 173 / 182 (docker rm -f 62)
+  before (main 023a873: a second tree as the baseline, all on the call)
+  dir  create 4,295 / 4,445 (cp -a 2,295)  destroy 177 / 200 (docker rm -f 71)
+  zfs  create 3,659 / 3,955 (cp -a 2,557)  destroy 543 / 986 (docker rm -f 70)
+  The cp -a floor of the same 5,000 files moved from 0.4 to 2.6 s between minutes
+  (the host's disk is shared), so the create ratios are loose; the destroys are not.
+  An earlier run (10:24-10:27, load 31 falling to 4) gave destroy 164 (dir) and
+  498 ms (zfs) before, 43 and 36 ms after.
+- Where a destroy's time went (instrumented, quiet, dir / zfs): before, the walk of
+  workspace and baseline tree 83-139 / 281-304 ms beside the container's removal,
+  then 10 ms of records; with the pack the walk is 50-57 / 74-79 ms and the removal
+  52-139 ms, side by side they still made 170 ms; with both after the answer the call
+  is the records alone: get 1-5, evidence from the database 4-31, the rename 1,
+  the transition 3-8, the view 4-27 ms.
 
 Where the time went (strace of one 5,000-file copy with its baseline): the mirror made
 every file twice, 10,000 creates, 10,000 copy_file_range (one a read back of the
