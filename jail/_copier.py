@@ -8,8 +8,9 @@ Content moves with copy_file_range(2) (in-kernel, no userspace buffer), or
 sendfile(2) where the two trees are on file systems that refuse it; only data
 segments move (SEEK_DATA/SEEK_HOLE), so sparse files stay sparse.
 
-One walk may fill several destinations at once (an experiment's workspace and its
-baseline): each entry is judged and read once, and written to each.
+One walk may fill several destinations at once (an experiment's workspace and a
+mirror of it), and a pack (jail/pack.py: an experiment's baseline as one file): each
+entry is judged and read once, and written to each.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 
 from jail._oserrors import translate
 from jail._snapshot_rules import SnapshotFilter, Verdict
+from jail.pack import PackWriter
 
 T = TypeVar("T")
 
@@ -77,6 +79,8 @@ class Copier:
     destination itself when it lies inside the project. ``owner`` (uid, gid) is
     given to every entry made in the first destination, through the descriptor
     (or, for a link, its parent's) that made it: no second walk, no path lookup.
+    ``pack`` records every entry of the first destination as it was made (its
+    facts read back from it, so the pack matches it to the nanosecond).
     """
 
     def __init__(
@@ -85,10 +89,12 @@ class Copier:
         *,
         skip: frozenset[tuple[int, int]],
         owner: tuple[int, int] | None = None,
+        pack: PackWriter | None = None,
     ) -> None:
         self._rules = rules
         self._skip = skip
         self._owner = owner
+        self._pack = pack
         self.tally = CopyTally()
 
     def copy_tree(self, src_fd: int, *dst_fds: int, workers: int = 1) -> CopyTally:
@@ -138,7 +144,7 @@ class Copier:
     def _fork(
         self, src_fd: int, dsts: tuple[int, ...], entry: os.DirEntry[str], path: str, depth: int
     ) -> Copier:
-        child = Copier(self._rules, skip=self._skip, owner=self._owner)
+        child = Copier(self._rules, skip=self._skip, owner=self._owner, pack=self._pack)
         child._handled(path, child._copy_entry, src_fd, dsts, entry, path, depth)
         return child
 
@@ -163,7 +169,7 @@ class Copier:
         elif stat.S_ISDIR(st.st_mode):
             self._copy_subdir(src_fd, dsts, entry.name, st, path, depth)
         elif stat.S_ISREG(st.st_mode):
-            self._copy_file(src_fd, dsts, entry.name)
+            self._copy_file(src_fd, dsts, entry.name, path)
         elif stat.S_ISLNK(st.st_mode):
             self._copy_link(src_fd, dsts, entry.name, path)
         else:
@@ -210,13 +216,15 @@ class Copier:
                     # Set last: adding entries would bump the mtime, a 0o555 mode block them.
                     os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
                     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                if self._pack is not None:
+                    self._pack.add_dir(path, os.fstat(dsts[0]))
             finally:
                 for dst in dsts:
                     os.close(dst)
         finally:
             os.close(src)
 
-    def _copy_file(self, src_fd: int, dst_fds: tuple[int, ...], name: str) -> None:
+    def _copy_file(self, src_fd: int, dst_fds: tuple[int, ...], name: str, path: str) -> None:
         src = _open_source_file(src_fd, name)
         try:
             st = os.fstat(src)
@@ -225,12 +233,33 @@ class Copier:
                 return
             # The first copy is read back for the others: they are identical even if the
             # source changes meanwhile (another experiment's container may be running).
-            first = os.open(name, _O_DST_FILE_READABLE, 0o600, dir_fd=dst_fds[0])
+            # Made with its final mode: a chmod after is one round trip to a FUSE daemon
+            # per file saved (zfs-fuse), needed only where the umask took bits away.
+            # Nothing of the tenant's runs on a workspace being filled.
+            mode = stat.S_IMODE(st.st_mode) & 0o777
+            first = os.open(name, _O_DST_FILE_READABLE, mode, dir_fd=dst_fds[0])
             try:
-                self.tally.bytes_copied += _transfer(src, first, st.st_size)
+                data = None
+                if self._pack is not None and st.st_size <= SMALL_FILE:
+                    # Read once into memory, written to the copy and to the pack: the
+                    # same bytes in both, and no read back through a FUSE daemon.
+                    data = _read_whole(src, st.st_size)
+                    _write_whole(first, data)
+                    self.tally.bytes_copied += len(data)
+                else:
+                    self.tally.bytes_copied += _transfer(src, first, st.st_size)
                 if self._owner is not None:
                     os.fchown(first, *self._owner)  # before the mode: chown clears setgid
-                _finish_file(first, st)
+                os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
+                made = os.fstat(first)  # the times as the file system keeps them
+                if stat.S_IMODE(made.st_mode) != mode:
+                    os.fchmod(first, mode)
+                    made = os.fstat(first)
+                if self._pack is not None:
+                    if data is not None:
+                        self._pack.add_data(path, made, data)
+                    else:
+                        self._pack.add_file(path, made, first)
                 for dst_fd in dst_fds[1:]:
                     dst = os.open(name, _O_DST_FILE, 0o600, dir_fd=dst_fd)
                     try:
@@ -251,6 +280,9 @@ class Copier:
                 os.symlink(target, name, dir_fd=dst_fd)
             if self._owner is not None:
                 os.chown(name, *self._owner, dir_fd=dst_fds[0], follow_symlinks=False)
+            if self._pack is not None:
+                made = os.lstat(name, dir_fd=dst_fds[0])
+                self._pack.add_link(path, target, made)
             self.tally.links_copied += 1
         else:
             self.tally.links_skipped += 1
@@ -260,6 +292,26 @@ def _finish_file(fd: int, st: os.stat_result) -> None:
     # Permission bits without setuid/setgid/sticky; mtimes keep make & co. honest.
     os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
     os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _read_whole(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from the start (fewer if the file shrank; growth is not read)."""
+    pieces: list[bytes] = []
+    at = 0
+    while at < size:
+        piece = os.pread(fd, size - at, at)
+        if not piece:
+            break
+        pieces.append(piece)
+        at += len(piece)
+    return b"".join(pieces)
+
+
+def _write_whole(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    at = 0
+    while at < len(data):
+        at += os.pwrite(fd, view[at:], at)
 
 
 def _stays_inside(folder: str, target: str) -> bool:

@@ -19,7 +19,7 @@ import errno
 import os
 import pwd
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from jail._copier import Copier
 from jail._oserrors import translate
 from jail._snapshot_rules import SECRET_DIR_NAMES, SnapshotFilter
 from jail.errors import JailError
+from jail.pack import PackWriter
 
 __all__ = ["SnapshotReport", "snapshot_copy"]
 
@@ -70,6 +71,8 @@ def snapshot_copy(
     include_build_output: bool = False,
     home: Path | None = None,
     mirror: Path | None = None,
+    pack: Path | None = None,
+    pack_leave_out: Callable[[str], bool] | None = None,
     owner: tuple[int, int] | None = None,
     workers: int | None = None,
 ) -> SnapshotReport:
@@ -87,6 +90,9 @@ def snapshot_copy(
         mirror: a second empty folder to fill in the same walk (an experiment's
             baseline): each file is read once from ``source``, then copied from
             ``dest``, so both hold the same bytes even if ``source`` changes.
+        pack: a new file to write, in the same walk, with what ``dest`` received
+            (jail/pack.py: an experiment's baseline as one file, not a second tree).
+        pack_leave_out: folder names whose contents the pack does not record.
         owner: (uid, gid) to give ``dest`` and all it receives (the mirror keeps
             the server's): the sandbox user's workspace, without a second walk.
         workers: threads copying the top-level folders side by side (1: one walk);
@@ -100,6 +106,7 @@ def snapshot_copy(
     rules = SnapshotFilter(tuple(extra_excludes), include_build_output=include_build_output)
     src_fd = _open_source(Path(source), home)
     dst_fds: list[int] = []
+    writer: PackWriter | None = None
     try:
         for folder in (dest, *([mirror] if mirror is not None else [])):
             dst_fds.append(_open_dest(Path(folder)))
@@ -107,10 +114,22 @@ def snapshot_copy(
         skip = frozenset((st.st_dev, st.st_ino) for st in map(os.fstat, dst_fds))
         if owner is not None:
             os.fchown(dst_fds[0], *owner)
-        tally = Copier(rules, skip=skip, owner=owner).copy_tree(
+        if pack is not None:
+            try:
+                writer = PackWriter(pack, pack_leave_out)
+            except OSError as exc:
+                raise translate(exc, ".") from None
+        tally = Copier(rules, skip=skip, owner=owner, pack=writer).copy_tree(
             src_fd, *dst_fds, workers=workers or DEFAULT_WORKERS
         )
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError as exc:
+                raise translate(exc, ".") from None
     finally:
+        if writer is not None:
+            writer.release()
         for fd in dst_fds:
             os.close(fd)
         os.close(src_fd)

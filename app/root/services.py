@@ -147,6 +147,9 @@ class Services:
         # restart); their jobs are marked lost, and orphans are swept at start-up.
         await self.manager.stop_creations()
         await self.jobs.close()
+        # Removals of destroyed experiments' containers, then their folders' deletions
+        # (which wait for them); what is left, the next start sweeps.
+        await self.manager.removals.close()
         await self.manager.trash.close()
         await self.manager.recovery.stop()  # this process's jobs reported lost, then gone
         if self.egress is not None:

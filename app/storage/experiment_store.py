@@ -142,6 +142,20 @@ class SqlExperimentStore(CancelRequests):
             )
             return current
 
+    async def complete_findings(self, experiment_id: str, findings: dict[str, Any]) -> bool:
+        """Replace a destroyed experiment's findings (what its destroy measured after the
+        answer); whether it was there."""
+        async with self._transaction() as session:
+            result = await session.execute(
+                sa.update(ExperimentRow)
+                .where(
+                    ExperimentRow.experiment_id == experiment_id,
+                    ExperimentRow.state == State.DESTROYED.value,
+                )
+                .values(findings=json.dumps(findings))
+            )
+            return bool(getattr(result, "rowcount", 0))
+
     async def replace_container(
         self, experiment_id: str, old: str, new: str, warnings: list[str]
     ) -> bool:

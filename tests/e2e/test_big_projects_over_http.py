@@ -1,5 +1,6 @@
 """A 5,000-file project over HTTP, on the dir and the zfs slot backend: read once into
-the workspace and its baseline, the baseline untouched by whatever the container does,
+the workspace and its baseline (one pack file beside it, not a second tree), the
+baseline untouched by whatever the container does,
 the changes measured right, destroy answering before the deletion is done, and a
 restart finishing what a stopped server left in a slot's trash."""
 
@@ -19,6 +20,8 @@ import pytest
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 from zfs_testkit import destroy_server_dataset, new_dataset_name
+
+from jail.pack import Pack
 
 pytestmark = pytest.mark.e2e
 
@@ -124,7 +127,8 @@ async def _big_project_round(
         else:
             copied = made["files_copied"]
         assert copied == FOLDERS * PER_FOLDER
-        baseline = slot / f"exp-{exp}" / "baseline"
+        pack = slot / f"exp-{exp}" / "baseline.pack"
+        assert not (slot / f"exp-{exp}" / "baseline").exists()
         # Whatever the container does to its workspace, the baseline stays as it was.
         ran = await run_command(
             http, server, "", exp,
@@ -132,9 +136,11 @@ async def _big_project_round(
             "&& ls /workspace/../ | head -3",
         )  # fmt: skip
         assert ran["exit_code"] == 0, ran
-        assert (baseline / "d1" / "f1.py").read_text() == "VALUE = 101\n"
-        assert (baseline / "d2" / "f2.py").stat().st_mode & 0o777 != 0o600
-        assert (baseline / "d3" / "f3.py").exists()
+        with Pack.open(pack) as baseline:
+            assert baseline.read_bytes("d1/f1.py", max_bytes=100) == b"VALUE = 101\n"
+            kept = {i.path: i for i in baseline.list_dir("d2", max_entries=200)}
+            assert kept["d2/f2.py"].mode != 0o600
+            assert "d3/f3.py" in {i.path for i in baseline.list_dir("d3", max_entries=200)}
         changes = await tool(
             http, server, "", "inspect_changes", {"experiment_id": exp, "include_diff": True}
         )
@@ -144,7 +150,18 @@ async def _big_project_round(
         assert "+more" in changes["diff"]
         destroyed = await tool(http, server, "", "destroy_experiment", {"experiment_id": exp})
         assert destroyed["state"] == "DESTROYED"
-        assert destroyed["findings"]["evidence"]["files_changed"] >= 3, destroyed["findings"]
+        # The change size is measured after the answer, on the folder in the trash.
+        assert destroyed["findings"]["changes_pending"] is True, destroyed["findings"]
+        deadline = time.monotonic() + 300  # a bound against a hang, not the verdict
+        while (
+            "changes_pending"
+            in (view := await tool(http, server, "", "get_experiment", {"experiment_id": exp}))[
+                "findings"
+            ]
+        ):
+            assert time.monotonic() < deadline, "the change size was never recorded"
+            await asyncio.sleep(0.2)
+        assert view["findings"]["evidence"]["files_changed"] >= 3, view["findings"]
         # Answered: the folder is out of its place at once; it is deleted in the background.
         assert not (slot / f"exp-{exp}").exists()
         assert await asyncio.to_thread(wait_until, lambda: trash_empty(slot))

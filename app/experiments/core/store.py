@@ -51,6 +51,10 @@ class ExperimentStore(Protocol):
         """Move an experiment to ``target`` if the machine allows it; returns the old state."""
         ...
 
+    async def complete_findings(self, experiment_id: str, findings: dict[str, Any]) -> bool:
+        """Replace a destroyed experiment's findings; whether it was there."""
+        ...
+
     async def replace_container(
         self, experiment_id: str, old: str, new: str, warnings: list[str]
     ) -> bool:

@@ -14,7 +14,7 @@ from app.experiments.workspace.dirs import ExperimentDirs
 from jail.context import InThread
 
 # Test reports and dependency folders are not the agent's changes.
-EXCLUDED_FROM_CHANGES = changes.DEFAULT_EXCLUDED | {".sandbox-reports"}
+EXCLUDED_FROM_CHANGES = changes.EXCLUDED
 
 
 async def inspect(
@@ -26,10 +26,17 @@ async def inspect(
 ) -> changes.ChangeReport:
     """The workspace against its baseline (in a worker thread of the caller's share,
     ``in_thread``: it walks and reads files)."""
-    return await in_thread(
-        changes.inspect,
+    return await in_thread(_inspect, dirs, include_diff, max_files_with_diff)
+
+
+def _inspect(
+    dirs: ExperimentDirs, include_diff: bool, max_files_with_diff: int | None
+) -> changes.ChangeReport:
+    # In the thread: which baseline there is (a pack, or an older experiment's folder)
+    # is a look at the disk too.
+    return changes.inspect(
         dirs.workspace,
-        dirs.baseline,
+        dirs.kept_baseline(),
         include_diff=include_diff,
         max_files_with_diff=max_files_with_diff,
         excluded_dirs=EXCLUDED_FROM_CHANGES,

@@ -5,17 +5,23 @@ container that may plant links and FIFOs or swap folders for links while we
 read; the jail keeps every open beneath the root and refuses special files, so
 the worst such a race can do is make this report describe the workspace wrongly.
 
+The baseline is a pack (jail/pack.py: one file the server wrote as it copied the
+project), or, for an experiment made before packs, a folder beside the workspace.
 A file whose size and modification time both equal the baseline's is taken as
-unchanged without being read (the baseline is copied with its mtimes). Content
+unchanged without being read (the baseline keeps the copy's mtimes). Content
 changed by something that restores both, such as ``cp -p`` or ``touch -r`` over a
 same-size edit, is therefore missed: that is the price of not reading 5,000 files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -25,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from app.experiments.core.result import Result
 from app.experiments.workspace import diff as _diff
 from jail import Jail, JailError, PathInfo
+from jail.pack import Pack
 
 DEFAULT_EXCLUDED = frozenset(
     {
@@ -34,6 +41,9 @@ DEFAULT_EXCLUDED = frozenset(
         ".parcel-cache", ".gradle", ".cache", "coverage", "htmlcov",
     }
 )  # fmt: skip
+# What an experiment's changes leave out (inspect_changes, its evidence), and so what its
+# baseline pack need not hold: dependencies, build output and test reports.
+EXCLUDED = DEFAULT_EXCLUDED | {".sandbox-reports"}
 READ_LIMIT = 2 * 1024 * 1024  # larger files are compared, never diffed or line-counted
 COMPARE_LIMIT = 64 * 1024 * 1024  # same-size large files past this count as changed, unread
 READ_BUDGET = 256 * 1024 * 1024  # bytes read for one report, both trees together
@@ -87,7 +97,8 @@ def inspect(
     max_entries: int = 200_000,
     excluded_dirs: frozenset[str] = DEFAULT_EXCLUDED,
 ) -> ChangeReport:
-    """Compare ``workspace`` with ``baseline`` (blocking: run it in a thread).
+    """Compare ``workspace`` with ``baseline``, a folder or a pack (blocking: run it in
+    a thread).
 
     Folders named in ``excluded_dirs`` (names or globs) are neither walked nor
     reported. ``max_files_with_diff`` caps the files whose diff is included (all
@@ -98,7 +109,7 @@ def inspect(
     """
     notes = _Notes()
     skip = _excluder(excluded_dirs)
-    with Jail.open(workspace) as ws, Jail.open(baseline) as base:
+    with Jail.open(workspace) as ws, _open_baseline(baseline) as base:
         after = _walk(ws, "workspace", skip, max_entries, notes)
         before = _walk(base, "baseline", skip, max_entries, notes)
         writer = _diff.DiffWriter(
@@ -130,6 +141,14 @@ def inspect(
     )
 
 
+def _open_baseline(baseline: Path) -> AbstractContextManager[_diff.Side]:
+    """The baseline's reader: a pack file, or a folder (experiments made before packs)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISREG(os.lstat(baseline).st_mode):
+            return Pack.open(baseline)
+    return Jail.open(baseline)
+
+
 class _Notes:
     def __init__(self) -> None:
         self._lines: list[str] = []
@@ -145,6 +164,11 @@ class _Notes:
     def lines(self) -> list[str]:
         extra = [f"... and {self._dropped} more notes"] if self._dropped else []
         return self._lines + extra
+
+
+def excluder(names: frozenset[str]) -> Callable[[str], bool]:
+    """Whether a folder name is one of ``names`` (names or globs)."""
+    return _excluder(names)
 
 
 def _excluder(names: frozenset[str]) -> Callable[[str], bool]:
@@ -173,7 +197,7 @@ class _Tree:
 
 
 def _walk(
-    jail: Jail, side: str, skip: Callable[[str], bool], max_entries: int, notes: _Notes
+    jail: _diff.Side, side: str, skip: Callable[[str], bool], max_entries: int, notes: _Notes
 ) -> _Tree:
     # Folder by folder, so excluded folders are never entered: jail.walk cannot
     # prune, and node_modules alone would eat the entry budget. list_dir follows
@@ -206,7 +230,7 @@ def _walk(
 
 @dataclass
 class _Comparer:
-    base: Jail
+    base: _diff.Side
     ws: Jail
     writer: _diff.DiffWriter | None
     notes: _Notes

@@ -11,9 +11,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from itertools import chain
+from itertools import chain, zip_longest
 
 from jail import Jail, JailError, PathInfo
+from jail.pack import Pack
+
+# One side of a comparison: a folder through the jail, or a baseline kept as a pack.
+Side = Jail | Pack
 
 SNIFF_BYTES = 8192
 CONTEXT_LINES = 3
@@ -46,8 +50,8 @@ def compare_bytes(before: bytes, after: bytes) -> TextChange:
 class ContentReader:
     """Reads regular files for comparison, within a per-file cap and a budget for the call.
 
-    Only ``Jail`` methods touch the files. Failures (a file vanished, or was
-    swapped for a link or a FIFO since it was listed) are noted, never raised.
+    Only ``Jail`` (or ``Pack``) methods touch the files. Failures (a file vanished, or
+    was swapped for a link or a FIFO since it was listed) are noted, never raised.
     """
 
     def __init__(
@@ -59,7 +63,7 @@ class ContentReader:
         self._budget = budget
         self._note = note
 
-    def read(self, jail: Jail, info: PathInfo) -> bytes | None:
+    def read(self, jail: Side, info: PathInfo) -> bytes | None:
         """The content of ``info``; None if over the cap or unreadable."""
         if info.size > self.read_limit:
             return None
@@ -74,25 +78,25 @@ class ContentReader:
         self._left -= len(data)
         return data
 
-    def same(self, base: Jail, ws: Jail, old: PathInfo, new: PathInfo) -> bool:
+    def same(self, base: Side, ws: Side, old: PathInfo, new: PathInfo) -> bool:
         """Whether two files match, streamed; False if sizes differ or past the limit."""
         if old.size != new.size or old.size > min(self._compare_limit, self._left // 2):
             return False  # assume the write that changed the mtime changed content
         try:
             with _reading(base, old.path) as fa, _reading(ws, new.path) as fb:
-                while chunk := os.read(fa, _CHUNK):
-                    if chunk != os.read(fb, _CHUNK):
+                for a, b in zip_longest(_blocks(fa, _CHUNK), _blocks(fb, _CHUNK)):
+                    if a != b:
                         return False
-                    self._left -= 2 * len(chunk)
-                return not os.read(fb, 1)
+                    self._left -= 2 * len(a)
+                return True
         except (JailError, OSError):
             return False
 
-    def looks_binary(self, jail: Jail, info: PathInfo) -> bool:
+    def looks_binary(self, jail: Side, info: PathInfo) -> bool:
         """Whether the first 8 KB of ``info`` look binary (False if unreadable)."""
         try:
-            with _reading(jail, info.path) as fd:
-                head = os.read(fd, SNIFF_BYTES)
+            with _reading(jail, info.path) as pieces:
+                head = next(_blocks(pieces, SNIFF_BYTES), b"")
         except (JailError, OSError):
             return False
         if b"\0" in head:
@@ -106,13 +110,30 @@ class ContentReader:
 
 
 @contextmanager
-def _reading(jail: Jail, path: str) -> Iterator[int]:
+def _reading(side: Side, path: str) -> Iterator[Iterator[bytes]]:
+    """The file's content in pieces (of any length: see ``_blocks``)."""
+    if isinstance(side, Pack):
+        yield side.chunks(path, _CHUNK)
+        return
     # O_NOFOLLOW: a file swapped for a link since it was listed is refused, not followed.
-    fd = jail.open_fd(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = side.open_fd(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        yield fd
+        yield iter(lambda: os.read(fd, _CHUNK), b"")
     finally:
         os.close(fd)
+
+
+def _blocks(pieces: Iterator[bytes], size: int) -> Iterator[bytes]:
+    """``pieces`` regrouped in blocks of ``size`` bytes (the last may be shorter): a pack
+    yields its pieces where its segments end, a file where reads stop."""
+    pending = b""
+    for piece in pieces:
+        pending += piece
+        while len(pending) >= size:
+            yield pending[:size]
+            pending = pending[size:]
+    if pending:
+        yield pending
 
 
 def decode_text(data: bytes) -> str | None:

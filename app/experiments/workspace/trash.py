@@ -1,12 +1,13 @@
 """Experiment folders deleted after the caller has its answer.
 
-``destroy_experiment`` answers once the container is gone and the experiment's
-folder is renamed aside, into its slot's trash (``<slot root>/.trash/``: the same
-filesystem, so the rename is one syscall whatever the tree holds, and on ZFS the
-same dataset, whose quota keeps counting it until it is gone). A worker thread
-deletes it afterwards with the jail's link-safe walk. A crash or a restart mid-way
-leaves the tree in the trash, which :meth:`Trash.sweep` empties at start-up (in
-the background: /health answers meanwhile).
+``destroy_experiment`` answers once the experiment's folder is renamed aside, into
+its slot's trash (``<slot root>/.trash/``: the same filesystem, so the rename is one
+syscall whatever the tree holds, and on ZFS the same dataset, whose quota keeps
+counting it until it is gone). A worker thread deletes it afterwards with the
+jail's link-safe walk, once the container that mounted it is gone (its removal
+goes on after the answer too: app/experiments/removals.py). A crash or a restart
+mid-way leaves the tree in the trash, which :meth:`Trash.sweep` empties at
+start-up (in the background: /health answers meanwhile).
 
 Nothing of a tenant's is followed: the rename moves a folder the server made, by
 its name in a slot root no container can see, and the deletion never follows a
@@ -61,17 +62,45 @@ class Trash:
         self._pending_in: dict[Path, set[concurrent.futures.Future[None]]] = {}
         self._stop = threading.Event()
 
-    async def discard(self, root: Path) -> None:
-        """Move ``root`` (an experiment's folder, its container gone) aside; it is
-        deleted in the background. Deleted here and now if it cannot be moved."""
+    async def discard(self, root: Path, after: asyncio.Future[bool] | None = None) -> Path | None:
+        """Move ``root`` (an experiment's folder) aside and delete it in the background;
+        where it is now (None: there was nothing). Deleted where it is if it cannot be
+        moved.
+
+        ``after``: the end of the experiment's teardown (app/experiments/removals.py:
+        its container's removal, then the measure of its changes on the folder
+        returned here). The deletion waits for it, since a live container could still
+        write into the tree, and is left to the next start's sweep if the container
+        may still be there (False); the folder counts as pending in its slot
+        (``settled``) from now on.
+        """
         try:
             aside = await asyncio.to_thread(_move_aside, root)
         except OSError as exc:
             log.warning("trash.move_failed", path=str(root), error=exc.strerror)
-            await asyncio.to_thread(self._run, root)
-            return
-        if aside is not None:
-            self._submit(aside)
+            aside = root
+        if aside is None:
+            return None
+        if after is None:
+            self._submit(aside, root.parent)
+            return aside
+        waiting: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._track(waiting, root.parent)
+
+        def go(teardown: asyncio.Future[bool]) -> None:
+            # On the event loop, once the teardown has ended.
+            if not _removed(teardown) or self._stop.is_set():
+                waiting.set_result(None)  # left for the next start's sweep
+                return
+            try:
+                deletion = self._executor.submit(self._run, aside)
+            except RuntimeError:  # closed meanwhile: the same
+                waiting.set_result(None)
+                return
+            deletion.add_done_callback(lambda _: waiting.set_result(None))
+
+        after.add_done_callback(go)
+        return aside
 
     def sweep(self, slot_roots: Iterable[Path]) -> None:
         """Delete, in the background, what an earlier run left in the slots' trash."""
@@ -107,11 +136,13 @@ class Trash:
                 log.warning("trash.abandoned", count=len(not_done))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _submit(self, path: Path) -> None:
+    def _submit(self, path: Path, slot_root: Path) -> None:
         future = self._executor.submit(self._run, path)
+        self._track(future, slot_root)
+
+    def _track(self, future: concurrent.futures.Future[None], slot_root: Path) -> None:
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
-        slot_root = path.parent.parent  # <slot root>/.trash/<folder>
         in_slot = self._pending_in.setdefault(slot_root, set())
         in_slot.add(future)
         future.add_done_callback(lambda done: self._forget(slot_root, done))
@@ -151,6 +182,10 @@ class Trash:
             log.exception("trash.delete_failed", path=str(path))
             return
         log.info("trash.deleted", path=path.name, ms=round((time.perf_counter() - started) * 1000))
+
+
+def _removed(removal: asyncio.Future[bool]) -> bool:
+    return not removal.cancelled() and removal.exception() is None and removal.result()
 
 
 def _move_aside(root: Path) -> Path | None:

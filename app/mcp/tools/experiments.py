@@ -276,8 +276,10 @@ async def list_experiments(
         "collect_artifacts for files to keep), and before creating more than your "
         "sandbox holds.\n\n"
         "RETURNS the final report: state DESTROYED, the commands run, and the findings "
-        "(tests, exit codes, change size) recorded before teardown. Idempotent: on an "
-        "already destroyed experiment it returns the same report.\n\n"
+        "(tests, exit codes) recorded before teardown; the change size is measured just "
+        "after (`changes_pending` until then; get_experiment and compare_experiments "
+        "show it). Idempotent: on an already destroyed experiment it returns the same "
+        "report.\n\n"
         "NEVER touches your own project or other experiments."
     ),
     # Deletes the experiment's files for good; a second call changes nothing more.

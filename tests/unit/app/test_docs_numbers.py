@@ -26,7 +26,7 @@ from stated_limits import NAME_THEN_VALUE, UNIT, number, stated_pairs
 
 from app.egress import connlimit as egress_connlimit
 from app.egress.rules import SquidPlan, squid_conf
-from app.experiments import disk_budget, output_budget, views
+from app.experiments import disk_budget, output_budget, removals, views
 from app.experiments.evidence import shelf
 from app.experiments.evidence.readers import _common as report_common
 from app.experiments.evidence.readers.junit import (  # the package's `junit` is its reader function
@@ -48,6 +48,7 @@ from app.settings import ENV_PREFIX, Settings, load_settings
 from app.storage import auth_admissions, front_door, rate_store, sqlite_writes
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS
+from jail import pack as packs
 
 ROOT = Path(__file__).parents[3]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -97,6 +98,12 @@ CONSTANTS: dict[str, int | float] = {
     # the metadata-document fetcher's DNS threads, and how long a fetch waits for its share
     "LOOKUP_THREADS": LOOKUP_THREADS,
     "LOOKUP_WAIT_S": LOOKUP_WAIT_S,
+    # an experiment's baseline pack
+    "MAX_PACK_ENTRIES": packs.MAX_PACK_ENTRIES,
+    "MAX_PACK_INDEX_BYTES": packs.MAX_PACK_INDEX_BYTES,
+    # destroyed experiments' containers, removed after the answer
+    "MAX_PENDING_PER_SANDBOX": removals.MAX_PENDING_PER_SANDBOX,
+    "REMOVAL_WAIT_S": removals.REMOVAL_WAIT_S,
 }
 
 # Backticked names beside a number that are not the code's bounds, each with why.

@@ -24,11 +24,13 @@ from app.experiments.evidence.shelf import fingerprint
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
+from app.experiments.workspace.trash import TRASH
 from app.runtime.backend import Limits
 from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
 from app.tenancy.job_limits import JobLimits
 from jail import CallContext, JailError, SandboxMemory, new_call_context
+from jail.pack import Pack
 from pool.slots import Slot
 
 
@@ -78,6 +80,7 @@ async def worlds() -> AsyncIterator[list[World]]:
     made: list[World] = []
     yield made
     for world in made:
+        await world.manager.removals.close()
         await world.engine.dispose()
 
 
@@ -96,8 +99,8 @@ async def test_create_writes_files_captures_a_baseline_and_records_transitions(
     assert created.state == "READY"
     workspace = world.slot / f"exp-{created.experiment_id}" / "workspace"
     assert (workspace / "pkg" / "b.txt").read_text() == "b"
-    baseline = workspace.parent / "baseline"
-    assert (baseline / "a.py").read_text() == "print(1)\n"
+    with Pack.open(workspace.parent / "baseline.pack") as baseline:
+        assert baseline.read_bytes("a.py", max_bytes=100) == b"print(1)\n"
     assert await world.records.transitions(created.experiment_id) == [
         (None, "CREATING", "create_experiment called"),
         ("CREATING", "READY", "container started"),
@@ -260,38 +263,73 @@ async def test_destroy_is_idempotent_and_keeps_findings(world: World) -> None:
     assert first.findings["commands"] == 1
     assert first.findings["last_exit_code"] == 1
     assert not (world.slot / f"exp-{exp.experiment_id}").exists()
+    await world.manager.removals.idle()  # removed after the answer
     assert f"c-{exp.experiment_id}" in world.backend.removed
     with pytest.raises(ServiceError):
         await world.manager.execute(world.call(), exp.experiment_id, "echo late")
 
 
-async def test_destroy_walks_the_workspace_while_the_container_is_removed(
-    world: World, monkeypatch: pytest.MonkeyPatch
+async def test_destroy_measures_the_changes_after_the_answer_and_records_them(
+    world: World,
 ) -> None:
-    """The evidence walk and the container's removal overlap: each was about 100 ms of
-    the caller's time on a 5,000-file project, one after the other (issue 13)."""
-    from app.experiments.evidence import evidence
-
+    """The walk of a 5,000-file workspace was up to 200 ms of a destroy on zfs-fuse
+    (issue 26): the answer says the change size is pending; it is measured on the
+    folder in the trash once the container is gone, and added to the findings (a
+    comparison waits for it)."""
     exp = await world.manager.create(world.call(), CreateRequest(files={"a.py": "x\n"}))
+    other = await world.manager.create(world.call(), CreateRequest(files={"a.py": "x\n"}))
     (world.slot / f"exp-{exp.experiment_id}" / "workspace" / "b.py").write_text("new\n")
-    removing = asyncio.Event()
-    remove, walk = world.backend.remove, evidence.inspect
-
-    async def remove_and_say(container_id: str) -> None:
-        removing.set()
-        await remove(container_id)
-
-    async def walk_once_removing(*args: Any, **kwargs: Any) -> Any:
-        # Run one after the other, the walk would wait here for ever (bounded below).
-        await asyncio.wait_for(removing.wait(), 10)
-        return await walk(*args, **kwargs)
-
-    monkeypatch.setattr(world.backend, "remove", remove_and_say)
-    monkeypatch.setattr(evidence, "inspect", walk_once_removing)
     gone = await world.manager.destroy(world.call(), exp.experiment_id)
     assert gone.findings is not None
-    assert gone.findings["evidence"]["files_changed"] == 1
+    assert gone.findings["changes_pending"] is True
+    assert gone.findings["evidence"]["files_changed"] is None
+    compared = await world.manager.compare(world.call(), [exp.experiment_id, other.experiment_id])
+    assert compared.experiments[0].files_changed == 1  # waited for the measure
+    await world.manager.removals.idle()
     assert world.backend.removed == [f"c-{exp.experiment_id}"]
+    view = await world.manager.get(world.call(), exp.experiment_id)
+    assert view.findings is not None
+    assert "changes_pending" not in view.findings
+    assert view.findings["evidence"]["files_changed"] == 1
+    assert view.findings["evidence"]["lines_changed"] == 1
+    assert view.findings["commands"] == gone.findings["commands"]  # the rest as recorded
+    await world.manager.trash.idle()
+    assert list((world.slot / TRASH).iterdir()) == []
+
+
+async def test_destroy_answers_before_the_container_is_removed_and_a_create_waits_for_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's removal was most of a destroy's time (issue 26): it goes on after
+    the answer; the folder is deleted once the container is gone, and the sandbox's
+    next create waits for it (the container still counts in the sandbox's share)."""
+    exp = await world.manager.create(world.call(), CreateRequest(files={"a.py": "x\n"}))
+    release = asyncio.Event()
+    remove = world.backend.remove
+
+    async def held(container_id: str) -> None:
+        await release.wait()
+        await remove(container_id)
+
+    monkeypatch.setattr(world.backend, "remove", held)
+    # Bounded: were the answer to wait for the removal, it would wait for ever.
+    gone = await asyncio.wait_for(world.manager.destroy(world.call(), exp.experiment_id), 30)
+    assert gone.state == "DESTROYED"
+    assert world.backend.removed == []  # answered; the removal goes on
+    assert gone.findings is not None
+    assert gone.findings["changes_pending"] is True
+    assert not (world.slot / f"exp-{exp.experiment_id}").exists()
+    (aside,) = (world.slot / TRASH).iterdir()  # moved aside, not deleted under it
+    creating = asyncio.ensure_future(world.manager.create(world.call(), CreateRequest()))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not creating.done()
+    release.set()
+    made = await asyncio.wait_for(creating, 30)  # a bound against a hang, not the verdict
+    assert world.backend.removed == [f"c-{exp.experiment_id}"]
+    assert made.state == "READY"
+    await world.manager.trash.idle()
+    assert not aside.exists()
 
 
 async def test_copy_from_another_experiment(world: World) -> None:
@@ -362,8 +400,9 @@ async def test_a_git_source_is_cloned_before_the_baseline(world: World) -> None:
         world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="v1")
     )
     assert created.source == "git"
-    baseline = world.slot / f"exp-{created.experiment_id}" / "baseline" / "CLONED_FROM"
-    assert baseline.read_text() == "https://example.test/r.git@v1"
+    with Pack.open(world.slot / f"exp-{created.experiment_id}" / "baseline.pack") as baseline:
+        cloned_from = baseline.read_bytes("CLONED_FROM", max_bytes=1000)
+    assert cloned_from == b"https://example.test/r.git@v1"
     # The clone's helper is counted against this sandbox's share of the containers.
     assert world.backend.cloned_for == [fingerprint("alice")]
 

@@ -3,6 +3,10 @@
 Files are written, copied the way ``workspace.prepare`` copies them (so mtimes
 match), then changed. Same-size rewrites get an explicit later mtime: within
 one clock tick the kernel would otherwise stamp the same time.
+
+Every test runs twice: against the baseline folder (experiments made before packs)
+and against that folder packed (jail/pack.py, what ``workspace.prepare`` keeps now),
+made just before the inspection.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from app.experiments.workspace import diff as _diff
 from app.experiments.workspace.changes import ChangeReport, FileChange
 from jail import Jail, PathInfo
 from jail._syscalls import RENAME_EXCHANGE, renameat2
+from jail.pack import Pack, pack_tree
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,7 +56,21 @@ def _rewrite(path: Path, content: str | bytes) -> None:
     os.utime(path, ns=(before + 10**9, before + 10**9))
 
 
+@pytest.fixture(autouse=True, params=["folder", "pack"])
+def baseline_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(_BASELINE, "kind", request.param)
+    return str(request.param)
+
+
+_BASELINE = {"kind": "folder"}
+
+
 def _inspect(ws: Path, base: Path, **kwargs: Any) -> ChangeReport:
+    if _BASELINE["kind"] == "pack":
+        pack = base.with_name(base.name + ".pack")
+        pack.unlink(missing_ok=True)
+        pack_tree(base, pack)
+        base = pack
     return changes.inspect(ws, base, **{"include_diff": True, **kwargs})
 
 
@@ -61,7 +80,7 @@ def _by_path(items: list[FileChange]) -> dict[str, FileChange]:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every path read through a Jail (whole-file reads and raw descriptors)."""
+    """Every path read through a Jail (whole-file reads and raw descriptors) or a pack."""
     seen: list[str] = []
     read_bytes, open_fd = Jail.read_bytes, Jail.open_fd
 
@@ -75,6 +94,19 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(Jail, "read_bytes", spy_read)
     monkeypatch.setattr(Jail, "open_fd", spy_open)
+    # A packed baseline is read through the pack.
+    pack_read, pack_chunks = Pack.read_bytes, Pack.chunks
+
+    def spy_pack_read(self: Pack, path: str, *, max_bytes: int) -> bytes:
+        seen.append(path)
+        return pack_read(self, path, max_bytes=max_bytes)
+
+    def spy_pack_chunks(self: Pack, path: str, chunk: int) -> Iterator[bytes]:
+        seen.append(path)
+        return pack_chunks(self, path, chunk)
+
+    monkeypatch.setattr(Pack, "read_bytes", spy_pack_read)
+    monkeypatch.setattr(Pack, "chunks", spy_pack_chunks)
     return seen
 
 

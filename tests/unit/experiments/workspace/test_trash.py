@@ -3,6 +3,7 @@ what a stopped server left in a slot's trash is deleted at the next start."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
@@ -80,6 +81,46 @@ async def test_close_stops_a_long_deletion_and_leaves_it_for_the_next_start(
     (left,) = (slot / TRASH).iterdir()  # stopped: the next start's sweep deletes it
     again = Trash()
     again.sweep([slot])
+    await again.idle()
+    assert not left.exists()
+    await again.close()
+
+
+async def test_a_folder_is_deleted_only_once_its_container_is_gone(tmp_path: Path) -> None:
+    """A live container still mounts the folder: its deletion waits for the removal,
+    and the slot counts it as pending meanwhile (the disk budget waits for it)."""
+    slot = tmp_path / "slot-000"
+    root = tree(slot / "exp-a")
+    trash = Trash()
+    removal: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    await trash.discard(root, after=removal)
+    assert not root.exists()
+    (aside,) = (slot / TRASH).iterdir()
+    assert await trash.settled(slot, 0)  # pending in its slot, from the move on
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert (aside / "workspace" / "src" / "f0.py").exists()  # the container is not gone
+    removal.set_result(True)
+    await trash.idle()
+    assert list((slot / TRASH).iterdir()) == []
+    await trash.close()
+
+
+async def test_a_folder_whose_container_may_still_live_is_left_to_the_next_start(
+    tmp_path: Path,
+) -> None:
+    slot = tmp_path / "slot-000"
+    root = tree(slot / "exp-a")
+    trash = Trash()
+    removal: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    await trash.discard(root, after=removal)
+    removal.set_result(False)  # the engine never removed it
+    await trash.idle()
+    (left,) = (slot / TRASH).iterdir()
+    assert (left / "workspace" / "src" / "f0.py").exists()
+    await trash.close()
+    again = Trash()
+    again.sweep([slot])  # after the start-up's orphan sweep has removed the container
     await again.idle()
     assert not left.exists()
     await again.close()
