@@ -17,7 +17,8 @@ the budget is kept by accounting, which works wherever the server runs:
   end nor a measurement without growth is the end of its writing. An idle sandbox
   with live containers costs one walk per interval (about 2 to 9 microseconds an
   entry, each descriptor and mapping of its processes included; bounded by
-  ``max_entries``) and a ``docker top`` per container, in its own share of the
+  ``max_entries``) and a list of each container's processes (read from its cgroup:
+  app/runtime/docker/cgroup_pids.py; ``docker top`` where it cannot be), in its own share of the
   tenants' threads; one
   whose containers are gone costs a look at its records. The walk
   (``measure_tree``) is iterative, opens every folder through the jail without
@@ -433,11 +434,12 @@ class DiskBudget:
         the module docstring). The others cost nothing but a look at their records.
 
         The sandboxes are checked side by side, not one after another: each check
-        waits for a walk, a ``docker top`` per container and perhaps a kill, which
+        waits for a walk, a list of processes per container and perhaps a kill, which
         under load take long enough that, summed over every sandbox with a live
         container, a writer was measured only once its 256 MB were written (the
-        fairness bench). At most ``CHECKS_AT_ONCE`` at a time: their ``docker top``
-        calls share the runtime's pool of engine calls with every tenant's."""
+        fairness bench). At most ``CHECKS_AT_ONCE`` at a time: their engine calls (an
+        ``inspect`` per container once, ``docker top`` where no cgroup can be read)
+        share the runtime's pool of engine calls with every tenant's."""
         at_once = asyncio.Semaphore(CHECKS_AT_ONCE)
         await asyncio.gather(*(self._check(key, at_once) for key in list(self._watched)))
 
