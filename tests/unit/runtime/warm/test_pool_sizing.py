@@ -5,6 +5,7 @@ backend and a fake clock (the real engine: tests/e2e/test_warm_burst.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from runtime_fakes import FakeBackend
@@ -16,18 +17,28 @@ from pool.slots import Slot, name_of
 
 
 class Backend(FakeBackend):
-    """A fake warm backend that counts the creates under way at once."""
+    """A fake warm backend that counts the creates under way at once. Each create waits
+    (5 s at most) until ``overlap`` are under way: a pool that starts them one by one
+    is seen doing so however fast the machine is, and one that starts several at once
+    is seen doing so however slowly its folders are made (a 10 ms create overlapped
+    only 2 of 3 on a loaded machine)."""
 
-    def __init__(self) -> None:
+    def __init__(self, overlap: int = 1) -> None:
         super().__init__()
         self.at_once = 0
         self.most_at_once = 0
+        self._overlapped = asyncio.Event()
+        self._overlap = overlap
 
     async def create(self, spec: ContainerSpec) -> Container:
         self.at_once += 1
         self.most_at_once = max(self.most_at_once, self.at_once)
+        if self.at_once >= self._overlap:
+            self._overlapped.set()
         try:
             await asyncio.sleep(0.01)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._overlapped.wait(), 5)
             return await super().create(spec)
         finally:
             self.at_once -= 1
@@ -55,7 +66,7 @@ async def test_the_pool_grows_with_sign_ins_and_shrinks_to_its_floor(tmp_path: P
     now = [0.0]
     policy = WarmDemand(WarmBudget(2, 6, 10_000), clock=lambda: now[0])
     free = slots(tmp_path, 10)
-    backend = Backend()
+    backend = Backend(overlap=3)
     pool = WarmPool(
         backend, lambda n: free[:n], count=2, image="img:1", demand=policy, concurrent_makes=3
     )
