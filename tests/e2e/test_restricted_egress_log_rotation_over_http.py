@@ -25,6 +25,7 @@ from egress_testkit import (
     remove_restricted_network,
     restricted_network_of,
     restricted_server,
+    usage_lines_of,
 )
 from mcp_http import run_command, tool
 from oauth_browser import new_user
@@ -120,9 +121,8 @@ async def test_counted_proxy_log_is_rotated_without_losing_a_line(
                 f"/{folder.read_json(folder.meter).get('aside')}"
             )
             await tool(http, server, "", "destroy_experiment", {"experiment_id": experiment})
-        usage = [line for line in server.log().splitlines() if '"egress.usage"' in line]
-        recorded = [line for line in usage if experiment in line]
-        assert recorded, usage
+        recorded = await usage_lines_of(server, experiment)
+        assert recorded, server.log()[-3000:]
         refused = re.search(r'"refused": (\d+)', recorded[0])
         assert refused is not None, recorded[0]
         assert int(refused[1]) == REQUESTS, recorded[0]

@@ -31,6 +31,7 @@ from egress_testkit import (
     PYTHON_IMAGE,
     OutsideWorld,
     remove_restricted_network,
+    usage_lines_of,
 )
 from mcp_http import run_command, tool
 
@@ -305,9 +306,8 @@ async def test_refusals_and_bytes_are_counted_in_metrics(
     assert refused >= 1
     assert moved > 0
     await tool(http, server, "", "destroy_experiment", {"experiment_id": experiment})
-    usage = [line for line in server.log().splitlines() if '"egress.usage"' in line]
-    recorded = [line for line in usage if experiment in line]
-    assert recorded, usage  # the experiment's egress, recorded when it goes
+    recorded = await usage_lines_of(server, experiment)
+    assert recorded, server.log()[-3000:]  # the experiment's egress, recorded when it goes
     assert re.search(r'"bytes": [1-9]', recorded[0])
     assert '"refused": 1' in recorded[0]
 

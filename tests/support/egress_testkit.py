@@ -10,6 +10,7 @@ that CA. The server's proxy is told, through the test-only
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import fcntl
@@ -328,3 +329,16 @@ def _build_images(folder: Path, ca_pem: Path) -> None:
     ):
         (folder / "Dockerfile").write_text(f"FROM {base}\n{trust}{extra}")
         sh("docker", "build", "-q", "-t", image, str(folder))
+
+
+async def usage_lines_of(server: RunningServer, experiment: str) -> list[str]:
+    """The server's ``egress.usage`` lines for ``experiment``, waited for (120 s at most):
+    its usage is recorded when its container goes, which a destroy does after its answer
+    (app/experiments/removals.py)."""
+    for _ in range(600):
+        usage = [line for line in server.log().splitlines() if '"egress.usage"' in line]
+        recorded = [line for line in usage if experiment in line]
+        if recorded:
+            return recorded
+        await asyncio.sleep(0.2)
+    return []
