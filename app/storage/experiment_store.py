@@ -20,17 +20,20 @@ from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import InstrumentedAttribute
 
 from app.experiments.core.errors import ExperimentNotFound
 from app.experiments.core.records import (
     ArtifactRecord,
     Experiment,
     JobControl,
+    JobEnds,
     JobOutcome,
     JobRecord,
     JobSummary,
     JobTally,
     LostJob,
+    OutputEnds,
 )
 from app.experiments.core.states import State, check_transition
 from app.experiments.output_budget import cut, day_of, stored_bytes
@@ -336,6 +339,54 @@ class SqlExperimentStore(CancelRequests):
             )
             return [job_summary_of(row) for row in rows]
 
+    async def load_job_ends(
+        self, sandbox_key: str, job_id: str, *, head: int, tail: int, command_chars: int
+    ) -> JobEnds | None:
+        """The job with its command cut to ``command_chars`` and only the ends of each
+        output stream, ``head`` and ``tail`` characters, cut by the database: what the
+        logs resource shows of a job reads that much, not the whole of its output (up
+        to 1 MB a stream) to throw most of it away."""
+        async with self._transaction() as session:
+            sqlite = session.bind is not None and session.bind.dialect.name == "sqlite"
+            row = (
+                await session.execute(
+                    sa.select(
+                        sa.func.substr(JobRow.command, 1, command_chars).label("command"),
+                        sa.func.length(JobRow.command).label("command_length"),
+                        JobRow.status,
+                        JobRow.exit_code,
+                        *_ends(JobRow.stdout, "stdout", head, tail, sqlite),
+                        *_ends(JobRow.stderr, "stderr", head, tail, sqlite),
+                    ).where(JobRow.job_id == job_id, JobRow.sandbox_key == sandbox_key)
+                )
+            ).first()
+            if row is None:
+                return None
+            streams: dict[str, OutputEnds] = {}
+            for name in ("stdout", "stderr"):
+                if getattr(row, f"{name}_nul", False):
+                    # SQLite counts and cuts text only up to a NUL character, which a
+                    # command may print: such a stream is read whole and cut here.
+                    whole = await session.scalar(
+                        sa.select(getattr(JobRow, name)).where(JobRow.job_id == job_id)
+                    )
+                    streams[name] = OutputEnds.of(whole or "", head, tail)
+                else:
+                    streams[name] = OutputEnds(
+                        getattr(row, f"{name}_head"),
+                        getattr(row, f"{name}_tail"),
+                        int(getattr(row, f"{name}_length")),
+                    )
+            return JobEnds(
+                job_id=job_id,
+                command=row.command,
+                command_length=int(row.command_length),
+                status=row.status,
+                exit_code=row.exit_code,
+                stdout=streams["stdout"],
+                stderr=streams["stderr"],
+            )
+
     async def newest_jobs(
         self, experiment_id: str, count: int, skip: int, command_chars: int
     ) -> tuple[list[tuple[JobSummary, int]], int]:
@@ -495,3 +546,27 @@ class SqlExperimentStore(CancelRequests):
             await session.execute(
                 sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
             )
+
+
+def _ends(
+    column: InstrumentedAttribute[str | None], name: str, head: int, tail: int, sqlite: bool
+) -> list[sa.ColumnElement[Any]]:
+    """The columns of one output stream's ends (``load_job_ends``): its length in
+    characters, then its whole text if it holds at most ``head + tail`` of them, else its
+    first ``head``; its last ``tail`` (empty when whole); and, on SQLite, whether it holds
+    a NUL (which both databases' ``length`` and ``substr`` count in characters, but
+    SQLite's stop at)."""
+    text = sa.func.coalesce(column, "")
+    length = sa.func.length(text)
+    short = length <= head + tail
+    columns: list[sa.ColumnElement[Any]] = [
+        length.label(f"{name}_length"),
+        sa.case((short, text), else_=sa.func.substr(text, 1, head)).label(f"{name}_head"),
+        # Past the head: its start is above head + 1, never the negative positions that
+        # count from the end in SQLite and not in PostgreSQL.
+        sa.case((short, ""), else_=sa.func.substr(text, length - tail + 1)).label(f"{name}_tail"),
+    ]
+    if sqlite:
+        nul = sa.func.instr(sa.cast(text, sa.LargeBinary), sa.literal(b"\x00", sa.LargeBinary))
+        columns.append((nul > 0).label(f"{name}_nul"))
+    return columns

@@ -77,6 +77,38 @@ class JobRecord(JobSummary):
 
 
 @dataclass(frozen=True)
+class OutputEnds:
+    """One recorded output stream as the database cut it: the whole of it when it holds
+    at most the head and tail asked for (``tail`` then empty), else its first and last
+    characters; and its whole length in characters."""
+
+    head: str
+    tail: str
+    length: int
+
+    @classmethod
+    def of(cls, text: str, head: int, tail: int) -> OutputEnds:
+        """The same, cut here (what the database does, for a stream it cannot cut)."""
+        if len(text) <= head + tail:
+            return cls(text, "", len(text))
+        return cls(text[:head], text[len(text) - tail :], len(text))
+
+
+@dataclass(frozen=True)
+class JobEnds:
+    """A job as the logs resource shows it: its command cut (and its whole length), how
+    it ended, and the ends of its output, never the whole of it (up to 2 MB a job)."""
+
+    job_id: str
+    command: str
+    command_length: int
+    status: str
+    exit_code: int | None
+    stdout: OutputEnds
+    stderr: OutputEnds
+
+
+@dataclass(frozen=True)
 class JobControl:
     """What another process needs to wait for or cancel a job."""
 

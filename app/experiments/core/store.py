@@ -15,6 +15,7 @@ from app.experiments.core.records import (
     ArtifactRecord,
     Experiment,
     JobControl,
+    JobEnds,
     JobOutcome,
     JobRecord,
     JobSummary,
@@ -94,6 +95,13 @@ class ExperimentStore(Protocol):
 
     async def jobs_of(self, experiment_id: str) -> list[JobSummary]:
         """The experiment's jobs in the order they started, without their output."""
+        ...
+
+    async def load_job_ends(
+        self, sandbox_key: str, job_id: str, *, head: int, tail: int, command_chars: int
+    ) -> JobEnds | None:
+        """The job with its command cut to ``command_chars`` and only the ends of each
+        output stream (``head`` and ``tail`` characters), cut by the database."""
         ...
 
     async def newest_jobs(
