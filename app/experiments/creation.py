@@ -106,8 +106,12 @@ class ExperimentCreator:
         clock: Callable[[], float] = time.time,
         warm: WarmSource | None = None,
         prepared: PreparedSource | None = None,
+        process_id: str | None = None,
     ) -> None:
         self._records = records
+        # Recorded on each experiment it creates: if this process dies mid-way, recovery
+        # in another (or the next) retires what it left CREATING.
+        self._process_id = process_id
         self._backend = backend
         self._commands = commands
         self._options = options
@@ -176,7 +180,7 @@ class ExperimentCreator:
         slow = bool(request.git_url or request.from_experiment or request.project_path)
         if deadline is None or not slow:
             # A call that waits to the end owns its creation: cancelling it cancels that.
-            prepared, timeout_s = await task
+            _, timeout_s = await task
         else:
             try:
                 await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0.0))
@@ -186,19 +190,14 @@ class ExperimentCreator:
             if not task.done():
                 detached.set()  # no await since the wait: the task sees it when it goes on
                 return await self._still_preparing(call, request, experiment_id)
-            prepared, timeout_s = task.result()
+            _, timeout_s = task.result()
         setup, notes = await self._set_up(call, request, experiment_id, timeout_s, env, deadline)
         created = await self._records.get(call.sandbox_key, experiment_id)
         # Its only jobs are setup commands: without any, there is nothing to read back.
         jobs = await self._records.jobs_of(experiment_id) if setup else []
         view = ExperimentView.of(created, jobs)
-        return CreatedExperiment(
-            **view.model_dump(exclude={"notes"}),
-            notes=notes,
-            setup=setup,
-            files_copied=prepared.files,
-            secrets_skipped=prepared.secrets_skipped,
-        )
+        # Its record holds what the preparation copied (files_copied, secrets_skipped).
+        return CreatedExperiment(**view.model_dump(exclude={"notes"}), notes=notes, setup=setup)
 
     def is_creating(self, sandbox_key: str) -> bool:
         """An experiment of the sandbox is being created (perhaps after its call ended)."""
@@ -289,6 +288,7 @@ class ExperimentCreator:
             created_at=now,
             updated_at=now,
             findings=None,
+            creator_process=self._process_id,
         )
         await self._records.add(record, "create_experiment called")
         dirs = ExperimentDirs.of(call.slot_root, experiment_id)
@@ -359,6 +359,8 @@ class ExperimentCreator:
                 isolation={**asdict(container.isolation), COMMAND_TIMEOUT_KEY: timeout_s},
                 warnings=[*container.warnings, *([clamped] if clamped else [])],
                 source=prepared.source,
+                files_copied=prepared.files,
+                secrets_skipped=prepared.secrets_skipped,
             )
         except (Exception, asyncio.CancelledError) as exc:
             made = _started(starting) if starting is not None else None
@@ -387,7 +389,8 @@ class ExperimentCreator:
         why = (
             exc.message
             if isinstance(exc, ServiceError)
-            else "The server stopped while it was being created."
+            else "The server stopped while it was being created; create it again with "
+            "create_experiment."
             if isinstance(exc, asyncio.CancelledError)
             else "It could not be created."
         )

@@ -119,10 +119,19 @@ class ExperimentManager:
             output_bytes_per_day=options.job_output_bytes_per_day,
         )
         # Jobs and containers of the other server processes on this database.
-        self.recovery = Recovery(records, backend, registry, jobs, self._commands.kill, clock)
+        self.recovery = Recovery(
+            records, backend, registry, jobs, self._commands.kill, clock, self.trash.discard
+        )
         self._remote = RemoteJobs(records, backend, registry, clock)
         self._creator = ExperimentCreator(
-            records, backend, self._commands, options, clock, warm=warm, prepared=prepared
+            records,
+            backend,
+            self._commands,
+            options,
+            clock,
+            warm=warm,
+            prepared=prepared,
+            process_id=registry.process_id,
         )
         # Running a command or the tests is Execution's (its state check, the one timeout
         # clamp, the waits): the tools call these two as the manager's own.

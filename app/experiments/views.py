@@ -230,6 +230,14 @@ class ExperimentView(Result):
     findings: dict[str, Any] | None = Field(
         default=None, description="Recorded when the experiment was destroyed."
     )
+    files_copied: int | None = Field(
+        default=None,
+        description="Files its creation put in the workspace; null until it is prepared.",
+    )
+    secrets_skipped: int | None = Field(
+        default=None,
+        description="Secret-shaped files left out of the copy; null until it is prepared.",
+    )
     # Seed 001's names for the same facts.
     objective: str = Field(default="", description="The same as `goal`.")
     base_image: str = Field(default="", description="The same as `image`.")
@@ -252,6 +260,8 @@ class ExperimentView(Result):
             created_at=experiment.created_at,
             jobs=[JobView.summary(job) for job in jobs or []],
             findings=experiment.findings,
+            files_copied=experiment.files_copied,
+            secrets_skipped=experiment.secrets_skipped,
             objective=experiment.goal,
             base_image=experiment.image,
             status=experiment.state.value,
@@ -292,8 +302,6 @@ class CreatedExperiment(ExperimentView):
     setup: list[JobView] = Field(
         default_factory=list, description="Setup commands in order; they stop at the first failure."
     )
-    files_copied: int = 0
-    secrets_skipped: int = Field(default=0, description="Secret-shaped files left out of the copy.")
 
 
 class ExperimentList(Result):

@@ -184,11 +184,15 @@ class SqlExperimentStore(CancelRequests):
             )
             return [(r.from_state, r.to_state, r.reason) for r in rows]
 
-    async def refused_creations(self, stale_before: float) -> list[Experiment]:
+    async def refused_creations(
+        self, stale_before: float, live_processes: set[str]
+    ) -> list[Experiment]:
         """Experiments whose creation failed before they got a container (for example
-        while the Docker engine was down), or still CREATING since before
-        ``stale_before`` (a server process killed mid-way): nothing of them is left but
-        the record (the sweep removes a container not recorded)."""
+        while the Docker engine was down), or still CREATING with their creating process
+        not in ``live_processes`` (killed mid-way; a record from before processes were
+        recorded: CREATING since before ``stale_before``): nothing of them is left but
+        the record and a folder (the sweep removes a container not recorded)."""
+        creator = ExperimentRow.creator_process
         async with self._transaction() as session:
             rows = await session.scalars(
                 sa.select(ExperimentRow).where(
@@ -197,7 +201,10 @@ class SqlExperimentStore(CancelRequests):
                         ExperimentRow.state == State.FAILED.value,
                         sa.and_(
                             ExperimentRow.state == State.CREATING.value,
-                            ExperimentRow.updated_at < stale_before,
+                            sa.or_(
+                                sa.and_(creator.is_not(None), creator.not_in(live_processes)),
+                                sa.and_(creator.is_(None), ExperimentRow.updated_at < stale_before),
+                            ),
                         ),
                     ),
                 )

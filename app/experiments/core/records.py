@@ -26,6 +26,13 @@ class Experiment:
     created_at: float
     updated_at: float
     findings: dict[str, Any] | None
+    # What its preparation put in its workspace and left out (secret-shaped files),
+    # once prepared: kept, so an agent whose create went on in the background reads them.
+    files_copied: int | None = None
+    secrets_skipped: int | None = None
+    # The server process that created it: one still CREATING whose process died (its
+    # heartbeat stale) is retired by recovery (app/experiments/recovery/recovery.py).
+    creator_process: str | None = None
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,12 @@ class ExperimentStore(Protocol):
         """Point a live experiment at a new container, if it still has ``old``."""
         ...
 
-    async def refused_creations(self, stale_before: float) -> list[Experiment]:
+    async def refused_creations(
+        self, stale_before: float, live_processes: set[str]
+    ) -> list[Experiment]:
         """Experiments whose creation failed before they got a container, or still
-        CREATING since before ``stale_before`` (their server process stopped mid-way)."""
+        CREATING with their creating process not in ``live_processes`` (or, with none
+        recorded, since before ``stale_before``): their server process stopped mid-way."""
         ...
 
     # Jobs.
