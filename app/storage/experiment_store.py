@@ -189,9 +189,10 @@ class SqlExperimentStore(CancelRequests):
     ) -> list[Experiment]:
         """Experiments whose creation failed before they got a container (for example
         while the Docker engine was down), or still CREATING with their creating process
-        not in ``live_processes`` (killed mid-way; a record from before processes were
-        recorded: CREATING since before ``stale_before``): nothing of them is left but
-        the record and a folder (the sweep removes a container not recorded)."""
+        not in ``live_processes`` (killed mid-way) or since before ``stale_before`` (no
+        creation takes that long; a record from before processes were named): nothing
+        of them is left but the record and a folder (the sweep removes a container not
+        recorded)."""
         creator = ExperimentRow.creator_process
         async with self._transaction() as session:
             rows = await session.scalars(
@@ -202,8 +203,8 @@ class SqlExperimentStore(CancelRequests):
                         sa.and_(
                             ExperimentRow.state == State.CREATING.value,
                             sa.or_(
+                                ExperimentRow.updated_at < stale_before,
                                 sa.and_(creator.is_not(None), creator.not_in(live_processes)),
-                                sa.and_(creator.is_(None), ExperimentRow.updated_at < stale_before),
                             ),
                         ),
                     ),

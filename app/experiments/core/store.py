@@ -66,8 +66,8 @@ class ExperimentStore(Protocol):
         self, stale_before: float, live_processes: set[str]
     ) -> list[Experiment]:
         """Experiments whose creation failed before they got a container, or still
-        CREATING with their creating process not in ``live_processes`` (or, with none
-        recorded, since before ``stale_before``): their server process stopped mid-way."""
+        CREATING with their creating process not in ``live_processes`` or since before
+        ``stale_before``: their server process stopped mid-way."""
         ...
 
     # Jobs.

@@ -165,8 +165,8 @@ class Recovery:
 
     async def retire_refused_creations(self) -> int:
         """Retire the creations that can never end: refused before they got a container,
-        or still CREATING with their creating process dead (or, with none recorded,
-        older than STALE_CREATION_S); how many."""
+        or still CREATING with their creating process dead or older than
+        STALE_CREATION_S; how many."""
         retired = 0
         stale_before = self._clock() - STALE_CREATION_S
         live = await self.registry.live()
