@@ -16,7 +16,7 @@ until its clock (``start_artifact_clock``) runs out.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -237,7 +237,7 @@ class SqlExperimentStore(CancelRequests):
             session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
 
     async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
-        values = asdict(outcome)
+        values = asdict(storable(outcome))
         values["test_summary"] = dumps_or_none(values["test_summary"])
         async with self._transaction() as session:
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
@@ -260,6 +260,7 @@ class SqlExperimentStore(CancelRequests):
         total stays within the budget (``bytes + n <= budget`` in the statement
         itself, on the row it locked), so processes finishing jobs of one sandbox at
         once never pass it between them (SQLite writes one at a time)."""
+        outcome = storable(outcome)  # before it is measured: what is stored is charged
         day = day_of(outcome.finished_at)
         whole = stored_bytes(command, outcome.stdout, outcome.stderr)
         cut_outcome, cut_command = cut(outcome, command)
@@ -554,6 +555,21 @@ class SqlExperimentStore(CancelRequests):
             await session.execute(
                 sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
             )
+
+
+def storable(outcome: JobOutcome) -> JobOutcome:
+    """``outcome`` with each NUL character of its output as U+FFFD (what the decoder makes
+    of bytes that are not text). A command may print NUL; PostgreSQL's text cannot hold
+    it, and refused the whole update, which left the job running for ever (its sandbox
+    busy, never emptied); SQLite stored it, but its text functions stop at it. Both
+    databases now keep the same output."""
+    if "\x00" not in outcome.stdout and "\x00" not in outcome.stderr:
+        return outcome
+    return replace(
+        outcome,
+        stdout=outcome.stdout.replace("\x00", "\ufffd"),
+        stderr=outcome.stderr.replace("\x00", "\ufffd"),
+    )
 
 
 def _ends(

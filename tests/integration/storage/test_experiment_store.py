@@ -139,3 +139,28 @@ async def test_the_ends_of_a_job_s_output_are_cut_alike_on_both_databases(
                 assert (stream.head, stream.tail) == (text, "")
             else:
                 assert (stream.head, stream.tail) == (text[:10], text[-20:])
+
+
+async def test_a_job_that_printed_a_nul_is_finished_on_both_databases(
+    records: SqlExperimentStore,
+) -> None:
+    """``printf '\\0'`` is a command like any: PostgreSQL's text refused the NUL, the
+    whole update failed and the job stayed running for ever (its sandbox busy, never
+    emptied). Each NUL is kept as U+FFFD, on both databases alike."""
+    await records.add(an_experiment("e1"), "created")
+    for job_id, within in (("plain", False), ("budgeted", True)):
+        await records.add_job(a_job(job_id, "e1", 1.0))
+        outcome = JobOutcome("completed", 0, "a\x00b", "\x00", False, False, 9.0, 1.0, None, None)
+        if within:
+            kept = await records.finish_job_within(
+                job_id, outcome, sandbox_key="k", command="printf", day_budget=1_000_000
+            )
+            assert kept
+        else:
+            await records.finish_job(job_id, outcome)
+        job = await records.load_job("k", job_id)
+        assert job is not None
+        assert (job.status, job.stdout, job.stderr) == ("completed", "a\ufffdb", "\ufffd")
+        ends = await records.load_job_ends("k", job_id, head=1, tail=1, command_chars=9)
+        assert ends is not None
+        assert (ends.stdout.head, ends.stdout.tail, ends.stdout.length) == ("a", "b", 3)
