@@ -13,6 +13,7 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+import sqlalchemy as sa
 from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -24,6 +25,7 @@ from app.experiments.views import (
     excerpt,
 )
 from app.mcp.resources import _logged
+from app.storage.experiment_rows import JobRow
 from app.storage.experiment_store import SqlExperimentStore
 
 MB = 1_048_576
@@ -41,7 +43,12 @@ def old_logged(job: JobRecord) -> str:
 
 
 async def add_job(
-    records: SqlExperimentStore, job_id: str, command: str, stdout: str, stderr: str
+    engine: AsyncEngine,
+    records: SqlExperimentStore,
+    job_id: str,
+    command: str,
+    stdout: str,
+    stderr: str,
 ) -> None:
     await records.add_job(
         JobRecord(job_id, "exp", "k", "command", command, "running", False, 60, 1.0)
@@ -49,10 +56,15 @@ async def add_job(
     await records.finish_job(
         job_id, JobOutcome("failed", 3, stdout, stderr, False, False, 2.0, 1.0, None, None)
     )
+    # As stored before NULs were replaced (a row of an older server): written as is.
+    async with engine.begin() as connection:
+        await connection.execute(
+            sa.update(JobRow).where(JobRow.job_id == job_id).values(stdout=stdout, stderr=stderr)
+        )
 
 
 # Around both boundaries, several scripts (one to four UTF-8 bytes a character), a NUL
-# (SQLite's length and substr stop at one), and none at all.
+# (in a row an older server stored; SQLite's length and substr stop at one), and none.
 OUTPUTS = [
     "",
     "short\n",
@@ -74,7 +86,7 @@ async def test_the_log_of_a_job_is_the_text_its_whole_record_gave(
     await records.add(an_experiment("exp"), "created")
     out, err = OUTPUTS[index], OUTPUTS[-1 - index]
     for n, command in enumerate(["make test", "é" * (MAX_LISTED_COMMAND_CHARS + 17)]):
-        await add_job(records, f"job_{n}", command, out, err)
+        await add_job(sqlite_engine, records, f"job_{n}", command, out, err)
         ends = await records.load_job_ends(
             "k",
             f"job_{n}",
@@ -98,7 +110,9 @@ async def test_the_ends_of_big_outputs_are_read_not_the_outputs(
     await records.add(an_experiment("exp"), "created")
     jobs = 10
     for n in range(jobs):
-        await add_job(records, f"job_{n}", "yes | head -c 1048576", "y" * MB, "e" * MB)
+        await add_job(
+            sqlite_engine, records, f"job_{n}", "yes | head -c 1048576", "y" * MB, "e" * MB
+        )
 
     tracemalloc.start()
     try:
