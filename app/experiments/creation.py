@@ -169,8 +169,11 @@ class ExperimentCreator:
         deadline = None if request.until_done else time.monotonic() + self._options.sync_wait_s
         experiment_id = "exp_" + uuid.uuid4().hex[:12]
         detached = asyncio.Event()  # set when the call stops waiting for the preparation
+        recorded = asyncio.Event()  # set once its record is written (CREATING)
         task = asyncio.create_task(
-            self._prepare_then_set_up(call, request, experiment_id, copy_from, env, detached),
+            self._prepare_then_set_up(
+                call, request, experiment_id, copy_from, env, detached, recorded
+            ),
             name=f"create {experiment_id}",
         )
         self._preparing.add(task)
@@ -189,7 +192,7 @@ class ExperimentCreator:
                 raise  # the wait (a client that hung up keeps its experiment)
             if not task.done():
                 detached.set()  # no await since the wait: the task sees it when it goes on
-                return await self._still_preparing(call, request, experiment_id)
+                return await self._still_preparing(call, request, experiment_id, task, recorded)
             _, timeout_s = task.result()
         setup, notes = await self._set_up(call, request, experiment_id, timeout_s, env, deadline)
         created = await self._records.get(call.sandbox_key, experiment_id)
@@ -222,8 +225,20 @@ class ExperimentCreator:
             log.info("experiment.create_failed", code=getattr(task.exception(), "code", None))
 
     async def _still_preparing(
-        self, call: CallContext, request: CreateRequest, experiment_id: str
+        self,
+        call: CallContext,
+        request: CreateRequest,
+        experiment_id: str,
+        task: asyncio.Task[tuple[WorkspaceReport, float]],
+        recorded: asyncio.Event,
     ) -> CreatedExperiment:
+        # A short SYNC_WAIT_S may end before the task has written the record: the answer
+        # reads it once written (or once the task ended, written or not).
+        written = asyncio.ensure_future(recorded.wait())
+        try:
+            await asyncio.wait({task, written}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            written.cancel()
         record = await self._records.get(call.sandbox_key, experiment_id)
         doing = "cloning the repository" if request.git_url else "copying the project"
         then = (
@@ -251,10 +266,13 @@ class ExperimentCreator:
         copy_from: ExperimentDirs | None,
         env: dict[str, str],
         detached: asyncio.Event,
+        recorded: asyncio.Event,
     ) -> tuple[WorkspaceReport, float]:
         """Prepare the experiment; once nobody waits for it, run its setup commands here
         too, each to its end (the call that would have run them has answered)."""
-        prepared, timeout_s = await self._prepare(call, request, experiment_id, copy_from, env)
+        prepared, timeout_s = await self._prepare(
+            call, request, experiment_id, copy_from, env, recorded
+        )
         if detached.is_set() and request.setup_commands:
             await self._set_up(call, request, experiment_id, timeout_s, env, None)
         return prepared, timeout_s
@@ -266,6 +284,7 @@ class ExperimentCreator:
         experiment_id: str,
         copy_from: ExperimentDirs | None,
         env: dict[str, str],
+        recorded: asyncio.Event,
     ) -> tuple[WorkspaceReport, float]:
         """Record the experiment, fill its workspace and start its container: READY, and
         its command timeout; or, on any failure (a cancel too), nothing left but a record
@@ -291,6 +310,7 @@ class ExperimentCreator:
             creator_process=self._process_id,
         )
         await self._records.add(record, "create_experiment called")
+        recorded.set()
         dirs = ExperimentDirs.of(call.slot_root, experiment_id)
         spec = ContainerSpec(
             experiment_id=experiment_id,

@@ -998,3 +998,34 @@ async def test_a_creation_whose_process_died_is_retired_with_what_to_do_and_leav
     finally:
         await world.manager.stop_creations()  # the "dead" process's task, in this test
         await other.trash.close()
+
+
+async def test_a_short_sync_wait_answers_once_the_record_is_written(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """A SYNC_WAIT_S shorter than writing the record: the CREATING answer read a record
+    not written yet (EXPERIMENT_NOT_FOUND for an experiment being made)."""
+    world = await make_world(tmp_path, sync_wait_s=0.05)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()
+    gate = asyncio.Event()
+    add = world.records.add
+
+    async def held_add(experiment: Any, reason: str) -> None:
+        await gate.wait()
+        await add(experiment, reason)
+
+    world.records.add = held_add  # type: ignore[method-assign]
+    call = asyncio.create_task(
+        world.manager.create(world.call(), CreateRequest(git_url="https://example.test/r.git"))
+    )
+    await asyncio.sleep(0.3)  # past the synchronous wait; the record is held back
+    gate.set()
+    created = await call
+    assert created.state == "CREATING"
+    world.backend.clone_gate.set()
+
+    async def ready() -> bool:
+        return (await world.manager.get(world.call(), created.experiment_id)).state == "READY"
+
+    await until(ready, "the clone done")
