@@ -106,8 +106,12 @@ class ExperimentCreator:
         clock: Callable[[], float] = time.time,
         warm: WarmSource | None = None,
         prepared: PreparedSource | None = None,
+        process_id: str | None = None,
     ) -> None:
         self._records = records
+        # Recorded on each experiment it creates: if this process dies mid-way, recovery
+        # in another (or the next) retires what it left CREATING.
+        self._process_id = process_id
         self._backend = backend
         self._commands = commands
         self._options = options
@@ -165,8 +169,11 @@ class ExperimentCreator:
         deadline = None if request.until_done else time.monotonic() + self._options.sync_wait_s
         experiment_id = "exp_" + uuid.uuid4().hex[:12]
         detached = asyncio.Event()  # set when the call stops waiting for the preparation
+        recorded = asyncio.Event()  # set once its record is written (CREATING)
         task = asyncio.create_task(
-            self._prepare_then_set_up(call, request, experiment_id, copy_from, env, detached),
+            self._prepare_then_set_up(
+                call, request, experiment_id, copy_from, env, detached, recorded
+            ),
             name=f"create {experiment_id}",
         )
         self._preparing.add(task)
@@ -176,7 +183,7 @@ class ExperimentCreator:
         slow = bool(request.git_url or request.from_experiment or request.project_path)
         if deadline is None or not slow:
             # A call that waits to the end owns its creation: cancelling it cancels that.
-            prepared, timeout_s = await task
+            _, timeout_s = await task
         else:
             try:
                 await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0.0))
@@ -185,20 +192,15 @@ class ExperimentCreator:
                 raise  # the wait (a client that hung up keeps its experiment)
             if not task.done():
                 detached.set()  # no await since the wait: the task sees it when it goes on
-                return await self._still_preparing(call, request, experiment_id)
-            prepared, timeout_s = task.result()
+                return await self._still_preparing(call, request, experiment_id, task, recorded)
+            _, timeout_s = task.result()
         setup, notes = await self._set_up(call, request, experiment_id, timeout_s, env, deadline)
         created = await self._records.get(call.sandbox_key, experiment_id)
         # Its only jobs are setup commands: without any, there is nothing to read back.
         jobs = await self._records.jobs_of(experiment_id) if setup else []
         view = ExperimentView.of(created, jobs)
-        return CreatedExperiment(
-            **view.model_dump(exclude={"notes"}),
-            notes=notes,
-            setup=setup,
-            files_copied=prepared.files,
-            secrets_skipped=prepared.secrets_skipped,
-        )
+        # Its record holds what the preparation copied (files_copied, secrets_skipped).
+        return CreatedExperiment(**view.model_dump(exclude={"notes"}), notes=notes, setup=setup)
 
     def is_creating(self, sandbox_key: str) -> bool:
         """An experiment of the sandbox is being created (perhaps after its call ended)."""
@@ -223,8 +225,20 @@ class ExperimentCreator:
             log.info("experiment.create_failed", code=getattr(task.exception(), "code", None))
 
     async def _still_preparing(
-        self, call: CallContext, request: CreateRequest, experiment_id: str
+        self,
+        call: CallContext,
+        request: CreateRequest,
+        experiment_id: str,
+        task: asyncio.Task[tuple[WorkspaceReport, float]],
+        recorded: asyncio.Event,
     ) -> CreatedExperiment:
+        # A short SYNC_WAIT_S may end before the task has written the record: the answer
+        # reads it once written (or once the task ended, written or not).
+        written = asyncio.ensure_future(recorded.wait())
+        try:
+            await asyncio.wait({task, written}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            written.cancel()
         record = await self._records.get(call.sandbox_key, experiment_id)
         doing = "cloning the repository" if request.git_url else "copying the project"
         then = (
@@ -252,10 +266,13 @@ class ExperimentCreator:
         copy_from: ExperimentDirs | None,
         env: dict[str, str],
         detached: asyncio.Event,
+        recorded: asyncio.Event,
     ) -> tuple[WorkspaceReport, float]:
         """Prepare the experiment; once nobody waits for it, run its setup commands here
         too, each to its end (the call that would have run them has answered)."""
-        prepared, timeout_s = await self._prepare(call, request, experiment_id, copy_from, env)
+        prepared, timeout_s = await self._prepare(
+            call, request, experiment_id, copy_from, env, recorded
+        )
         if detached.is_set() and request.setup_commands:
             await self._set_up(call, request, experiment_id, timeout_s, env, None)
         return prepared, timeout_s
@@ -267,6 +284,7 @@ class ExperimentCreator:
         experiment_id: str,
         copy_from: ExperimentDirs | None,
         env: dict[str, str],
+        recorded: asyncio.Event,
     ) -> tuple[WorkspaceReport, float]:
         """Record the experiment, fill its workspace and start its container: READY, and
         its command timeout; or, on any failure (a cancel too), nothing left but a record
@@ -289,8 +307,10 @@ class ExperimentCreator:
             created_at=now,
             updated_at=now,
             findings=None,
+            creator_process=self._process_id,
         )
         await self._records.add(record, "create_experiment called")
+        recorded.set()
         dirs = ExperimentDirs.of(call.slot_root, experiment_id)
         spec = ContainerSpec(
             experiment_id=experiment_id,
@@ -359,6 +379,8 @@ class ExperimentCreator:
                 isolation={**asdict(container.isolation), COMMAND_TIMEOUT_KEY: timeout_s},
                 warnings=[*container.warnings, *([clamped] if clamped else [])],
                 source=prepared.source,
+                files_copied=prepared.files,
+                secrets_skipped=prepared.secrets_skipped,
             )
         except (Exception, asyncio.CancelledError) as exc:
             made = _started(starting) if starting is not None else None
@@ -387,7 +409,8 @@ class ExperimentCreator:
         why = (
             exc.message
             if isinstance(exc, ServiceError)
-            else "The server stopped while it was being created."
+            else "The server stopped while it was being created; create it again with "
+            "create_experiment."
             if isinstance(exc, asyncio.CancelledError)
             else "It could not be created."
         )

@@ -30,7 +30,7 @@ from app.experiments.core.errors import (
     ProjectSourceError,
 )
 from app.experiments.core.jobs import JobRegistry, stop_job
-from app.experiments.core.records import ArtifactRecord, Experiment, JobRecord, JobSummary
+from app.experiments.core.records import ArtifactRecord, Experiment, JobEnds, JobRecord, JobSummary
 from app.experiments.core.states import State
 from app.experiments.core.store import ExperimentStore
 from app.experiments.creation import (
@@ -51,6 +51,8 @@ from app.experiments.recovery.remote_jobs import RemoteJobs
 from app.experiments.recovery.slot_mounts import check_workspace
 from app.experiments.removals import DeferredRemovals
 from app.experiments.views import (
+    EXCERPT_HEAD_CHARS,
+    EXCERPT_TAIL_CHARS,
     MAX_LISTED_COMMAND_CHARS,
     MAX_LISTED_JOBS,
     ChangesView,
@@ -117,10 +119,19 @@ class ExperimentManager:
             output_bytes_per_day=options.job_output_bytes_per_day,
         )
         # Jobs and containers of the other server processes on this database.
-        self.recovery = Recovery(records, backend, registry, jobs, self._commands.kill, clock)
+        self.recovery = Recovery(
+            records, backend, registry, jobs, self._commands.kill, clock, self.trash.discard
+        )
         self._remote = RemoteJobs(records, backend, registry, clock)
         self._creator = ExperimentCreator(
-            records, backend, self._commands, options, clock, warm=warm, prepared=prepared
+            records,
+            backend,
+            self._commands,
+            options,
+            clock,
+            warm=warm,
+            prepared=prepared,
+            process_id=registry.process_id,
         )
         # Running a command or the tests is Execution's (its state check, the one timeout
         # clamp, the waits): the tools call these two as the manager's own.
@@ -192,8 +203,22 @@ class ExperimentManager:
         return view
 
     async def job_record(self, call: CallContext, job_id: str) -> JobRecord:
-        """The job as recorded, its whole output included (for the logs resource)."""
+        """The job as recorded, its whole output included."""
         return await self._job(call, job_id)
+
+    async def job_ends(self, call: CallContext, job_id: str) -> JobEnds:
+        """The job as the logs resource shows it: its command cut as the listings cut
+        it, and the excerpts' ends of its output (never the whole, up to 2 MB)."""
+        ends = await self._records.load_job_ends(
+            call.sandbox_key,
+            job_id,
+            head=EXCERPT_HEAD_CHARS,
+            tail=EXCERPT_TAIL_CHARS,
+            command_chars=MAX_LISTED_COMMAND_CHARS,
+        )
+        if ends is None:
+            raise ExperimentNotFound("job", job_id)
+        return ends
 
     async def cancel_job(self, call: CallContext, job_id: str) -> JobView:
         row = await self._job(call, job_id)

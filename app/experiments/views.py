@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.experiments.core.records import Experiment, JobRecord, JobSummary
+from app.experiments.core.records import Experiment, JobRecord, JobSummary, OutputEnds
 from app.experiments.core.result import Result
 from app.experiments.options import ExperimentOptions
 from app.experiments.output_budget import not_kept_note
@@ -33,11 +33,17 @@ Stream = Literal["stdout", "stderr"]
 def excerpt(text: str) -> tuple[str, int]:
     """``text`` if it is short; else its head and tail around a marker, and how many
     characters were left out."""
-    if len(text) <= EXCERPT_HEAD_CHARS + EXCERPT_TAIL_CHARS:
-        return text, 0
-    left_out = len(text) - EXCERPT_HEAD_CHARS - EXCERPT_TAIL_CHARS
+    return excerpt_of(OutputEnds.of(text, EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS))
+
+
+def excerpt_of(ends: OutputEnds) -> tuple[str, int]:
+    """``excerpt`` of a stream from its ends (``OutputEnds`` of ``EXCERPT_HEAD_CHARS``
+    and ``EXCERPT_TAIL_CHARS``), as the database cuts them."""
+    if ends.length <= EXCERPT_HEAD_CHARS + EXCERPT_TAIL_CHARS:
+        return ends.head, 0
+    left_out = ends.length - EXCERPT_HEAD_CHARS - EXCERPT_TAIL_CHARS
     marker = f"\n[... {left_out} characters left out of this excerpt ...]\n"
-    return text[:EXCERPT_HEAD_CHARS] + marker + text[-EXCERPT_TAIL_CHARS:], left_out
+    return ends.head + marker + ends.tail, left_out
 
 
 class OutputPage(Result):
@@ -224,6 +230,14 @@ class ExperimentView(Result):
     findings: dict[str, Any] | None = Field(
         default=None, description="Recorded when the experiment was destroyed."
     )
+    files_copied: int | None = Field(
+        default=None,
+        description="Files its creation put in the workspace; null until it is prepared.",
+    )
+    secrets_skipped: int | None = Field(
+        default=None,
+        description="Secret-shaped files left out of the copy; null until it is prepared.",
+    )
     # Seed 001's names for the same facts.
     objective: str = Field(default="", description="The same as `goal`.")
     base_image: str = Field(default="", description="The same as `image`.")
@@ -246,6 +260,8 @@ class ExperimentView(Result):
             created_at=experiment.created_at,
             jobs=[JobView.summary(job) for job in jobs or []],
             findings=experiment.findings,
+            files_copied=experiment.files_copied,
+            secrets_skipped=experiment.secrets_skipped,
             objective=experiment.goal,
             base_image=experiment.image,
             status=experiment.state.value,
@@ -286,8 +302,6 @@ class CreatedExperiment(ExperimentView):
     setup: list[JobView] = Field(
         default_factory=list, description="Setup commands in order; they stop at the first failure."
     )
-    files_copied: int = 0
-    secrets_skipped: int = Field(default=0, description="Secret-shaped files left out of the copy.")
 
 
 class ExperimentList(Result):

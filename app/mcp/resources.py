@@ -8,9 +8,9 @@ import json
 from mcp.server.mcpserver import MCPServer
 
 from app.errors import InvalidArgument
-from app.experiments.core.records import JobRecord
+from app.experiments.core.records import JobEnds
 from app.experiments.manager import ExperimentManager
-from app.experiments.views import MAX_LISTED_COMMAND_CHARS, excerpt
+from app.experiments.views import excerpt_of
 from app.mcp.fit import MAX_RESULT_CHARS
 from app.mcp.runner import ToolRunner
 from jail import CallContext
@@ -20,7 +20,8 @@ from jail import CallContext
 # client that reads it into the model's context (Claude Code's @-mention) has the same
 # window as for a tool's result: it keeps the newest jobs that fit in as many characters
 # as a tool's result may have, each job's output shown as the views show it (head and
-# tail excerpts); get_job_result reads any job whole, page by page.
+# tail excerpts, cut by the database: a job's whole output is never read for them);
+# get_job_result reads any job whole, page by page.
 MAX_LOG_CHARS = MAX_RESULT_CHARS
 
 
@@ -102,7 +103,7 @@ async def experiment_log(manager: ExperimentManager, call: CallContext, experime
     while True:
         view = await manager.get(call, experiment_id, jobs_skip=shown)
         for job in reversed(view.jobs):
-            part = _logged(await manager.job_record(call, job.job_id))
+            part = _logged(await manager.job_ends(call, job.job_id))
             if len(part) > room:
                 parts.append(
                     f"[{view.jobs_total - shown} earlier jobs not shown: this log keeps the "
@@ -116,12 +117,12 @@ async def experiment_log(manager: ExperimentManager, call: CallContext, experime
             return "\n".join(reversed(parts))
 
 
-def _logged(job: JobRecord) -> str:
+def _logged(job: JobEnds) -> str:
     """One job in the log: its command (cut as the listings cut it) and the excerpts of
     its output, at most about 21,000 characters, so the newest job always fits."""
-    command = job.command[:MAX_LISTED_COMMAND_CHARS]
-    if len(job.command) > len(command):
-        command += f" [... {len(job.command) - len(command)} characters of the command]"
-    stdout, _ = excerpt(job.stdout or "")
-    stderr, _ = excerpt(job.stderr or "")
+    command = job.command
+    if job.command_length > len(command):
+        command += f" [... {job.command_length - len(command)} characters of the command]"
+    stdout, _ = excerpt_of(job.stdout)
+    stderr, _ = excerpt_of(job.stderr)
     return f"$ {command}\n{stdout}{stderr}[{job.status}, exit {job.exit_code}] {job.job_id}\n"

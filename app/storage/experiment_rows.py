@@ -50,6 +50,9 @@ class ExperimentRow(Base):
     created_at: Mapped[float] = mapped_column(sa.Float)
     updated_at: Mapped[float] = mapped_column(sa.Float)
     findings: Mapped[str | None] = mapped_column(sa.Text)
+    files_copied: Mapped[int | None] = mapped_column(sa.Integer)
+    secrets_skipped: Mapped[int | None] = mapped_column(sa.Integer)
+    creator_process: Mapped[str | None] = mapped_column(sa.String(40))
 
 
 class TransitionRow(Base):

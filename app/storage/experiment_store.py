@@ -16,21 +16,24 @@ until its clock (``start_artifact_clock``) runs out.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import InstrumentedAttribute
 
 from app.experiments.core.errors import ExperimentNotFound
 from app.experiments.core.records import (
     ArtifactRecord,
     Experiment,
     JobControl,
+    JobEnds,
     JobOutcome,
     JobRecord,
     JobSummary,
     JobTally,
     LostJob,
+    OutputEnds,
 )
 from app.experiments.core.states import State, check_transition
 from app.experiments.output_budget import cut, day_of, stored_bytes
@@ -181,11 +184,16 @@ class SqlExperimentStore(CancelRequests):
             )
             return [(r.from_state, r.to_state, r.reason) for r in rows]
 
-    async def refused_creations(self, stale_before: float) -> list[Experiment]:
+    async def refused_creations(
+        self, stale_before: float, live_processes: set[str]
+    ) -> list[Experiment]:
         """Experiments whose creation failed before they got a container (for example
-        while the Docker engine was down), or still CREATING since before
-        ``stale_before`` (a server process killed mid-way): nothing of them is left but
-        the record (the sweep removes a container not recorded)."""
+        while the Docker engine was down), or still CREATING with their creating process
+        not in ``live_processes`` (killed mid-way) or since before ``stale_before`` (no
+        creation takes that long; a record from before processes were named): nothing
+        of them is left but the record and a folder (the sweep removes a container not
+        recorded)."""
+        creator = ExperimentRow.creator_process
         async with self._transaction() as session:
             rows = await session.scalars(
                 sa.select(ExperimentRow).where(
@@ -194,7 +202,10 @@ class SqlExperimentStore(CancelRequests):
                         ExperimentRow.state == State.FAILED.value,
                         sa.and_(
                             ExperimentRow.state == State.CREATING.value,
-                            ExperimentRow.updated_at < stale_before,
+                            sa.or_(
+                                ExperimentRow.updated_at < stale_before,
+                                sa.and_(creator.is_not(None), creator.not_in(live_processes)),
+                            ),
                         ),
                     ),
                 )
@@ -226,7 +237,7 @@ class SqlExperimentStore(CancelRequests):
             session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
 
     async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
-        values = asdict(outcome)
+        values = asdict(storable(outcome))
         values["test_summary"] = dumps_or_none(values["test_summary"])
         async with self._transaction() as session:
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
@@ -249,6 +260,7 @@ class SqlExperimentStore(CancelRequests):
         total stays within the budget (``bytes + n <= budget`` in the statement
         itself, on the row it locked), so processes finishing jobs of one sandbox at
         once never pass it between them (SQLite writes one at a time)."""
+        outcome = storable(outcome)  # before it is measured: what is stored is charged
         day = day_of(outcome.finished_at)
         whole = stored_bytes(command, outcome.stdout, outcome.stderr)
         cut_outcome, cut_command = cut(outcome, command)
@@ -335,6 +347,54 @@ class SqlExperimentStore(CancelRequests):
                 .order_by(JobRow.started_at)
             )
             return [job_summary_of(row) for row in rows]
+
+    async def load_job_ends(
+        self, sandbox_key: str, job_id: str, *, head: int, tail: int, command_chars: int
+    ) -> JobEnds | None:
+        """The job with its command cut to ``command_chars`` and only the ends of each
+        output stream, ``head`` and ``tail`` characters, cut by the database: what the
+        logs resource shows of a job reads that much, not the whole of its output (up
+        to 1 MB a stream) to throw most of it away."""
+        async with self._transaction() as session:
+            sqlite = session.bind is not None and session.bind.dialect.name == "sqlite"
+            row = (
+                await session.execute(
+                    sa.select(
+                        sa.func.substr(JobRow.command, 1, command_chars).label("command"),
+                        sa.func.length(JobRow.command).label("command_length"),
+                        JobRow.status,
+                        JobRow.exit_code,
+                        *_ends(JobRow.stdout, "stdout", head, tail, sqlite),
+                        *_ends(JobRow.stderr, "stderr", head, tail, sqlite),
+                    ).where(JobRow.job_id == job_id, JobRow.sandbox_key == sandbox_key)
+                )
+            ).first()
+            if row is None:
+                return None
+            streams: dict[str, OutputEnds] = {}
+            for name in ("stdout", "stderr"):
+                if getattr(row, f"{name}_nul", False):
+                    # SQLite counts and cuts text only up to a NUL character, which a
+                    # command may print: such a stream is read whole and cut here.
+                    whole = await session.scalar(
+                        sa.select(getattr(JobRow, name)).where(JobRow.job_id == job_id)
+                    )
+                    streams[name] = OutputEnds.of(whole or "", head, tail)
+                else:
+                    streams[name] = OutputEnds(
+                        getattr(row, f"{name}_head"),
+                        getattr(row, f"{name}_tail"),
+                        int(getattr(row, f"{name}_length")),
+                    )
+            return JobEnds(
+                job_id=job_id,
+                command=row.command,
+                command_length=int(row.command_length),
+                status=row.status,
+                exit_code=row.exit_code,
+                stdout=streams["stdout"],
+                stderr=streams["stderr"],
+            )
 
     async def newest_jobs(
         self, experiment_id: str, count: int, skip: int, command_chars: int
@@ -495,3 +555,42 @@ class SqlExperimentStore(CancelRequests):
             await session.execute(
                 sa.delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(artifact_ids))
             )
+
+
+def storable(outcome: JobOutcome) -> JobOutcome:
+    """``outcome`` with each NUL character of its output as U+FFFD (what the decoder makes
+    of bytes that are not text). A command may print NUL; PostgreSQL's text cannot hold
+    it, and refused the whole update, which left the job running for ever (its sandbox
+    busy, never emptied); SQLite stored it, but its text functions stop at it. Both
+    databases now keep the same output."""
+    if "\x00" not in outcome.stdout and "\x00" not in outcome.stderr:
+        return outcome
+    return replace(
+        outcome,
+        stdout=outcome.stdout.replace("\x00", "\ufffd"),
+        stderr=outcome.stderr.replace("\x00", "\ufffd"),
+    )
+
+
+def _ends(
+    column: InstrumentedAttribute[str | None], name: str, head: int, tail: int, sqlite: bool
+) -> list[sa.ColumnElement[Any]]:
+    """The columns of one output stream's ends (``load_job_ends``): its length in
+    characters, then its whole text if it holds at most ``head + tail`` of them, else its
+    first ``head``; its last ``tail`` (empty when whole); and, on SQLite, whether it holds
+    a NUL (which both databases' ``length`` and ``substr`` count in characters, but
+    SQLite's stop at)."""
+    text = sa.func.coalesce(column, "")
+    length = sa.func.length(text)
+    short = length <= head + tail
+    columns: list[sa.ColumnElement[Any]] = [
+        length.label(f"{name}_length"),
+        sa.case((short, text), else_=sa.func.substr(text, 1, head)).label(f"{name}_head"),
+        # Past the head: its start is above head + 1, never the negative positions that
+        # count from the end in SQLite and not in PostgreSQL.
+        sa.case((short, ""), else_=sa.func.substr(text, length - tail + 1)).label(f"{name}_tail"),
+    ]
+    if sqlite:
+        nul = sa.func.instr(sa.cast(text, sa.LargeBinary), sa.literal(b"\x00", sa.LargeBinary))
+        columns.append((nul > 0).label(f"{name}_nul"))
+    return columns

@@ -26,6 +26,13 @@ class Experiment:
     created_at: float
     updated_at: float
     findings: dict[str, Any] | None
+    # What its preparation put in its workspace and left out (secret-shaped files),
+    # once prepared: kept, so an agent whose create went on in the background reads them.
+    files_copied: int | None = None
+    secrets_skipped: int | None = None
+    # The server process that created it: one still CREATING whose process died (its
+    # heartbeat stale) is retired by recovery (app/experiments/recovery/recovery.py).
+    creator_process: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,38 @@ class JobRecord(JobSummary):
 
     stdout: str | None = None
     stderr: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputEnds:
+    """One recorded output stream as the database cut it: the whole of it when it holds
+    at most the head and tail asked for (``tail`` then empty), else its first and last
+    characters; and its whole length in characters."""
+
+    head: str
+    tail: str
+    length: int
+
+    @classmethod
+    def of(cls, text: str, head: int, tail: int) -> OutputEnds:
+        """The same, cut here (what the database does, for a stream it cannot cut)."""
+        if len(text) <= head + tail:
+            return cls(text, "", len(text))
+        return cls(text[:head], text[len(text) - tail :], len(text))
+
+
+@dataclass(frozen=True)
+class JobEnds:
+    """A job as the logs resource shows it: its command cut (and its whole length), how
+    it ended, and the ends of its output, never the whole of it (up to 2 MB a job)."""
+
+    job_id: str
+    command: str
+    command_length: int
+    status: str
+    exit_code: int | None
+    stdout: OutputEnds
+    stderr: OutputEnds
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from app.experiments.core.records import (
     ArtifactRecord,
     Experiment,
     JobControl,
+    JobEnds,
     JobOutcome,
     JobRecord,
     JobSummary,
@@ -61,9 +62,12 @@ class ExperimentStore(Protocol):
         """Point a live experiment at a new container, if it still has ``old``."""
         ...
 
-    async def refused_creations(self, stale_before: float) -> list[Experiment]:
+    async def refused_creations(
+        self, stale_before: float, live_processes: set[str]
+    ) -> list[Experiment]:
         """Experiments whose creation failed before they got a container, or still
-        CREATING since before ``stale_before`` (their server process stopped mid-way)."""
+        CREATING with their creating process not in ``live_processes`` or since before
+        ``stale_before``: their server process stopped mid-way."""
         ...
 
     # Jobs.
@@ -94,6 +98,13 @@ class ExperimentStore(Protocol):
 
     async def jobs_of(self, experiment_id: str) -> list[JobSummary]:
         """The experiment's jobs in the order they started, without their output."""
+        ...
+
+    async def load_job_ends(
+        self, sandbox_key: str, job_id: str, *, head: int, tail: int, command_chars: int
+    ) -> JobEnds | None:
+        """The job with its command cut to ``command_chars`` and only the ends of each
+        output stream (``head`` and ``tail`` characters), cut by the database."""
         ...
 
     async def newest_jobs(

@@ -13,7 +13,11 @@ process; every step is idempotent, so processes running it at once agree:
   recreated (``app.experiments.recovery.recreation``);
 * experiments whose creation was refused before they got a container (for example
   while the engine was down) are retired, so they no longer count toward the
-  live-experiment limit;
+  live-experiment limit; so is one still CREATING whose creating process died (a
+  clone or a copy that went on past its call when the server was killed): its record
+  ends DESTROYED with a warning saying to create it again, its folder goes to its
+  slot's trash, and the containers its process left (the clone helper, a container
+  not yet recorded) are swept;
 * a ZFS slot whose dataset went away under live experiments (zfs-fuse restarted) is
   mounted again before the revive step (``app.experiments.recovery.slot_mounts``);
 * a cancel asked for through another process reaches the job's owner here too;
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import structlog
 
@@ -37,6 +42,7 @@ from app.experiments.core.states import State
 from app.experiments.core.store import ExperimentStore
 from app.experiments.recovery.process_registry import ProcessRegistry
 from app.experiments.recovery.recreation import recreate
+from app.experiments.workspace.dirs import ExperimentDirs
 from app.runtime.backend import SandboxBackend
 from app.sampling import ThrottledLog
 from pool.background import cancel_and_wait
@@ -55,6 +61,12 @@ REFUSED_CREATION = (
     "its creation was refused before it had a container; retired so that it no "
     "longer counts toward the live-experiment limit"
 )
+CREATOR_STOPPED = "the server process creating it stopped; retired"
+# What the agent reads (get_experiment's warnings), as a failed creation's are worded.
+CREATOR_STOPPED_WARNING = (
+    "Creation failed: the server stopped (restarted or killed) while it was being "
+    "prepared, so nothing of it is left. Create it again with create_experiment."
+)
 
 
 async def _no_slot(_key: str) -> Slot | None:
@@ -62,6 +74,10 @@ async def _no_slot(_key: str) -> Slot | None:
 
 
 async def _nothing() -> None:
+    return None
+
+
+async def _keep(_folder: Path) -> None:
     return None
 
 
@@ -74,8 +90,11 @@ class Recovery:
         jobs: JobRegistry,
         kill: Callable[[RunningJob], Awaitable[None]],
         clock: Callable[[], float] = time.time,
+        discard: Callable[[Path], Awaitable[object]] = _keep,
     ) -> None:
         self._records = records
+        # Moves an experiment's folder to its slot's trash (the manager's Trash).
+        self._discard = discard
         self._backend = backend
         self.registry = registry
         self._jobs = jobs
@@ -145,15 +164,48 @@ class Recovery:
         return len(revival.started) + recreated
 
     async def retire_refused_creations(self) -> int:
+        """Retire the creations that can never end: refused before they got a container,
+        or still CREATING with their creating process dead or older than
+        STALE_CREATION_S; how many."""
         retired = 0
         stale_before = self._clock() - STALE_CREATION_S
-        for experiment in await self._records.refused_creations(stale_before):
-            with contextlib.suppress(InvalidTransition):
+        live = await self.registry.live()
+        left_behind = False
+        folders: list[Path] = []
+        for experiment in await self._records.refused_creations(stale_before, live):
+            creating = experiment.state is State.CREATING
+            with contextlib.suppress(InvalidTransition):  # another process was first
                 await self._records.transition(
-                    experiment.experiment_id, State.DESTROYED, REFUSED_CREATION, self._clock()
+                    experiment.experiment_id,
+                    State.DESTROYED,
+                    CREATOR_STOPPED if creating else REFUSED_CREATION,
+                    self._clock(),
+                    **({"warnings": [CREATOR_STOPPED_WARNING]} if creating else {}),
                 )
                 retired += 1
+                if creating:
+                    left_behind = True
+                    slot = await self.slot_of(experiment.sandbox_key)
+                    if slot is not None:  # else its sandbox is being emptied, folder too
+                        folders.append(ExperimentDirs.of(slot.root, experiment.experiment_id).root)
+        if left_behind:
+            await self._sweep_dead_processes()
+        # After the sweep: the dead process's clone helper wrote into the folder until then.
+        for folder in folders:
+            await self._discard(folder)
+        if retired:
+            log.warning("experiments.creations_retired", experiments=retired)
         return retired
+
+    async def _sweep_dead_processes(self) -> None:
+        """Remove the containers of processes now dead that no live experiment holds: a
+        killed process's clone helper, or the container it started for an experiment it
+        never recorded, spared by the start-up sweep while its heartbeat was fresh."""
+        holding = {e.container_id for e in await self._records.live() if e.container_id}
+        try:
+            await self._backend.sweep(holding, frozenset(await self.registry.live()))
+        except ServiceError as exc:  # the engine away: the next start sweeps them
+            log.warning("experiments.sweep_skipped", code=exc.code, reason=exc.message)
 
     async def answer_cancel_requests(self) -> None:
         """Kill this process's jobs that another process asked to cancel."""

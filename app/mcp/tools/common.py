@@ -1,5 +1,6 @@
 """What the tool modules share: what every tool runs on (``ToolDeps``) and how it is
-declared (``tool``), parameter types, annotation presets, progress, a command tool's call.
+declared (``tool``), parameter types, annotation presets, progress, a command tool's call,
+and a file tool's work on a workspace (``in_workspace``).
 
 A tool is a module-level ``async def`` whose first parameter is ``deps: ToolDeps``; its
 other parameters are the tool's input (the MCP SDK reads them, and its return annotation,
@@ -18,7 +19,8 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
@@ -50,6 +52,23 @@ class ToolDeps:
 
 ToolFunction = Callable[..., Awaitable[CallToolResult]]
 F = TypeVar("F", bound=ToolFunction)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def in_workspace(
+    deps: ToolDeps,
+    call: CallContext,
+    experiment_id: str,
+    work: Callable[Concatenate[Path, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """``work(workspace, *args, **kwargs)`` on the experiment's workspace folder, in a
+    thread of the caller's sandbox's share (a walk of a tenant's tree must not hold the
+    event loop, nor more threads than the sandbox's share)."""
+    workspace = await deps.manager.workspace(call, experiment_id)
+    return await call.in_thread(work, workspace, *args, **kwargs)
 
 
 @dataclass(frozen=True)

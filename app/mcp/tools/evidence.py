@@ -22,6 +22,7 @@ from app.mcp.tools.common import (
     SeedTimeout,
     ToolDeps,
     hints,
+    in_workspace,
     run_job,
     tool,
 )
@@ -180,8 +181,7 @@ async def map_project(
         cached = call.project_map.value
         if cached is not None and cached.get("experiment_id") == experiment_id:
             return project.ProjectMap.model_validate(cached["map"])
-        workspace = await deps.manager.workspace(call, experiment_id)
-        mapped = await call.in_thread(project.project_map, workspace)
+        mapped = await in_workspace(deps, call, experiment_id, project.project_map)
         call.project_map.value = {"experiment_id": experiment_id, "map": mapped.model_dump()}
         return mapped
 

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from app.experiments.workspace import files
 from app.mcp.envelope import enveloped
-from app.mcp.tools.common import READ_ONLY, ExperimentId, ToolDeps, hints, tool
+from app.mcp.tools.common import READ_ONLY, ExperimentId, ToolDeps, hints, in_workspace, tool
 from jail import CallContext
 
 WorkspacePath = Annotated[
@@ -31,8 +31,7 @@ async def changed(
 ) -> files.FileWritten:
     """``change`` applied to the experiment's workspace (in a thread of the sandbox's
     share): the project's map is stale from then on."""
-    workspace = await deps.manager.workspace(call, experiment_id)
-    written = await call.in_thread(change, workspace)
+    written = await in_workspace(deps, call, experiment_id, change)
     call.project_map.invalidate()
     return written
 
@@ -61,10 +60,11 @@ async def read_sandbox_file(
     max_bytes: Annotated[int, Field(ge=1, le=files.MAX_READ_BYTES)] = 262_144,
 ) -> Annotated[CallToolResult, enveloped(files.FileContent)]:
     async def body(call: CallContext) -> files.FileContent:
-        workspace = await deps.manager.workspace(call, experiment_id)
-        return await call.in_thread(
+        return await in_workspace(
+            deps,
+            call,
+            experiment_id,
             files.read_file,
-            workspace,
             path,
             call.edit_state,
             experiment_id,
@@ -175,8 +175,9 @@ async def list_sandbox_files(
     max_entries: Annotated[int, Field(ge=1, le=5000)] = 500,
 ) -> Annotated[CallToolResult, enveloped(files.FileTree)]:
     async def body(call: CallContext) -> files.FileTree:
-        workspace = await deps.manager.workspace(call, experiment_id)
-        return await call.in_thread(files.list_files, workspace, path, max_entries=max_entries)
+        return await in_workspace(
+            deps, call, experiment_id, files.list_files, path, max_entries=max_entries
+        )
 
     return await deps.runner.run("list_sandbox_files", body, takes_slot=False)
 
@@ -202,7 +203,8 @@ async def search_sandbox(
     max_results: Annotated[int, Field(ge=1, le=2000)] = 200,
 ) -> Annotated[CallToolResult, enveloped(files.SearchResult)]:
     async def body(call: CallContext) -> files.SearchResult:
-        workspace = await deps.manager.workspace(call, experiment_id)
-        return await call.in_thread(files.search, workspace, pattern, path, max_results=max_results)
+        return await in_workspace(
+            deps, call, experiment_id, files.search, pattern, path, max_results=max_results
+        )
 
     return await deps.runner.run("search_sandbox", body, takes_slot=False)

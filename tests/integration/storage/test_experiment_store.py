@@ -115,3 +115,52 @@ async def test_artifacts_weigh_expire_and_keep_their_experiment(
     await records.delete_artifacts(["a1", "a2"])
     assert await records.artifact_bytes_of("k") == 0
     assert await records.forget_destroyed_before(10.0) == 1
+
+
+async def test_the_ends_of_a_job_s_output_are_cut_alike_on_both_databases(
+    records: SqlExperimentStore,
+) -> None:
+    """``load_job_ends`` (the logs resource) counts and cuts in characters on SQLite and
+    PostgreSQL alike, as Python does: multi-byte scripts, around both boundaries."""
+    await records.add(an_experiment("e1"), "created")
+    outputs = ["", "ok\n", "a" * 30, "a" * 31, "é" * 10 + "🙂" * 25 + "z", "🙂" * 31]
+    for n, out in enumerate(outputs):
+        job_id = f"j{n}"
+        await records.add_job(a_job(job_id, "e1", float(n)))
+        await records.finish_job(
+            job_id, JobOutcome("completed", 0, out, out[::-1], False, False, 9.0, 1.0, None, None)
+        )
+        ends = await records.load_job_ends("k", job_id, head=10, tail=20, command_chars=3)
+        assert ends is not None
+        assert (ends.command, ends.command_length) == ("ech", len("echo hi"))
+        for stream, text in ((ends.stdout, out), (ends.stderr, out[::-1])):
+            assert stream.length == len(text)
+            if len(text) <= 30:
+                assert (stream.head, stream.tail) == (text, "")
+            else:
+                assert (stream.head, stream.tail) == (text[:10], text[-20:])
+
+
+async def test_a_job_that_printed_a_nul_is_finished_on_both_databases(
+    records: SqlExperimentStore,
+) -> None:
+    """``printf '\\0'`` is a command like any: PostgreSQL's text refused the NUL, the
+    whole update failed and the job stayed running for ever (its sandbox busy, never
+    emptied). Each NUL is kept as U+FFFD, on both databases alike."""
+    await records.add(an_experiment("e1"), "created")
+    for job_id, within in (("plain", False), ("budgeted", True)):
+        await records.add_job(a_job(job_id, "e1", 1.0))
+        outcome = JobOutcome("completed", 0, "a\x00b", "\x00", False, False, 9.0, 1.0, None, None)
+        if within:
+            kept = await records.finish_job_within(
+                job_id, outcome, sandbox_key="k", command="printf", day_budget=1_000_000
+            )
+            assert kept
+        else:
+            await records.finish_job(job_id, outcome)
+        job = await records.load_job("k", job_id)
+        assert job is not None
+        assert (job.status, job.stdout, job.stderr) == ("completed", "a\ufffdb", "\ufffd")
+        ends = await records.load_job_ends("k", job_id, head=1, tail=1, command_chars=9)
+        assert ends is not None
+        assert (ends.stdout.head, ends.stdout.tail, ends.stdout.length) == ("a", "b", 3)

@@ -36,6 +36,7 @@ from app.experiments.evidence.readers.junit import (  # the package's `junit` is
     MAX_TEST_CASES,
     MAX_TOKEN_BYTES,
 )
+from app.experiments.recovery import recovery
 from app.mcp import fit, request_bounds, resources
 from app.mcp.tasks import extension as tasks
 from app.mcp.tools import seed_names
@@ -87,6 +88,7 @@ CONSTANTS: dict[str, int | float] = {
     "MAX_LISTED_JOBS": views.MAX_LISTED_JOBS,
     "JOB_ROW_BYTES": output_budget.JOB_ROW_BYTES,  # a stored job row, charged with its texts
     "TRASH_WAIT_S": disk_budget.TRASH_WAIT_S,  # a sandbox over budget waits for its trash
+    "STALE_CREATION_S": recovery.STALE_CREATION_S,  # a creation still CREATING is retired
     "MAX_LISTED_COMMAND_CHARS": views.MAX_LISTED_COMMAND_CHARS,
     "MAX_LOG_CHARS": resources.MAX_LOG_CHARS,
     # a clone's output and its lookups

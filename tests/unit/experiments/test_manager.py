@@ -872,7 +872,10 @@ async def test_a_server_stopping_mid_creation_leaves_it_destroyed_not_creating(
     await world.manager.stop_creations()
     view = await world.manager.get(world.call(), created.experiment_id)
     assert view.state == "DESTROYED"
-    assert view.warnings == ["Creation failed: The server stopped while it was being created."]
+    assert view.warnings == [
+        "Creation failed: The server stopped while it was being created; create it again "
+        "with create_experiment."
+    ]
     assert world.backend.containers == {}
     assert not world.manager.is_busy("alice")
 
@@ -907,3 +910,122 @@ async def test_a_clone_whose_caller_hangs_up_goes_on_with_its_setup(
     await until(set_up, "the setup command run in the background")
     (view,) = await world.manager.list_all(world.call())
     assert view.state == "COMPLETED"
+
+
+async def test_what_a_background_copy_put_in_the_workspace_is_read_with_get_experiment(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """files_copied and secrets_skipped were only in the create's own answer: an agent
+    whose create went on in the background never saw them. They are kept on the record."""
+    world = await make_world(tmp_path, hosted=False, sync_wait_s=0)  # no wait: background
+    worlds.append(world)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("x = 1\n")
+    (project / "util.py").write_text("y = 2\n")
+    (project / ".env").write_text("SECRET=1\n")
+    created = await world.manager.create(world.call(), CreateRequest(project_path=str(project)))
+    assert created.state == "CREATING"
+    assert (created.files_copied, created.secrets_skipped) == (None, None)  # not known yet
+
+    async def ready() -> bool:
+        view = await world.manager.get(world.call(), created.experiment_id)
+        return view.state == "READY"
+
+    await until(ready, "the copy done")
+    view = await world.manager.get(world.call(), created.experiment_id)
+    assert (view.files_copied, view.secrets_skipped) == (2, 1)
+    (listed,) = await world.manager.list_all(world.call())
+    assert (listed.files_copied, listed.secrets_skipped) == (2, 1)
+    # A create answered whole says the same as its record.
+    whole = await world.manager.create(world.call(), CreateRequest(files={"a.txt": "a"}))
+    assert (whole.state, whole.files_copied, whole.secrets_skipped) == ("READY", 1, 0)
+
+
+async def test_a_creation_whose_process_died_is_retired_with_what_to_do_and_leaves_nothing(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """A server killed while a clone went on past its call left the experiment CREATING
+    for an hour (STALE_CREATION_S), counted toward MAX_EXPERIMENTS. Its creating process
+    is recorded: once that process is taken for dead, recovery (in another process, or
+    the next one) retires it with a warning the agent acts on, moves its folder to the
+    trash and sweeps what the dead process left on the engine."""
+    world = await make_world(tmp_path, sync_wait_s=0.2)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()  # never set: the clone hangs
+    created = await world.manager.create(
+        world.call(), CreateRequest(git_url="https://example.test/r.git")
+    )
+    assert created.state == "CREATING"
+    folder = world.slot / f"exp-{created.experiment_id}"
+    assert folder.exists()
+    other = await another_process(world)
+    try:
+
+        async def slot_of(key: str) -> Slot | None:
+            return Slot(0, "slot-0", world.slot) if key == "alice" else None
+
+        other.recovery.slot_of = slot_of
+        sweeps: list[frozenset[str]] = []
+        sweep = world.backend.sweep
+
+        async def recorded_sweep(live: set[str], processes: frozenset[str] = frozenset()) -> int:
+            sweeps.append(processes)
+            return await sweep(live, processes)
+
+        world.backend.sweep = recorded_sweep  # type: ignore[method-assign]
+        # Its process lives: another process's round leaves its creation alone.
+        await other.recovery.round()
+        assert (await other.get(world.call(), created.experiment_id)).state == "CREATING"
+        assert sweeps == []
+        # Its process dies (its heartbeat row is gone, as once stale): retired at once.
+        await world.manager.recovery.registry.deregister()
+        assert await other.recovery.retire_refused_creations() == 1
+        view = await other.get(world.call(), created.experiment_id)
+        assert view.state == "DESTROYED"
+        (warning,) = view.warnings
+        assert warning.startswith("Creation failed: the server stopped")
+        assert "Create it again with create_experiment." in warning
+        assert (await world.records.transitions(created.experiment_id))[-1] == (
+            "CREATING",
+            "DESTROYED",
+            "the server process creating it stopped; retired",
+        )
+        assert await world.records.of_sandbox("alice", include_destroyed=False) == []
+        assert not folder.exists(), "its folder went to the slot's trash"
+        assert sweeps == [frozenset({other.recovery.registry.process_id})]
+        assert await other.recovery.retire_refused_creations() == 0  # once
+    finally:
+        await world.manager.stop_creations()  # the "dead" process's task, in this test
+        await other.trash.close()
+
+
+async def test_a_short_sync_wait_answers_once_the_record_is_written(
+    tmp_path: Path, worlds: list[World]
+) -> None:
+    """A SYNC_WAIT_S shorter than writing the record: the CREATING answer read a record
+    not written yet (EXPERIMENT_NOT_FOUND for an experiment being made)."""
+    world = await make_world(tmp_path, sync_wait_s=0.05)
+    worlds.append(world)
+    world.backend.clone_gate = asyncio.Event()
+    gate = asyncio.Event()
+    add = world.records.add
+
+    async def held_add(experiment: Any, reason: str) -> None:
+        await gate.wait()
+        await add(experiment, reason)
+
+    world.records.add = held_add  # type: ignore[method-assign]
+    call = asyncio.create_task(
+        world.manager.create(world.call(), CreateRequest(git_url="https://example.test/r.git"))
+    )
+    await asyncio.sleep(0.3)  # past the synchronous wait; the record is held back
+    gate.set()
+    created = await call
+    assert created.state == "CREATING"
+    world.backend.clone_gate.set()
+
+    async def ready() -> bool:
+        return (await world.manager.get(world.call(), created.experiment_id)).state == "READY"
+
+    await until(ready, "the clone done")
