@@ -3,7 +3,7 @@
 A *grant* is one completed sign-in: it names the sandbox key and the client,
 and every access and refresh token descends from it (the token "family").
 Revoking a grant kills the whole family. The production implementation is
-``app.storage.auth_store.SqlAuthStore`` (``auth`` never imports ``app``).
+``app.storage.signin.auth_store.SqlAuthStore`` (``auth`` never imports ``app``).
 """
 
 from __future__ import annotations

@@ -56,7 +56,9 @@ def key_hash(sandbox_key: str) -> str:
 
 
 class ReadyRelay(Protocol):
-    """Tells every server process that a key's sandbox is ready (``app.storage.ready_relay``)."""
+    """Tells every server process that a key's sandbox is ready.
+
+    On PostgreSQL: ``app.storage.slots.ready_relay``."""
 
     async def open(self, on_ready: Callable[[str], Awaitable[None]]) -> None:
         """Start delivering announcements (key hashes) to ``on_ready``."""

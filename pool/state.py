@@ -3,7 +3,7 @@
 The running ``SlotPool`` keeps its state in memory and writes every change
 through this seam before it answers, in one transaction per change, so that a
 restart (kill -9 included) finds every lease, reservation and queue place
-where it was. The production implementation is ``app.storage.pool_store.SqlPoolState``
+where it was. The production implementation is ``app.storage.slots.pool_store.SqlPoolState``
 (``pool`` never imports ``app``); unit tests use an in-memory fake.
 
 A ``SharedPoolState`` (PostgreSQL, several server processes) turns that around:

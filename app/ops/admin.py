@@ -12,7 +12,7 @@ from app.root.state_dir import StateDirUnusable, prepare_state_dir
 from app.runtime.docker.probe import DockerProbe
 from app.settings import Settings
 from app.storage.db import Repository, create_engine, upgrade_schema
-from app.storage.pool_store import SqlPoolState
+from app.storage.slots.pool_store import SqlPoolState
 from app.version import service_version
 from pool.provision import provision_dir, provision_zfs
 

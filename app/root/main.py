@@ -57,13 +57,13 @@ from app.storage.audit_day_store import SqlDayLedger
 from app.storage.db import Repository, create_engine
 from app.storage.egress_store import SqlUsageRecords
 from app.storage.experiment_store import SqlExperimentStore
-from app.storage.front_door import front_door_engine
-from app.storage.pool_pg_store import EGRESS_LOCK, leadership_for, pool_state_for
 from app.storage.process_store import SqlProcessRecords
 from app.storage.retention import Retention
+from app.storage.signin.front_door import front_door_engine
+from app.storage.slots.pool_pg_store import EGRESS_LOCK, leadership_for, pool_state_for
+from app.storage.slots.warm_store import SqlWarmClaimLedger
 from app.storage.sqlite_writes import in_turns
 from app.storage.task_store import SqlTaskRecords
-from app.storage.warm_store import SqlWarmClaimLedger
 from app.tenancy.threads import TenantThreads
 from app.version import service_version
 from jail.context import SandboxMemory

@@ -21,7 +21,7 @@ from app.errors import ConfigurationError
 from app.root.shared_limits import SharedLimits
 from app.root.state_dir import prepare_state_dir
 from app.settings import Settings
-from app.storage.auth_store import SqlAuthStore, parse_revocation
+from app.storage.signin.auth_store import SqlAuthStore, parse_revocation
 from app.version import service_version
 from auth.bearer import BearerGate
 from auth.client_documents import ClientDocuments
@@ -39,7 +39,7 @@ from auth.tokens import TokenHasher, load_or_create_key
 from pool.mailer import ReadyMailer
 
 if TYPE_CHECKING:  # asyncpg only where there is PostgreSQL (app.root.shared_limits)
-    from app.storage.ready_relay import PgChannel
+    from app.storage.slots.ready_relay import PgChannel
 
 KEY_FILE = "token-hmac.key"
 

@@ -29,7 +29,7 @@ from pool.watchdog import Leadership
 
 if TYPE_CHECKING:  # wiring only: the runtime itself never imports the stores or the domain
     from app.experiments.recovery.process_registry import ProcessRegistry
-    from app.storage.warm_store import SqlWarmClaimLedger
+    from app.storage.slots.warm_store import SqlWarmClaimLedger
 
 log = structlog.get_logger(__name__)
 

@@ -54,7 +54,8 @@ class Services:
 
     settings: Settings
     engine: AsyncEngine
-    front_door: AsyncEngine  # the sign-in's and the rate ledger's (app/storage/front_door.py)
+    # the sign-in's and the rate ledger's (app/storage/signin/front_door.py)
+    front_door: AsyncEngine
     repository: Repository
     audit: AuditTrail
     pool: SlotPool

@@ -14,7 +14,7 @@ from app.storage.rate_store import SqlEventLedger
 from auth.ratelimit import SharedPrefixedBudget, Shares
 
 if TYPE_CHECKING:
-    from app.storage.ready_relay import PgChannel
+    from app.storage.slots.ready_relay import PgChannel
 
 # The longest window any shared budget uses (the e-mails' hour).
 LONGEST_WINDOW_S = 3600
@@ -33,8 +33,8 @@ class SharedLimits:
         if engine.dialect.name != "postgresql":
             return cls(SqlEventLedger(engine), None, mails_per_hour)
         # asyncpg only where there is PostgreSQL: a SQLite server starts without it.
-        from app.storage.auth_store import REVOKED_CHANNEL
-        from app.storage.ready_relay import PgChannel, asyncpg_dsn, ready_relay
+        from app.storage.signin.auth_store import REVOKED_CHANNEL
+        from app.storage.slots.ready_relay import PgChannel, asyncpg_dsn, ready_relay
 
         dsn = asyncpg_dsn(database_url)
         revocations = PgChannel(dsn, REVOKED_CHANNEL, name="oauth.revocations")

@@ -10,7 +10,7 @@ the tenants' writers (issue 25; claude.ai gives up on a token request after 10 s
 SQLite server is one process (``app.root.state_lock``), so its writers can queue in
 order instead: each transaction takes its turn before its first write and gives it
 back when it ends (commit, rollback, or its connection returned or dropped), and the
-sign-in's engine (``app.storage.front_door``) goes ahead of the tenants' work. Its
+sign-in's engine (``app.storage.signin.front_door``) goes ahead of the tenants' work. Its
 writes are few, each bounded by a budget. A turn is waited for at most
 ``TURN_WAIT_S``, then SQLite's own lock decides, as without turns.
 

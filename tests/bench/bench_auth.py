@@ -28,8 +28,8 @@ from e2e_server import start_server, stop_server
 from mcp_http import call_tool
 from oauth_browser import ManualClient
 
-from app.storage.auth_store import SqlAuthStore
 from app.storage.db import create_engine, upgrade_schema
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.bearer import BearerGate
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig

@@ -33,8 +33,8 @@ from oauth_browser import authorization_request, pkce_pair
 from tls_testkit import Answer, DocumentServer, make_ca
 
 from app.observability import configure_logging
-from app.storage.auth_store import SqlAuthStore
 from app.storage.db import create_engine, upgrade_schema
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.client_documents import ClientDocuments
 from auth.clients import ClientDirectory
 from auth.config import AuthConfig

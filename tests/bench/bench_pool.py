@@ -18,7 +18,7 @@ from pathlib import Path
 from pool_fakes import opened
 
 from app.storage.db import create_engine, upgrade_schema
-from app.storage.pool_store import SqlPoolState
+from app.storage.slots.pool_store import SqlPoolState
 from pool.leases import Queued, SlotPool
 from pool.provision import provision_dir
 from pool.slots_dir import DirSlotStore

@@ -40,7 +40,7 @@ TAIL_CHARS = 1_500
 DIFF_CHARS = 16_000  # one file's diff as the view shows it (its head; the rest counted)
 
 
-class TestSummary(BaseModel):
+class ViewTests(BaseModel):
     detected: bool = False
     passed: int = 0
     failed: int = 0
@@ -55,7 +55,7 @@ class ViewJob(BaseModel):
     status: str
     exit_code: int | None = None
     duration_s: float | None = None
-    tests: TestSummary | None = None
+    tests: ViewTests | None = None
     output_tail: str | None = Field(default=None, description="The end of stdout and stderr.")
 
 
@@ -102,11 +102,11 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def test_summary(tests: dict[str, Any] | None) -> TestSummary | None:
+def test_summary(tests: dict[str, Any] | None) -> ViewTests | None:
     if not tests:
         return None
     failing = tests.get("failing_tests") or []
-    return TestSummary(
+    return ViewTests(
         detected=bool(tests.get("detected")),
         passed=int(tests.get("passed") or 0),
         failed=int(tests.get("failed") or 0),

@@ -8,7 +8,7 @@ it) is the only one who may touch the container; a release that finds the claim
 gone means another process did, and the caller leaves the container alone.
 
 ``LocalWarmClaims`` keeps them in memory for one process; with several, the
-database keeps them (``app.storage.warm_store.SqlWarmClaimLedger``).
+database keeps them (``app.storage.slots.warm_store.SqlWarmClaimLedger``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.storage.auth_store import SqlAuthStore
 from app.storage.db import create_engine, upgrade_schema
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.store import Client, Grant, IssuedCode, SigninCounts, TokenRecord
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from db_testkit import fresh_postgres
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.audit import AuditTrail
-from app.storage.auth_store import SqlAuthStore
 from app.storage.db import Repository, create_engine, upgrade_schema
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.client_documents import MAX_URL_LENGTH
 from auth.store import Client, Grant, TokenRecord
 

@@ -18,7 +18,7 @@ import pytest
 from db_testkit import fresh_postgres
 
 from app.storage.db import create_engine, upgrade_schema
-from app.storage.pool_store import SqlPoolState
+from app.storage.slots.pool_store import SqlPoolState
 from pool.state import PoolChanges, SlotRecord
 
 pytestmark = pytest.mark.integration

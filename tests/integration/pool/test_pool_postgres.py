@@ -21,7 +21,7 @@ from pool_fakes import FakeSlotStore
 
 from app.mcp.status_view import StatusView
 from app.storage.db import create_engine, upgrade_schema
-from app.storage.pool_pg_store import PgLeadership, PgPoolState, pool_state_for
+from app.storage.slots.pool_pg_store import PgLeadership, PgPoolState, pool_state_for
 from pool.leases import Queued, SlotPool
 from pool.state import PoolChanges, SlotRecord
 from pool.watchdog import IdleWatchdog

@@ -7,7 +7,7 @@ import pytest
 from db_testkit import fresh_postgres
 
 from app.storage.db import create_engine
-from app.storage.pool_pg_store import EGRESS_LOCK, leadership_for
+from app.storage.slots.pool_pg_store import EGRESS_LOCK, leadership_for
 
 pytestmark = pytest.mark.integration
 

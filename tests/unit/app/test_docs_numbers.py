@@ -46,7 +46,8 @@ from app.runtime.exec import protocol as fast_exec
 from app.runtime.git import clone as _clone
 from app.runtime.git import egress as git_egress
 from app.settings import ENV_PREFIX, Settings, load_settings
-from app.storage import auth_admissions, front_door, rate_store, sqlite_writes
+from app.storage import rate_store, sqlite_writes
+from app.storage.signin import auth_admissions, front_door
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS
 from jail import pack as packs

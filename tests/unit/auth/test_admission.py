@@ -14,7 +14,7 @@ from fetch_testkit import Clock
 from oauth_browser import authorization_request, pkce_pair, query_of
 from signin_testkit import flow_and_tokens, registered_client
 
-from app.storage.auth_store import SqlAuthStore
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.admission import Refusal, SigninAdmission
 from auth.config import AuthConfig
 from auth.grants import TokenService

@@ -16,7 +16,7 @@ from signin_testkit import approve
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tls_testkit import Answer, DocumentServer, ThrowawayCA
 
-from app.storage.auth_store import SqlAuthStore
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.clients import ClientDirectory, UnknownClient
 from auth.config import AuthConfig
 from auth.grants import TokenService

@@ -13,7 +13,7 @@ from oauth_browser import authorization_request, pkce_pair, query_of
 from signin_testkit import TOKEN_KEY, approve, flow_and_tokens, registered_client
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.auth_store import SqlAuthStore
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.config import AuthConfig
 from auth.errors import OAuthError
 from auth.grants import SIGNIN_CLAIM, TokenService

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.db import create_engine
-from app.storage.front_door import front_door_engine
+from app.storage.signin.front_door import front_door_engine
 from app.storage.sqlite_writes import WriteTurns, take_turns
 
 

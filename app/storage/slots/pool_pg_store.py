@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.errors import DatabaseUnavailable
 from app.storage.db import describe_db_error, transaction
-from app.storage.pool_store import SqlPoolState
+from app.storage.slots.pool_store import SqlPoolState
 from pool.leases import label_of
 from pool.state import PoolChanges, PoolSnapshot, PoolState
 from pool.watchdog import Leadership, SoleWatchdog

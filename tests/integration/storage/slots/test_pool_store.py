@@ -9,7 +9,7 @@ import pytest
 from pool_fakes import FakeSlotStore
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.pool_store import SqlPoolState
+from app.storage.slots.pool_store import SqlPoolState
 from pool.errors import StaleSlot
 from pool.leases import Queued, SlotPool
 from pool.state import (

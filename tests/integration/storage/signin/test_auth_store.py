@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.auth_store import SqlAuthStore
+from app.storage.signin.auth_store import SqlAuthStore
 from auth.store import Client, Grant, TokenRecord
 
 pytestmark = pytest.mark.integration

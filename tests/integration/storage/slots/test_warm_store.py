@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.warm.claims import LocalWarmClaims, WarmClaim, WarmClaimLedger
-from app.storage.warm_store import SqlWarmClaimLedger
+from app.storage.slots.warm_store import SqlWarmClaimLedger
 
 pytestmark = pytest.mark.integration
 

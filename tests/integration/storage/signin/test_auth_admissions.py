@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from turns_testkit import counted_transactions, database_held, settle
 
-from app.storage.auth_admissions import MAX_ADMISSIONS
-from app.storage.auth_store import _ADMISSION_LOCK, SqlAuthStore
+from app.storage.signin.auth_admissions import MAX_ADMISSIONS
+from app.storage.signin.auth_store import _ADMISSION_LOCK, SqlAuthStore
 from auth.admission import Admitted, Refusal, SigninAdmission
 from auth.config import AuthConfig
 from auth.ratelimit import Shares

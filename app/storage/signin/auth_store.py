@@ -11,9 +11,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.storage.auth_admissions import MAX_ADMISSIONS, Ask, CodeBook, Press, StoredCode, ask_of
 from app.storage.batches import Batches
 from app.storage.db import Base, transaction, upsert_insert
+from app.storage.signin.auth_admissions import (
+    MAX_ADMISSIONS,
+    Ask,
+    CodeBook,
+    Press,
+    StoredCode,
+    ask_of,
+)
 from auth.store import (
     Client,
     Grant,
@@ -27,7 +34,7 @@ from auth.store import (
 R = TypeVar("R")
 # pg_advisory_xact_lock key serializing the admission decisions of every process.
 _ADMISSION_LOCK = 0x736D_6370_6164_6D31  # "smcpadm1"
-# Where a revocation is announced on PostgreSQL (app.storage.ready_relay.PgChannel), in the
+# Where a revocation is announced on PostgreSQL (app.storage.slots.ready_relay.PgChannel), in the
 # transaction that makes it, so every process hears of it once it holds:
 # "grant:<grant id>" or "token:<token hash>".
 REVOKED_CHANNEL = "sandbox_mcp_revoked"
@@ -207,7 +214,7 @@ class SqlAuthStore:
         refuse: Callable[[SigninCounts], R | None],
     ) -> IssuedCode | R:
         # The presses queued behind a transaction are decided together by the next
-        # (app/storage/auth_admissions.py): a flood's presses cost an honest one a
+        # (app/storage/signin/auth_admissions.py): a flood's presses cost an honest one a
         # transaction or two, not one each.
         outcome = await self._admissions.decide(Press(code, burst_since, hourly_since, refuse))
         return cast("IssuedCode | R", outcome)
