@@ -14,14 +14,13 @@ that file, copied: cp artifacts/screenshots/view.png docs/view.png).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from apps_host import AppsHost
 from browser_testkit import chromium
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import tool
 from oauth_browser import new_user
 from playwright.sync_api import Frame, Page, expect
@@ -40,14 +39,8 @@ TIMEOUT_MS = 60_000  # a bound on a loaded machine, never a measure of speed
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("view-browser") / "state",
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
-    )
-    yield running
-    stop_server(running)
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_SIGNINS_PER_MINUTE="100")
 
 
 def prepare(server: RunningServer) -> tuple[str, str, str]:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from typing import Any
 
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import legacy_rpc, post_rpc, read_jsonrpc, tool
 from oauth_browser import new_user, new_users
 
@@ -42,15 +41,12 @@ FAILING_TESTS = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("view") / "state",
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="4",
         SANDBOX_MCP_SIGNINS_PER_MINUTE="100",
     )
-    yield running
-    stop_server(running)
 
 
 async def rpc(
@@ -232,24 +228,17 @@ async def test_a_client_without_the_extension_sees_no_view_in_either_era(
 
 
 async def test_with_the_setting_off_no_client_sees_it_and_the_listing_is_unchanged(
-    http: httpx2.AsyncClient, server: RunningServer, tmp_path_factory: pytest.TempPathFactory
+    http: httpx2.AsyncClient, server: RunningServer, serve: Servers
 ) -> None:
     token = await new_user(http, server.base_url)
     plain = await tools_of(http, server, token, declares=False)
-    off = start_server(
-        tmp_path_factory.mktemp("view-off") / "state",
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_APPS_VIEW="false",
-    )
-    try:
-        other = await new_user(http, off.base_url)
-        declared = await tools_of(http, off, other, declares=True)
-        undeclared = await tools_of(http, off, other, declares=False)
-        _, listed = await rpc(http, off, other, "resources/list", {})
-        _, read = await rpc(http, off, other, "resources/read", {"uri": VIEW_URI})
-        _, body = await rpc(http, off, other, "server/discover", {})
-    finally:
-        stop_server(off)
+    off = serve(SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_APPS_VIEW="false")
+    other = await new_user(http, off.base_url)
+    declared = await tools_of(http, off, other, declares=True)
+    undeclared = await tools_of(http, off, other, declares=False)
+    _, listed = await rpc(http, off, other, "resources/list", {})
+    _, read = await rpc(http, off, other, "resources/read", {"uri": VIEW_URI})
+    _, body = await rpc(http, off, other, "server/discover", {})
     # Off: a declaring client gets exactly what a client without the extension gets,
     # and that is what it gets from a server with the view on.
     assert declared == undeclared == plain
@@ -374,24 +363,16 @@ async def test_the_app_only_tools_show_only_the_callers_own_sandbox(
 
 
 async def test_while_queued_the_overview_gives_the_place_and_the_estimated_wait(
-    http: httpx2.AsyncClient, tmp_path_factory: pytest.TempPathFactory
+    http: httpx2.AsyncClient, serve: Servers
 ) -> None:
-    full = start_server(
-        tmp_path_factory.mktemp("view-queue") / "state",
-        SANDBOX_MCP_AUTH="oauth",
-        SANDBOX_MCP_POOL_SIZE="1",
-        SANDBOX_MCP_QUEUE_WAIT_S="0",
-    )
-    try:
-        holder, waiter = await new_users(http, full.base_url, 2)
-        await tool(http, full, holder, "create_experiment", {})
-        refused = await tool(http, full, waiter, "create_experiment", {})
-        assert refused["is_error"], refused
-        assert refused["error"]["code"] == "SANDBOX_QUEUED", refused
-        _, seen = await call(http, full, waiter, "view_sandbox")
-        _, held = await call(http, full, holder, "view_sandbox")
-    finally:
-        stop_server(full)
+    full = serve(SANDBOX_MCP_AUTH="oauth", SANDBOX_MCP_POOL_SIZE="1", SANDBOX_MCP_QUEUE_WAIT_S="0")
+    holder, waiter = await new_users(http, full.base_url, 2)
+    await tool(http, full, holder, "create_experiment", {})
+    refused = await tool(http, full, waiter, "create_experiment", {})
+    assert refused["is_error"], refused
+    assert refused["error"]["code"] == "SANDBOX_QUEUED", refused
+    _, seen = await call(http, full, waiter, "view_sandbox")
+    _, held = await call(http, full, holder, "view_sandbox")
     overview = seen["structuredContent"]
     assert overview["holds_slot"] is False
     assert overview["queue_position"] == 1

@@ -20,13 +20,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import jsonschema
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import LEGACY, MODERN, read_jsonrpc, rpc_request
 
 from app.mcp.fit import MAX_RESULT_CHARS
@@ -38,10 +37,8 @@ LISTING_MAX = 60_000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("claude-clients") / "state")
-    yield running
-    stop_server(running)
+def server(serve_module: Servers) -> RunningServer:
+    return serve_module()
 
 
 def legacy(method: str, params: dict[str, Any], version_header: str | None = LEGACY) -> Any:
@@ -292,13 +289,9 @@ async def test_large_results_stay_within_the_bound_their_tools_declare(
 
 
 @pytest.fixture(scope="module")
-def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def impatient(serve_module: Servers) -> RunningServer:
     """A server whose synchronous wait (``SYNC_WAIT_S``) is 2 s instead of 45."""
-    running = start_server(
-        tmp_path_factory.mktemp("impatient") / "state", SANDBOX_MCP_SYNC_WAIT_S="2"
-    )
-    yield running
-    stop_server(running)
+    return serve_module(SANDBOX_MCP_SYNC_WAIT_S="2")
 
 
 def text_of(result: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ import httpx2
 import pytest
 from docker_testkit import HOST_HARDENING
 from dockerd_control import PrivateDockerd, private_dockerd
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 
 pytestmark = pytest.mark.e2e
@@ -48,9 +48,8 @@ def dockerd(tmp_path: Path) -> Iterator[PrivateDockerd]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, dockerd: PrivateDockerd) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path / "state",
+def server(serve: Servers, dockerd: PrivateDockerd) -> RunningServer:
+    return serve(
         DOCKER_HOST=dockerd.host,
         SANDBOX_MCP_DEFAULT_IMAGE=IMAGE,
         SANDBOX_MCP_IMAGES=IMAGE,
@@ -58,8 +57,6 @@ def server(tmp_path: Path, dockerd: PrivateDockerd) -> Iterator[RunningServer]:
         SANDBOX_MCP_PROCESS_STALE_S="3",  # a recovery round every half second
         SANDBOX_MCP_SYNC_WAIT_S="5",
     )
-    yield running
-    stop_server(running)
 
 
 def container_of(engine: docker.DockerClient, experiment_id: str) -> dict[str, Any]:

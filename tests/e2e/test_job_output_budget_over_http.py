@@ -24,7 +24,7 @@ import httpx2
 import pytest
 import sqlalchemy as sa
 from db_testkit import fresh_postgres_blocking
-from e2e_server import RunningServer, free_port, start_server, stop_server
+from e2e_server import RunningServer, Servers, free_port
 from mcp_http import run_command, tool
 from oauth_browser import new_users
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -50,7 +50,7 @@ class Pair:
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Pair]:
+def pair(serve: Servers, tmp_path: Path) -> Iterator[Pair]:
     port = free_port()
     with fresh_postgres_blocking() as url:
         env = {
@@ -63,12 +63,12 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
         }
         running: list[RunningServer] = []
         try:  # one after the other: the first migrates the schema
-            running.append(start_server(tmp_path / "state", port=port, **env))
-            running.append(start_server(tmp_path / "state", **env))
+            running.append(serve(port=port, **env))
+            running.append(serve(state_dir=tmp_path / "state", **env))
             yield Pair(running, url)
-        finally:
+        finally:  # before their database goes
             for server in running:
-                stop_server(server)
+                serve.stop(server)
 
 
 async def stored(url: str, experiment_id: str) -> tuple[int, int]:
@@ -151,14 +151,12 @@ def both_streams(n: int) -> str:
 
 
 async def test_past_the_ceiling_no_job_starts_and_the_rows_stop_growing(
-    http: httpx2.AsyncClient, tmp_path: Path
+    http: httpx2.AsyncClient, serve: Servers
 ) -> None:
     """The tails past the budget are counted too: at CEILING times the budget the
     sandbox's next job is refused until the day ends, so the bytes it stores a day
     are bounded however it spends them (here: every job cut to its tails)."""
-    state = tmp_path / "state"
-    server = start_server(
-        state,
+    server = serve(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE="2",
         SANDBOX_MCP_JOB_OUTPUT_BYTES_PER_SANDBOX_PER_DAY=str(SMALL),
@@ -188,9 +186,10 @@ async def test_past_the_ceiling_no_job_starts_and_the_rows_stop_growing(
         honest = await run_command(http, server, alice, mine["experiment_id"], "echo honest")
         assert (honest["status"], honest["output_not_kept"]) == ("completed", False), honest
         assert honest["stdout"] == "honest\n"
-    finally:
-        stop_server(server)
-    with sqlite3.connect(state / "sandbox-mcp.db") as db:
+    finally:  # its database is read whole below, by this process alone
+        serve.stop(server)
+    assert server.state_dir is not None
+    with sqlite3.connect(server.state_dir / "sandbox-mcp.db") as db:
         texts, jobs = db.execute(
             "SELECT sum(length(CAST(command AS BLOB)) + length(CAST(stdout AS BLOB))"
             " + length(CAST(stderr AS BLOB))), count(*) FROM jobs WHERE experiment_id = ?",

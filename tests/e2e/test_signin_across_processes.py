@@ -18,7 +18,7 @@ import httpx2
 import pytest
 import sqlalchemy as sa
 from db_testkit import fresh_postgres_blocking
-from e2e_server import DEFAULT_SHARES, RunningServer, free_port, start_server, stop_server
+from e2e_server import DEFAULT_SHARES, RunningServer, Servers, free_port
 from mcp_http import call_tool
 from oauth_browser import ManualClient, pkce_pair, query_of, read_page
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -44,8 +44,7 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    state = tmp_path_factory.mktemp("cluster") / "state"
+def cluster(serve_module: Servers) -> Iterator[Cluster]:
     first_port = free_port()
     with fresh_postgres_blocking() as database_url:
         env = {
@@ -62,9 +61,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         }
         servers: list[RunningServer] = []
         try:
-            servers.append(start_server(state, port=first_port, **env))
-            for _ in range(2):
-                servers.append(start_server(state, **env))
+            servers.append(serve_module(port=first_port, **env))
+            for _ in range(2):  # processes of the first one's deployment: its state dir
+                servers.append(serve_module(state_dir=servers[0].state_dir, **env))
             response = httpx2.post(
                 f"{servers[0].base_url}/register",
                 json={"redirect_uris": ["http://127.0.0.1:9/callback"], "client_name": "c"},
@@ -72,9 +71,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
             assert response.status_code == 201, response.text
             yield Cluster(servers, database_url, response.json()["client_id"])
-        finally:
+        finally:  # before their database goes
             for server in servers:
-                stop_server(server)
+                serve_module.stop(server)
 
 
 _next_address = iter(range(10, 250))

@@ -26,6 +26,9 @@ class RunningServer:
     base_url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    # Where its deployment's state lives: another process of the same deployment is
+    # started on it (``Servers(state_dir=...)``).
+    state_dir: Path | None = None
 
     @property
     def mcp_url(self) -> str:
@@ -100,7 +103,7 @@ def start_server(
             stderr=log,
             preexec_fn=None if nofile is None else lambda: _limit_nofile(nofile),
         )
-    server = RunningServer(f"http://{authority}", process, log_path)
+    server = RunningServer(f"http://{authority}", process, log_path, state_dir)
     # Generous: it guards against a server that never comes up, not a promise of speed
     # (a start takes ~2 s here, and over 30 s on a 2-core machine at load 30).
     deadline = time.monotonic() + START_TIMEOUT_S
