@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from jail._fdio import read_whole, write_whole
 from jail._oserrors import translate
 from jail._snapshot_rules import SnapshotFilter, Verdict
 from jail.pack import PackWriter
@@ -243,8 +244,8 @@ class Copier:
                 if self._pack is not None and st.st_size <= SMALL_FILE:
                     # Read once into memory, written to the copy and to the pack: the
                     # same bytes in both, and no read back through a FUSE daemon.
-                    data = _read_whole(src, st.st_size)
-                    _write_whole(first, data)
+                    data = read_whole(src, st.st_size)
+                    write_whole(first, data)
                     self.tally.bytes_copied += len(data)
                 else:
                     self.tally.bytes_copied += _transfer(src, first, st.st_size)
@@ -292,26 +293,6 @@ def _finish_file(fd: int, st: os.stat_result) -> None:
     # Permission bits without setuid/setgid/sticky; mtimes keep make & co. honest.
     os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
     os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def _read_whole(fd: int, size: int) -> bytes:
-    """Up to ``size`` bytes from the start (fewer if the file shrank; growth is not read)."""
-    pieces: list[bytes] = []
-    at = 0
-    while at < size:
-        piece = os.pread(fd, size - at, at)
-        if not piece:
-            break
-        pieces.append(piece)
-        at += len(piece)
-    return b"".join(pieces)
-
-
-def _write_whole(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    at = 0
-    while at < len(data):
-        at += os.pwrite(fd, view[at:], at)
 
 
 def _stays_inside(folder: str, target: str) -> bool:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from jail._fdio import read_whole, write_whole
 from jail._info import Kind, PathInfo
 from jail._oserrors import translate
 from jail._paths import quote
@@ -130,7 +131,7 @@ class PackWriter:
             return
         size = st.st_size
         if size <= _SMALL:
-            self.add_data(path, st, _pread_all(fd, size))
+            self.add_data(path, st, read_whole(fd, size))
             return
         segments = _data_segments(fd, size)
         length = sum(n for _, n in segments)
@@ -155,9 +156,9 @@ class PackWriter:
         with self._lock:
             self._flush()
             index_at = self._end
-            _pwrite_all(self._fd, bytes(self._index), index_at)
+            write_whole(self._fd, bytes(self._index), index_at)
             trailer = _TRAILER.pack(index_at, len(self._index), self._entries, MAGIC)
-            _pwrite_all(self._fd, trailer, index_at + len(self._index))
+            write_whole(self._fd, trailer, index_at + len(self._index))
             self._closed = True
         self.release()
 
@@ -209,7 +210,7 @@ class PackWriter:
 
     def _flush(self) -> None:
         if self._buffer:
-            _pwrite_all(self._fd, bytes(self._buffer), self._buffer_at)
+            write_whole(self._fd, bytes(self._buffer), self._buffer_at)
         self._buffer.clear()
         self._buffer_at = self._end
 
@@ -434,25 +435,6 @@ def pack_tree(root: Path, pack: Path, leave_out: Callable[[str], bool] | None = 
     return files
 
 
-def _pread_all(fd: int, size: int) -> bytes:
-    pieces: list[bytes] = []
-    at = 0
-    while at < size:
-        piece = os.pread(fd, size - at, at)
-        if not piece:
-            break
-        pieces.append(piece)
-        at += len(piece)
-    return b"".join(pieces)
-
-
-def _pwrite_all(fd: int, data: bytes, at: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, at)
-        view, at = view[written:], at + written
-
-
 def _copy(src: int, dst: int, src_at: int, dst_at: int, count: int) -> int:
     """Copy ``count`` bytes by offsets (in the kernel where it can); fewer at EOF."""
     done = 0
@@ -470,7 +452,7 @@ def _copy(src: int, dst: int, src_at: int, dst_at: int, count: int) -> int:
             piece = os.pread(src, min(count - done, _FLUSH), src_at + done)
             moved = len(piece)
             if moved:
-                _pwrite_all(dst, piece, dst_at + done)
+                write_whole(dst, piece, dst_at + done)
         if moved == 0:
             break
         done += moved
