@@ -90,6 +90,15 @@ async def world(tmp_path: Path, worlds: list[World]) -> World:
     return worlds[-1]
 
 
+@pytest.fixture
+async def cloning(tmp_path: Path, worlds: list[World]) -> World:
+    """A world whose clones wait for ``backend.clone_gate`` and whose creations answer
+    CREATING after 0.2 s: a creation can be caught, and acted on, mid-clone."""
+    worlds.append(await make_world(tmp_path, sync_wait_s=0.2))
+    worlds[-1].backend.clone_gate = asyncio.Event()
+    return worlds[-1]
+
+
 async def test_create_writes_files_captures_a_baseline_and_records_transitions(
     world: World,
 ) -> None:
@@ -782,14 +791,12 @@ async def until(predicate: Any, what: str) -> None:
 
 
 async def test_a_clone_past_the_sync_wait_answers_then_and_goes_on_in_the_background(
-    tmp_path: Path, worlds: list[World]
+    cloning: World,
 ) -> None:
     """claude.ai gives up on a call that never answers: a create whose clone outlasts the
     synchronous wait answers CREATING with a note, and the experiment is made and its
     setup commands run (recorded as its jobs) without anyone waiting."""
-    world = await make_world(tmp_path, sync_wait_s=0.2)
-    worlds.append(world)
-    world.backend.clone_gate = asyncio.Event()
+    world = cloning
     created = await world.manager.create(
         world.call(),
         CreateRequest(git_url="https://example.test/r.git", setup_commands=("echo set up",)),
@@ -815,11 +822,9 @@ async def test_a_clone_past_the_sync_wait_answers_then_and_goes_on_in_the_backgr
 
 
 async def test_a_clone_that_fails_in_the_background_says_why_in_the_warnings(
-    tmp_path: Path, worlds: list[World]
+    cloning: World,
 ) -> None:
-    world = await make_world(tmp_path, sync_wait_s=0.2)
-    worlds.append(world)
-    world.backend.clone_gate = asyncio.Event()
+    world = cloning
     created = await world.manager.create(
         world.call(), CreateRequest(git_url="https://example.test/r.git", git_ref="bad")
     )
@@ -838,12 +843,8 @@ async def test_a_clone_that_fails_in_the_background_says_why_in_the_warnings(
     assert not (world.slot / f"exp-{created.experiment_id}").exists()
 
 
-async def test_a_creation_destroyed_while_it_clones_leaves_no_container(
-    tmp_path: Path, worlds: list[World]
-) -> None:
-    world = await make_world(tmp_path, sync_wait_s=0.2)
-    worlds.append(world)
-    world.backend.clone_gate = asyncio.Event()
+async def test_a_creation_destroyed_while_it_clones_leaves_no_container(cloning: World) -> None:
+    world = cloning
     created = await world.manager.create(
         world.call(), CreateRequest(git_url="https://example.test/r.git")
     )
@@ -861,11 +862,9 @@ async def test_a_creation_destroyed_while_it_clones_leaves_no_container(
 
 
 async def test_a_server_stopping_mid_creation_leaves_it_destroyed_not_creating(
-    tmp_path: Path, worlds: list[World]
+    cloning: World,
 ) -> None:
-    world = await make_world(tmp_path, sync_wait_s=0.2)
-    worlds.append(world)
-    world.backend.clone_gate = asyncio.Event()  # never set: the clone hangs
+    world = cloning  # never set: the clone hangs
     created = await world.manager.create(
         world.call(), CreateRequest(git_url="https://example.test/r.git")
     )
@@ -943,16 +942,14 @@ async def test_what_a_background_copy_put_in_the_workspace_is_read_with_get_expe
 
 
 async def test_a_creation_whose_process_died_is_retired_with_what_to_do_and_leaves_nothing(
-    tmp_path: Path, worlds: list[World]
+    cloning: World,
 ) -> None:
     """A server killed while a clone went on past its call left the experiment CREATING
     for an hour (STALE_CREATION_S), counted toward MAX_EXPERIMENTS. Its creating process
     is recorded: once that process is taken for dead, recovery (in another process, or
     the next one) retires it with a warning the agent acts on, moves its folder to the
     trash and sweeps what the dead process left on the engine."""
-    world = await make_world(tmp_path, sync_wait_s=0.2)
-    worlds.append(world)
-    world.backend.clone_gate = asyncio.Event()  # never set: the clone hangs
+    world = cloning  # never set: the clone hangs
     created = await world.manager.create(
         world.call(), CreateRequest(git_url="https://example.test/r.git")
     )
