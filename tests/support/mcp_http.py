@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx2
@@ -185,6 +186,26 @@ async def run_command(
         "execute_experiment",
         {"experiment_id": experiment, "command": command, **extra},
     )
+
+
+async def run_to_the_end(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    experiment: str,
+    command: str,
+    *,
+    within_s: float = 600,
+) -> dict[str, Any]:
+    """``run_command``, and if the server's synchronous wait ended first (the command
+    went on as a background job, as on a busy machine), the job's record once it
+    ended: a test that reads a command's outcome gets it however slow the machine."""
+    ran = await run_command(http, server, token, experiment, command)
+    deadline = time.monotonic() + within_s
+    while ran.get("status") == "running" and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        ran = await tool(http, server, token, "get_job_status", {"job_id": ran["job_id"]})
+    return ran
 
 
 async def write_file(
