@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 
-from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.authentication import AuthCredentials
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from auth.config import SCOPE, AuthConfig
@@ -19,8 +18,12 @@ from auth.grants import TokenService
 
 
 class BearerGate:
+    """The bearer check, and what the SDK's ``AuthContextMiddleware`` did after it: the
+    user in ``auth_context_var`` for the request (``get_access_token()``), set here
+    rather than by one more middleware layer around every call."""
+
     def __init__(self, app: ASGIApp, tokens: TokenService, config: AuthConfig) -> None:
-        self._app = AuthContextMiddleware(app)
+        self._app = app
         self._tokens = tokens
         self._config = config
 
@@ -28,7 +31,7 @@ class BearerGate:
         if scope["type"] != "http" or scope["path"].rstrip("/") != "/mcp":
             await self._app(scope, receive, send)  # only /mcp is protected; the rest is 404
             return
-        header = Headers(scope=scope).get("authorization", "")
+        header = _authorization(scope)
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             # No credentials: a bare challenge, no error code (RFC 6750 section 3.1).
@@ -41,9 +44,13 @@ class BearerGate:
         if SCOPE not in access.scopes:
             await self._deny(send, 403, "insufficient_scope")
             return
-        scope["user"] = AuthenticatedUser(access)
+        user = scope["user"] = AuthenticatedUser(access)
         scope["auth"] = AuthCredentials(access.scopes)
-        await self._app(scope, receive, send)
+        reset = auth_context_var.set(user)
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            auth_context_var.reset(reset)
 
     async def _deny(self, send: Send, status: int, error: str | None) -> None:
         parts = []
@@ -66,3 +73,12 @@ class BearerGate:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+def _authorization(scope: Scope) -> str:
+    """The first ``Authorization`` header, as Starlette's ``Headers.get`` reads it (the
+    names arrive lower-cased from the server), without building a ``Headers``."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return str(value.decode("latin-1"))
+    return ""

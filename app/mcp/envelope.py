@@ -51,12 +51,12 @@ def ok_result(
 ) -> CallToolResult:
     """Wrap ``record``: the envelope's ``notes`` come first, then the record's own."""
     structured = record.model_dump(mode="json")
-    if not callable(getattr(record, "as_text", None)):
+    if not _tells_itself(type(record)):
         # The text is the compact JSON of the result: when that fits with room to spare,
         # the record alone fits too (the envelope only adds), so nothing is cut and the
         # one serialization serves both the check and the text.
         enveloped = _with_envelope(dict(structured), notes, [], idle_expiry_s)
-        text = json.dumps(enveloped, separators=(",", ":"), ensure_ascii=False)
+        text = _COMPACT.encode(enveloped)
         if len(text.encode()) <= STRUCTURED_BUDGET - _SPARE:  # the budget is in bytes
             lines = [*(f"Note: {note}" for note in enveloped["notes"]), text]
             return CallToolResult(
@@ -72,6 +72,19 @@ def ok_result(
         content=[TextContent(type="text", text=readable(record, structured))],
         structured_content=structured,
     )
+
+
+# ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` built this encoder
+# anew for every result; one serves them all (it keeps no state between calls).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.cache
+def _tells_itself(record: type[BaseModel]) -> bool:
+    """Whether ``record``'s results are told by their own ``as_text()``. Asked of the
+    class once: a missing attribute goes through pydantic's ``__getattr__``, which cost
+    a light call's result as much as serializing it."""
+    return callable(getattr(record, "as_text", None))
 
 
 # Characters the envelope may take away from a record's JSON (an ``idle_expiry_s`` of
@@ -96,11 +109,10 @@ def readable(record: BaseModel, structured: dict[str, Any]) -> str:
     Not a pretty-printed copy of the structured content: that doubled every result.
     """
     lines = [f"Note: {note}" for note in structured["notes"]]
-    as_text = getattr(record, "as_text", None)
-    if callable(as_text):
-        lines.append(str(as_text()))
+    if _tells_itself(type(record)):
+        lines.append(str(record.as_text()))  # type: ignore[attr-defined]
     else:
-        lines.append(json.dumps(structured, separators=(",", ":"), ensure_ascii=False))
+        lines.append(_COMPACT.encode(structured))
     return "\n".join(lines)
 
 

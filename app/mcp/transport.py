@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import Any
 
 import anyio.to_thread
@@ -57,6 +58,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.mcp import request_bounds
+from app.mcp.light_calls import LightCalls
 from app.mcp.request_bounds import LargeBodies
 from app.mcp.runner import LOCAL_SANDBOX_KEY
 from app.tenancy.threads import TenantThreads
@@ -98,12 +100,15 @@ class StatelessTransport:
         max_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
         remembered_clients: int = 4096,
         threads: TenantThreads | None = None,
+        light_tools: Collection[str] = (),
     ) -> None:
-        """``threads``: the tenants' thread shares, where a large body is measured."""
+        """``threads``: the tenants' thread shares, where a large body is measured;
+        ``light_tools``: the tools whose calls are served in one exchange (``light_calls.py``)."""
         self._app = app
         self._threads = threads or TenantThreads()
         self.large_bodies = LargeBodies()
         self._endpoint = _endpoint_of(app, path)
+        self._light = LightCalls(self._endpoint, light_tools)
         self._path = path
         self._max_body_size = max_body_size
         self._mismatch_seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
@@ -160,9 +165,12 @@ class StatelessTransport:
         self, scope: Scope, messages: list[Message], state: str, receive: Receive, send: Send
     ) -> None:
         """Hand the request to the SDK, its body read so far replayed first."""
-        if state == "complete":
-            await self._label_by_body(scope, _body_of(messages))
         app = self._endpoint if scope["path"] == self._path else self._app
+        if state == "complete":
+            body = _body_of(messages)
+            await self._label_by_body(scope, body)
+            if app is self._endpoint and self._light.takes(scope, len(body)):
+                app = self._light
         try:
             await app(scope, _replay(messages, receive), send)
         except ClientDisconnect:

@@ -101,4 +101,5 @@ def mcp_endpoint(mcp: MCPServer, server: ServerSettings, runner: ToolRunner) -> 
             host=server.host,
         ),
         threads=runner.threads,
+        light_tools=catalog.light_tools(),
     )

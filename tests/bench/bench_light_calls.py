@@ -15,6 +15,9 @@ process, the default asyncio loop).
 2026-12-06, beside a loaded CI run (load 9-12; bench_light_calls_wrk.py has the wrk
 figures of the same session): before (a705c0c) bare 565, ours 373 calls/s (0.66);
 after (188aa58) bare 489, ours 409 calls/s (0.84); server CPU 1311 -> 1304 us a call.
+13:27, load 3-6, one after the other: before (a3424b8) bare 996, ours 652 calls/s
+(0.65), server CPU 871 and 1449 us a call; after (2185d16, light calls in one exchange)
+bare 909, ours 870 calls/s (0.96), server CPU 973 and 938 us a call.
 """
 
 from __future__ import annotations

@@ -35,6 +35,22 @@ Figures (2-core development machine, 2026-12-06, measured while a CI run with fo
 busy processes shared it, load 9-13: no quiet window came; medians of 5 rounds of 5 s,
 every server in the same run; "server CPU" is per call):
 
+    13:46  bare SDK server           1288 calls/s   656 us CPU   (7 rounds, load 19 -> 9)
+           sandbox-mcp 2185d16       1217 calls/s   670 us CPU   ratio 0.95
+           sandbox-mcp a3424b8       1056 calls/s   784 us CPU   ratio 0.82  (before)
+    13:36  bare SDK server           1142 calls/s   724 us CPU   (7 rounds, load 16 -> 9)
+           sandbox-mcp 2185d16       1237 calls/s   729 us CPU   ratio 1.08
+           sandbox-mcp a3424b8        947 calls/s   958 us CPU   ratio 0.83  (before)
+    13:26  bare SDK server           1384 calls/s   721 us CPU   (load 8 -> 3)
+           sandbox-mcp 2185d16       1173 calls/s   847 us CPU   ratio 0.85
+           sandbox-mcp a3424b8        951 calls/s  1066 us CPU   ratio 0.69  (before)
+
+    2185d16: sandbox_status served in one exchange (app/mcp/light_calls.py: no response
+    stream, no disconnect-watching task to cancel, ~60 fewer objects a call for the
+    cyclic collector), request ids in order (the audit index grows at its end).
+    Calls/s move with the machine's other load from round to round (the before's
+    ratio was 0.69 in one run, 0.83 in the next); the CPU a call costs moves less.
+
     07:40  bare SDK server           1191 calls/s   723 us CPU
            sandbox-mcp 188aa58        888 calls/s   946 us CPU   ratio 0.75
            sandbox-mcp a705c0c        868 calls/s  1032 us CPU   ratio 0.73  (before)

@@ -48,3 +48,8 @@ def register(server: MCPServer, deps: ToolDeps) -> None:
             annotations=spec.annotations_for(deps),
             meta=spec.meta,
         )
+
+
+def light_tools() -> frozenset[str]:
+    """The tools declared light: their calls are served in one exchange."""
+    return frozenset(spec_of(function).name for function in TOOLS if spec_of(function).light)

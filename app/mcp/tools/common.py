@@ -82,6 +82,9 @@ class ToolSpec:
     description: str
     annotations: ToolAnnotations | Callable[[ToolDeps], ToolAnnotations]
     meta: dict[str, Any] | None = None
+    # Answers from what the server holds, never waits for a slot, a container or a
+    # tenant, sends no progress: served in one exchange (app/mcp/light_calls.py).
+    light: bool = False
 
     @property
     def name(self) -> str:
@@ -119,13 +122,14 @@ def tool(
     description: str,
     annotations: ToolAnnotations | Callable[[ToolDeps], ToolAnnotations],
     meta: dict[str, Any] | None = None,
+    light: bool = False,
 ) -> Callable[[F], F]:
     """Declare a tool: its spec rides on the function (``spec_of``), which stays callable
-    as written (with its ``deps``), e.g. from a test."""
+    as written (with its ``deps``), e.g. from a test. ``light``: see ``ToolSpec.light``."""
 
     def declare(function: F) -> F:
         function.__tool_spec__ = ToolSpec(  # type: ignore[attr-defined]
-            function, title, description, annotations, meta
+            function, title, description, annotations, meta, light
         )
         return function
 

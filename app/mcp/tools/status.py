@@ -30,6 +30,7 @@ from jail.context import CallContext
         "NEVER takes a slot, joins the queue or changes anything."
     ),
     annotations=READ_ONLY,
+    light=True,  # the pool's view (memory, or one read of the shared pool's database)
 )
 async def sandbox_status(deps: ToolDeps) -> Annotated[CallToolResult, enveloped(SandboxStatus)]:
     async def body(call: CallContext) -> SandboxStatus:

@@ -268,3 +268,38 @@ async def test_calls_are_counted_once_whether_or_not_the_level_writes_their_line
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     written = [line for line in lines if line["event"] == "tool.call"]
     assert len(written) == (3 if level == "INFO" else 0)
+
+
+def test_request_ids_are_distinct_and_in_the_order_they_were_made() -> None:
+    """In order, so that the audit rows' ``request_id`` index grows at its end (random
+    ids scattered every batch's rows over its pages); 32 hex digits, as before."""
+    from app.mcp.runner import _request_id
+
+    ids = [_request_id() for _ in range(5_000)]
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+
+
+def test_a_forked_child_makes_ids_of_its_own() -> None:
+    """A child forked after its parent made ids must not repeat the parent's next ones."""
+    import os
+
+    from app.mcp.runner import _request_id
+
+    _request_id()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one id to the pipe, then out without running any cleanup
+        os.write(write, _request_id().encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 64).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    parent = _request_id()
+    # The same process part would mean the same ids, a counter's step apart.
+    assert len(child) == 32
+    assert child[12:20] != parent[12:20]
