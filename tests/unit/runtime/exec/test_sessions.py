@@ -69,7 +69,8 @@ async def test_callers_that_come_while_the_executor_starts_share_that_start(
     executors = Executors(api=api, offload=Offload(calls=CALLERS, streams=2), user="1000")
     try:
         executors.prepare(CONTAINER)  # as the container's create does
-        # Every way in, each one several times: first commands, tests' waits, kills.
+        # Every way in, each several times: first commands (session_soon), tests' waits
+        # (ready), later commands (session), creates (prepare).
         waiting = [
             asyncio.create_task(executors.session_soon(CONTAINER)) for _ in range(CALLERS)
         ] + [asyncio.create_task(executors.ready(CONTAINER)) for _ in range(CALLERS)]
