@@ -31,6 +31,7 @@ from docker_testkit import (
     new_workspace,
 )
 from hardening_checks import assert_hardened
+from process_table import PS, parse, split
 
 import app.runtime.exec.kill as runtime_kill
 import app.runtime.exec.protocol as fast_exec
@@ -97,16 +98,13 @@ class Sandbox:
         )
 
     async def processes(self) -> list[str]:
-        """Command lines of every process in the container but this `ps` itself."""
-        result = await self.run("ps -eo args=")
+        """Command lines of every process in the container but this `ps` itself and,
+        on the fast path, the executor (exactly one: it runs beside the keep-alive, and
+        nothing else of ours does) and the jobs it is starting (process_table)."""
+        result = await self.run(PS)
         assert result.exit_code == 0, result
-        lines = [line for line in result.stdout.splitlines() if "ps -eo args=" not in line]
-        if self.backend.exec_path == "auto":
-            # The executor runs beside the keep-alive, and nothing else of ours does.
-            executor = [line for line in lines if "smcp-executor" in line]
-            assert len(executor) == 1, lines
-            lines.remove(executor[0])
-        return lines
+        table = split(parse(result.stdout), fast=self.backend.exec_path == "auto")
+        return [p.args for p in table.rest if PS not in p.args]
 
 
 async def start(

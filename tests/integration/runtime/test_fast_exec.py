@@ -14,13 +14,16 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import docker
 import pytest
-from docker_testkit import BACKEND_PREFIX, docker_client, new_workspace
+from docker_testkit import BACKEND_PREFIX, docker_client, engine_events, new_workspace
+from process_table import PS, parse, split
 
 import app.runtime.exec.sessions as executors
 from app.runtime.backend import ContainerSpec, ExecResult, Limits
@@ -157,6 +160,97 @@ async def test_the_first_command_of_a_new_container_waits_for_its_executor(
         assert fast.exec_runs == {"fast": 1}
     finally:
         await fast.remove(made.container_id)
+
+
+async def test_concurrent_first_commands_share_one_executor_start(
+    fast: DockerBackend, slots: Path, engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new container's first commands, all arriving while its executor starts, share that
+    one start: one executor per container (issue 27 suspected a second one)."""
+    monkeypatch.setattr(executors, "FIRST_COMMAND_WAIT_S", 60)  # the start's end, not a clock
+    # The start is held until every command has asked for the executor, so all of them
+    # come while it is under way, however the machine schedules them.
+    commands = 8
+    asked = 0
+    everyone_asked = threading.Event()
+    prepare, open_stream = executors.Executors.prepare, executors._open_stream
+
+    def counted(self: executors.Executors, container_id: str) -> None:
+        nonlocal asked
+        asked += 1
+        prepare(self, container_id)
+        if asked == 1 + commands:  # the create's, then each command's
+            everyone_asked.set()
+
+    def held(*args: object) -> object:
+        assert everyone_asked.wait(120), "the commands never all asked for the executor"
+        return open_stream(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(executors.Executors, "prepare", counted)
+    monkeypatch.setattr(executors, "_open_stream", held)
+    since = int(time.time()) - 1
+    spec = ContainerSpec(
+        f"exp-{uuid.uuid4().hex[:8]}", "fp-fast", IMAGE, new_workspace(slots), limits=Limits()
+    )
+    made = await fast.create(spec)  # asks once
+    try:
+        running = [
+            asyncio.create_task(run(fast, made.container_id, f"echo {n}")) for n in range(commands)
+        ]
+        results = await asyncio.gather(*running)
+        assert [r.stdout for r in results] == [f"{n}\n" for n in range(commands)]
+        assert fast.exec_runs == {"fast": commands}
+        # The engine started one executor, and one runs.
+        creates = engine_events(
+            engine,
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"container": made.container_id, "event": "exec_create"},
+        )
+        boots = [e for e in creates if " ".join(executors.AGENT_ARGV) in e.get("Action", "")]
+        assert len(boots) == 1, creates
+        table = split(parse((await run(fast, made.container_id, PS)).stdout), fast=True)
+        assert table.starting == []
+    finally:
+        everyone_asked.set()
+        await fast.remove(made.container_id)
+
+
+async def test_a_job_the_executor_is_starting_is_not_a_second_executor(
+    fast: DockerBackend, container: str
+) -> None:
+    """Between its fork and its exec, a job the executor starts shows the executor's
+    command line (issue 27: a loaded CI run's `ps`, beside a starting job, counted two
+    executors). Jobs start without pause beside snapshots of the process table until
+    one was caught starting (bounded in time, never by speed): every snapshot holds
+    exactly one executor, and the caught job is its child (process_table.split)."""
+    stop = asyncio.Event()
+
+    async def spawn() -> None:
+        while not stop.is_set():
+            assert (await run(fast, container, "true")).exit_code == 0
+
+    spawners = [asyncio.create_task(spawn()) for _ in range(3)]
+    caught = snapshots = 0
+    deadline = time.monotonic() + 180
+    try:
+        while not caught and time.monotonic() < deadline:
+            # Many snapshots per command: a job is in that state for microseconds.
+            many = await run(fast, container, f"for i in $(seq 50); do {PS}; echo --; done")
+            for snapshot in filter(None, many.stdout.split("--\n")):
+                snapshots += 1
+                caught += len(split(parse(snapshot), fast=True).starting)
+    finally:
+        stop.set()
+        await asyncio.gather(*spawners)
+    assert caught, f"no job was caught starting in {snapshots} snapshots: the race never ran"
+    # Once the jobs are done, the executor is alone (nothing outlived them).
+    table = split(parse((await run(fast, container, PS)).stdout), fast=True)
+    assert table.starting == []
+    assert [p.args for p in table.rest if PS not in p.args] == [
+        "/sbin/docker-init -- sleep infinity",
+        "sleep infinity",
+    ]
 
 
 async def test_an_executor_killed_by_the_sandbox_falls_back_and_comes_back(
