@@ -9,6 +9,7 @@ modules (``docker.py``, ``egress_proxy.py``, ``warm.py``).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -122,11 +123,13 @@ def build_warm_demand(
     address_share_percent: int,
     holds_slot: Callable[[str], bool],
     queued: Callable[[], int],
+    clock: Callable[[], float] = time.monotonic,
 ) -> WarmDemand:
     """How many warm containers to keep: WARM_CONTAINERS at least, more with sign-ins,
-    a queue and the rate of creates, within WARM_MAX_CONTAINERS and WARM_MEMORY_MB (less
-    the prepared containers: ``build_prepared``); one sign-in address grows it by its
-    share of that budget at most."""
+    a queue and the rate of creates (those of the last WARM_RATE_WINDOW_S), within
+    WARM_MAX_CONTAINERS and WARM_MEMORY_MB (less the prepared containers:
+    ``build_prepared``); one sign-in address grows it by its share of that budget at
+    most. ``clock``: monotonic seconds (a fake one in tests)."""
     budget = WarmBudget(
         floor=runtime.warm_containers,
         max_containers=runtime.warm_max_containers,
@@ -137,6 +140,8 @@ def build_warm_demand(
         address_share_percent=address_share_percent,
         holds_slot=holds_slot,
         queued=queued,
+        clock=clock,
+        rate_window_s=runtime.warm_rate_window_s,
     )
 
 

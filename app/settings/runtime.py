@@ -87,6 +87,16 @@ class RuntimeSettings(Group):
             "sent to the engine only when no real creation waits)."
         ),
     )
+    warm_rate_window_s: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description=(
+            "How far back the warm pool counts creates: those of the last this many seconds, "
+            "scaled to the next 10 s, add to its size, so a burst keeps it grown for this "
+            "long after its last create and then it shrinks back to WARM_CONTAINERS."
+        ),
+    )
     engine_creates: int = Field(
         default=8,
         ge=1,

@@ -30,6 +30,13 @@ class Backend(FakeBackend):
         self._overlapped = asyncio.Event()
         self._overlap = overlap
 
+    def expect_overlap(self, overlap: int) -> None:
+        """From now on each create waits until ``overlap`` are under way: set before the
+        pass that must start them together, not before one that makes fewer (the floor's
+        two), whose creates would each wait the whole 5 s for a third that never comes."""
+        self._overlap = overlap
+        self._overlapped.clear()
+
     async def create(self, spec: ContainerSpec) -> Container:
         self.at_once += 1
         self.most_at_once = max(self.most_at_once, self.at_once)
@@ -66,13 +73,14 @@ async def test_the_pool_grows_with_sign_ins_and_shrinks_to_its_floor(tmp_path: P
     now = [0.0]
     policy = WarmDemand(WarmBudget(2, 6, 10_000), clock=lambda: now[0])
     free = slots(tmp_path, 10)
-    backend = Backend(overlap=3)
+    backend = Backend()
     pool = WarmPool(
         backend, lambda n: free[:n], count=2, image="img:1", demand=policy, concurrent_makes=3
     )
     assert await pool.fill() == 2
     for i in range(10):  # ten sign-ins: past the budget of 6
         policy.signed_in(f"key-{i}", f"10.0.0.{i}")
+    backend.expect_overlap(3)
     assert await pool.fill() == 4
     assert pool.ready == 6 == len(backend.containers)
     assert backend.most_at_once == 3  # several at once, within concurrent_makes
