@@ -49,6 +49,17 @@ class Lease:
     notes: tuple[NoteKind, ...]
 
 
+@dataclass(eq=False)
+class LeaseAsk:
+    """A caller waiting for ``acquire``'s decision (``pool.queue``): its lease, or why
+    not (its queue place, or the failed write)."""
+
+    key: str
+    decided: bool = False
+    lease: Lease | None = None
+    error: BaseException | None = None
+
+
 def label_of(sandbox_key: str) -> str:
     """The key's public label in logs and notifications (the sandbox fingerprint)."""
     return "sbx-" + hashlib.sha256(sandbox_key.encode()).hexdigest()[:12]
@@ -99,6 +110,9 @@ class PoolBase:
         self._before_reset = before_reset
         self._on_reserved = on_reserved
         self._lock = asyncio.Lock()
+        # Asks waiting for a change, decided in batches (``pool.queue``), one at a time.
+        self._asks: list[LeaseAsk] = []
+        self._asking = asyncio.Lock()
         self._slots: dict[int, SlotRecord] = {}
         self._by_key: dict[str, int] = {}
         self._free: list[int] = []  # a heap: the lowest free index goes first

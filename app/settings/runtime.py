@@ -84,7 +84,8 @@ class RuntimeSettings(Group):
             "After each create_experiment, start one container like it in the background for "
             "the sandbox's next experiment (one per sandbox holding a slot, within "
             "WARM_MAX_CONTAINERS and WARM_MEMORY_MB beside the warm pool, never its floor; "
-            "sent to the engine only when no real creation waits)."
+            "begun once no create has been in flight for 2 s, a minute at most; sent to the "
+            "engine only when no real creation waits)."
         ),
     )
     warm_rate_window_s: int = Field(

@@ -50,6 +50,20 @@ one run compare), N=100, dir slots, last first output (p50) beside the engine's 
   began; with prepared containers off, 16.10 s (10.63 s) beside 24.09 s, ratio 0.67
   (load 12-21: helpers' tests beside it). The creates are now the long pole (p50
   8.1 s, the hand-over one ``rename``; the rest database writes and the first walk).
+- session 12 (default settings, prepared containers on; load 9-31, others' benches
+  and tests beside; last (p50, p99) beside the floor's last (p50), each pair one run):
+  main a3424b8: 8.75 s (5.29, 8.75) beside 20.83 s (15.09), ratio 0.42; its 100 first
+  leases written one by one over 3.8 s (39 ms each today, 104 ms last session).
+  First leases decided together (``pool/queue.py``): all 100 within 0.6 s, but the
+  warm pool then shrank by the containers of the slots just leased (the sign-ins'
+  signal ended with the leases) and 59 creates went cold: 43.38 s (22.46, 42.76)
+  beside 22.37 s, 1.94. With the pool keeping a leased slot's container: 8.37 s
+  (8.10, 8.35) beside 22.74 s (12.53), 0.37. With prepared containers begun in a
+  lull of the creates too: 9.53 s (8.32, 9.51) beside 21.23 s (12.68), 0.45; under
+  py-spy 14.93 s beside 23.04 s, 0.65. Every create now takes its warm container
+  (p50 2.2-2.5 s, last 4.7-5.3 s), so the executes start together and are the long
+  pole (p50 4.3-4.5 s each, ``runtime.run`` 1.7 s of it): the first outputs come in
+  together again (p50 near last), and p50 rose with them.
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ several at once (``concurrent_makes``), and does not wait for them, so the next 
 (woken at once by a rising signal) follows a target that rose meanwhile. A caller
 whose slot's container has not begun yet goes cold rather than wait behind other
 slots' makes; one whose container has begun waits for it. When the target falls, the
-surplus goes, the slots handed out last first.
+surplus goes, the slots handed out last first; a container whose slot was leased
+meanwhile is its lessee's (its create is coming for it) and is neither surplus nor
+counted in the stock the target is compared with.
 
 Capacity (see :mod:`app.runtime.docker.capacity`): a warm container is the first
 container of its slot, counted under a key of its own (``warm-slot-NNN``), and
@@ -312,9 +314,14 @@ class WarmPool:
                 log.info("warm.orphan_removed", slot=claim.slot, owner=claim.process_id)
                 await self._remove(claim.container_id, Path(claim.root))
         target = self.target()
-        want = target - len(self._ready) - len(self._pending)
-        if want < 0 and self._ready:
-            await self._shrink(min(len(self._ready), -want))
+        # A container whose slot was leased meanwhile is its lessee's, about to be taken:
+        # not stock. Counted as stock, a burst's leases (which end the sign-in signal)
+        # shrank the pool by the very containers its creates came for: 59 of 100 went
+        # cold (issue 26, once the leases were written together).
+        stock = self._in_free_slots()
+        want = target - len(stock) - len(self._pending)
+        if want < 0 and stock:
+            await self._shrink(stock, min(len(stock), -want))
         if want <= 0:
             return []
         if self._refresh_free is not None:
@@ -358,10 +365,15 @@ class WarmPool:
         self.filled.set()
         self.filled.clear()
 
-    async def _shrink(self, surplus: int) -> None:
-        """Remove ``surplus`` unused warm containers, those of the slots handed out last
-        first (the pool's demand fell: they would wait idle)."""
-        latest = sorted(self._ready.values(), key=lambda warm: warm.slot.index, reverse=True)
+    def _in_free_slots(self) -> list[WarmContainer]:
+        """The ready containers whose slot is still free (the pool's stock)."""
+        free = {slot.root for slot in self._next_free(sys.maxsize)}
+        return [warm for warm in self._ready.values() if warm.slot.root in free]
+
+    async def _shrink(self, stock: list[WarmContainer], surplus: int) -> None:
+        """Remove ``surplus`` of the unused warm containers ``stock`` (in free slots), those
+        of the slots handed out last first (the pool's demand fell: they would wait idle)."""
+        latest = sorted(stock, key=lambda warm: warm.slot.index, reverse=True)
         gone = [self._ready.pop(warm.slot.root) for warm in latest[:surplus]]  # none takes them
         for warm in gone:
             await self._discard(warm)

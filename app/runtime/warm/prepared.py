@@ -27,6 +27,11 @@ What one tenant can make the server spend:
 - one background creation per create of the sandbox, one at a time: a loop of
   creates and destroys makes the server create no faster than the loop's own creates
   (and a failed one is not tried again before the sandbox's next create);
+- it begins only in a lull: once no create of any sandbox has been in flight in this
+  process for ``delay_s`` (:meth:`creation_began`, :meth:`creation_ended`), or after
+  ``HOLD_MAX_S`` at the latest, so a burst of creates (issue 26: 100 first calls at
+  once) meets no prepared creation at the engine beside its own containers and first
+  commands, and a steady stream of creates delays one by ``HOLD_MAX_S`` at most;
 - at the engine it yields: it is sent only when no real creation waits
   (:mod:`app.runtime.docker.creates`), so it never delays another tenant's cold create
   beyond the one creation already under way.
@@ -43,8 +48,11 @@ with its slot at the lease's end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +74,9 @@ PREFIX = ".prepared-"
 # A creation at the engine is waited for at most this long by the create that wants it
 # (its SDK calls time out first: 60 s each for create and start).
 PENDING_WAIT_S = 150.0
+# The longest a prepared creation waits for a lull in the creates: a server whose creates
+# never pause still prepares its sandboxes' next containers, a minute late.
+HOLD_MAX_S = 60.0
 
 
 class PreparedBackend(WarmBackend, Protocol):
@@ -107,11 +118,12 @@ class PreparedContainers:
         per_address: The most one sign-in address may hold (made or being made).
         owner: (uid, gid) the workspace is given to (None: this process's).
         check_every_s: How often leases and containers are checked.
-        delay_s: How long after a create its successor's creation begins: the create's
-            own first command runs meanwhile without an engine creation beside it (on 2
-            cores, with one beside it that command took 425 ms p50 against 281 ms in a
-            cold container; with the delay 303 ms against 502 ms in a run at a higher
-            load: tests/bench/bench_warm.py); agents take longer than this between creates.
+        delay_s: How long after the last create in flight ended a prepared creation
+            begins: the creates' first commands run meanwhile without an engine creation
+            beside them (on 2 cores, with one beside it a first command took 425 ms p50
+            against 281 ms in a cold container; with the delay 303 ms against 502 ms in a
+            run at a higher load: tests/bench/bench_warm.py); agents take longer than this
+            between creates.
     """
 
     def __init__(
@@ -133,6 +145,12 @@ class PreparedContainers:
         self._every = check_every_s
         self._delay = delay_s
         self._held: dict[str, PreparedContainer] = {}  # by sandbox key
+        # Creates of any sandbox in flight in this process, and when the last one ended
+        # (monotonic): prepared creations begin in a lull of them.
+        self._in_flight = 0
+        self._last_ended = -math.inf
+        self._lull = asyncio.Event()
+        self._lull.set()
         # Being made, by key: the task, the address, and whether it has left the gate.
         self._making: dict[str, tuple[asyncio.Task[None], str, asyncio.Event]] = {}
         self._stopping = False
@@ -156,6 +174,18 @@ class PreparedContainers:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="prepared-containers")
+
+    def creation_began(self) -> None:
+        """A create_experiment of any sandbox began: prepared creations wait for a lull."""
+        self._in_flight += 1
+        self._lull.clear()
+
+    def creation_ended(self) -> None:
+        """A create began before ended (made, refused or cancelled)."""
+        self._in_flight = max(0, self._in_flight - 1)
+        self._last_ended = time.monotonic()
+        if not self._in_flight:
+            self._lull.set()
 
     def after_create(self, key: str, slot_root: Path, spec: ContainerSpec) -> None:
         """The sandbox ``key`` (its lease's slot ``slot_root``) just got the container
@@ -279,8 +309,7 @@ class PreparedContainers:
         root = slot_root / f"{PREFIX}{secrets.token_hex(6)}"
         made: Container | None = None
         try:
-            if self._delay > 0:
-                await asyncio.sleep(self._delay)  # the create's first command goes first
+            await self._wait_for_a_lull()  # the creates and their first commands go first
             identity = await asyncio.to_thread(make_folder, root, self._owner)
             spec = ContainerSpec(
                 experiment_id=f"prepared-{root.name.removeprefix(PREFIX)}",
@@ -309,6 +338,19 @@ class PreparedContainers:
             raise
         finally:
             self._making.pop(key, None)
+
+    async def _wait_for_a_lull(self) -> None:
+        """Until no create has been in flight for ``delay_s``, ``HOLD_MAX_S`` at most."""
+        deadline = time.monotonic() + HOLD_MAX_S
+        while (now := time.monotonic()) < deadline:
+            if self._in_flight:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._lull.wait(), deadline - now)
+                continue
+            rest = self._last_ended + self._delay - now
+            if rest <= 0:
+                return
+            await asyncio.sleep(min(rest, deadline - now))
 
     async def _remove(self, container_id: str | None, root: Path) -> None:
         if container_id is not None:

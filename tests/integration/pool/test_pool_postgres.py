@@ -329,3 +329,27 @@ async def test_sandbox_status_on_one_process_sees_what_another_just_did(
     assert await a.pool.release("k1")  # freed (reserved for k2) through the other process
     assert (await status.of("k1")).holds_slot is False
     assert (await status.of("k2")).pool_queued == 0
+
+
+async def test_first_calls_queued_behind_a_change_share_one_exclusive_transaction(
+    cluster: Cluster,
+) -> None:
+    """Every change of a shared pool is one transaction under the lock all processes
+    take: a burst of first calls to one process takes a few, not one a lease, and the
+    other process sees every lease."""
+    a, b = await cluster.start(size=30), await cluster.start(size=30)
+    taken: list[int] = []
+    exclusive = a.state.exclusive
+
+    def counted() -> object:
+        taken.append(1)
+        return exclusive()
+
+    a.state.exclusive = counted  # type: ignore[method-assign]
+    leases = await asyncio.gather(*(a.pool.acquire(f"k{i}") for i in range(20)))
+    assert sorted(lease.slot.index for lease in leases) == list(range(20))
+    assert len(taken) == 2  # the first caller's, then the 19 behind it together
+    assert (await b.pool.acquire("other")).slot.index == 20
+    assert [key for _, _, key in await rows(cluster.url)] == [f"k{i}" for i in range(20)] + [
+        "other"
+    ]

@@ -45,12 +45,14 @@ from app.runtime.backend import Limits
 from app.runtime.exec import protocol as fast_exec
 from app.runtime.git import clone as _clone
 from app.runtime.git import egress as git_egress
+from app.runtime.warm import prepared
 from app.settings import ENV_PREFIX, Settings, load_settings
 from app.storage import rate_store, sqlite_writes
 from app.storage.signin import auth_admissions, front_door
 from auth.client_documents import LOOKUP_WAIT_S
 from auth.safe_fetch import LOOKUP_THREADS
 from jail import pack as packs
+from pool import queue as pool_queue
 
 ROOT = Path(__file__).parents[3]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -82,6 +84,8 @@ CONSTANTS: dict[str, int | float] = {
     "LARGE_PER_ADDRESS": request_bounds.LARGE_PER_ADDRESS,
     "MAX_BATCH": rate_store.MAX_BATCH,  # the shared rate ledger's takes a transaction
     "MAX_ADMISSIONS": auth_admissions.MAX_ADMISSIONS,  # the sign-in's presses a transaction
+    "MAX_ASKS": pool_queue.MAX_ASKS,  # first leases (and queue places) a transaction
+    "HOLD_MAX_S": prepared.HOLD_MAX_S,  # a prepared creation's wait for a lull in creates
     "FRONT_DOOR_CONNECTIONS": front_door.FRONT_DOOR_CONNECTIONS,  # the sign-in's own
     "TURN_WAIT_S": sqlite_writes.TURN_WAIT_S,  # a SQLite writer's wait for its turn
     # reads, views and the logs resource

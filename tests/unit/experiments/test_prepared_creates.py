@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 
 from db_testkit import migrated_sqlite
@@ -13,6 +14,7 @@ from runtime_fakes import FakeBackend
 
 from app.experiments.core.jobs import JobRegistry
 from app.experiments.creation import CreateRequest
+from app.experiments.evidence.shelf import fingerprint
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
@@ -96,5 +98,78 @@ async def test_each_next_create_takes_the_container_prepared_after_the_last(
         assert prepared.not_used == 1
         await prepared.stop()
         assert len(backend.containers) == 4
+    finally:
+        await engine.dispose()
+
+
+class HeldBackend(Backend):
+    """Holds the experiment containers of one sandbox at the "engine" until ``release``;
+    records the prepared creations sent to it."""
+
+    def __init__(self, held_label: str) -> None:
+        super().__init__()
+        self.held_label = held_label
+        self.release = asyncio.Event()
+        self.arrived = asyncio.Event()
+        self.prepared_sent: list[str] = []
+
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        if spec.prepared:
+            self.prepared_sent.append(spec.sandbox_label)
+        elif spec.sandbox_label == self.held_label:
+            self.arrived.set()
+            await self.release.wait()
+        return await super().create(spec, begun=begun)
+
+
+async def test_no_prepared_container_is_made_while_another_create_is_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Issue 26's burst: each create's prepared container went to the engine 2 s after it,
+    while the burst's other creates were still coming in."""
+    engine = await migrated_sqlite(tmp_path)
+    try:
+        slots = {
+            key: Slot(i, f"slot-00{i}", tmp_path / f"slot-00{i}") for i, key in enumerate("ab")
+        }
+        for slot in slots.values():
+            slot.root.mkdir()
+        backend = HeldBackend(fingerprint("b"))
+
+        async def holding(key: str) -> Slot | None:
+            return slots[key]
+
+        prepared = PreparedContainers(
+            backend, holding=holding, spare=lambda: 4, per_address=4, delay_s=0
+        )
+        registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
+        await registry.register()
+        records = SqlExperimentStore(engine)
+        options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=tmp_path / "a")
+        manager = ExperimentManager(
+            records, backend, JobRegistry(), options, registry, prepared=prepared
+        )
+        memory = SandboxMemory()
+
+        def create(key: str) -> Awaitable[object]:
+            call = new_call_context(
+                memory, key, request_id=uuid.uuid4().hex, slot_root=slots[key].root
+            )
+            return manager.create(call, CreateRequest(files={"a.py": "1\n"}))
+
+        b = asyncio.create_task(create("b"))
+        await backend.arrived.wait()  # b's container is at the engine
+        await create("a")
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert backend.prepared_sent == []  # a's waits for a lull: b is in flight
+        backend.release.set()
+        await b
+        for _ in range(500):
+            if len(backend.prepared_sent) == 2 and not prepared.being_made:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(backend.prepared_sent) == sorted([fingerprint("a"), fingerprint("b")])
+        await prepared.stop()
     finally:
         await engine.dispose()

@@ -7,8 +7,9 @@ import asyncio
 import pytest
 from pool_fakes import FakeSlotStore, MemoryPoolState
 
-from pool.leases import Queued, SlotPool
+from pool.leases import Lease, Queued, SlotPool
 from pool.slots import Slot
+from pool.state import PoolChanges
 
 
 class Clock:
@@ -308,4 +309,135 @@ async def test_a_key_holding_its_lease_is_not_held_behind_another_keys_lease_wri
     assert (await bob).slot != alice.slot
     # Alice's activity counts from that call (the idle timeout starts again from it).
     assert pool._idle_leases[alice.slot.index] == clock.now
+    pool.check_invariants()
+
+
+class GatedWrites(MemoryPoolState):
+    """A state store that records every write, holds each one until ``open`` is set (a
+    slow database), and fails the writes whose number is in ``failing``."""
+
+    def __init__(self, failing: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.open = asyncio.Event()
+        self.open.set()
+        self.writes: list[PoolChanges] = []
+        self.failing = failing
+        self.writing = asyncio.Event()
+
+    async def apply(self, changes: PoolChanges) -> None:
+        self.writes.append(changes)
+        self.writing.set()
+        await self.open.wait()
+        if len(self.writes) in self.failing:
+            raise OSError("the database is away")
+        await super().apply(changes)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_first_calls_that_arrive_during_a_lease_write_are_written_together() -> None:
+    """A burst of first calls: each lease was its own transaction, written in turn under
+    the pool's lock, so the last of 100 waited 100 writes (issue 26's burst)."""
+    state = GatedWrites()
+    pool, _, _, _ = await make_pool(12, state=state)
+    state.open.clear()
+    first = asyncio.create_task(pool.acquire("k0"))
+    await state.writing.wait()  # k0's write is at the database
+    rest = [asyncio.create_task(pool.acquire(f"k{i}")) for i in range(1, 11)]
+    await settle()
+    state.open.set()
+    leases = await asyncio.gather(first, *rest)
+    assert len(state.writes) == 2  # k0's, then one for the ten that came meanwhile
+    assert [len(w.put_slots) for w in state.writes] == [1, 10]
+    # Each as if it came alone, in arrival order: the lowest free slot first.
+    assert [lease.slot.index for lease in leases] == list(range(11))
+    assert {i: r.sandbox_key for i, r in state.slots.items()} == {i: f"k{i}" for i in range(11)}
+    pool.check_invariants()
+
+
+async def test_a_batch_hands_out_the_free_slots_then_queue_places_in_arrival_order() -> None:
+    state = GatedWrites()
+    pool, _, _, _ = await make_pool(3, state=state)
+    state.open.clear()
+    first = asyncio.create_task(pool.acquire("a"))
+    await state.writing.wait()
+    rest = [asyncio.create_task(pool.acquire(key)) for key in ("b", "c", "d", "e", "b")]
+    await settle()
+    state.open.set()
+    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert [o.slot.index for o in outcomes[:3] if isinstance(o, Lease)] == [0, 1, 2]
+    # Each as it was when its turn came: d first, alone in the queue.
+    assert [(o.position, o.details["queued"]) for o in outcomes[3:5] if isinstance(o, Queued)] == [
+        (1, 1),
+        (2, 2),
+    ]
+    assert isinstance(outcomes[5], Lease)
+    assert outcomes[5].slot.index == 1  # b again: its lease kept
+    assert len(state.writes) == 2
+    assert [q.sandbox_key for q in sorted(state.queue.values(), key=lambda q: q.seq)] == [
+        "d",
+        "e",
+    ]
+    pool.check_invariants()
+
+
+async def test_a_failed_batch_write_fails_its_callers_only() -> None:
+    """The callers behind it are decided by the next batch, from the memory as it is."""
+    state = GatedWrites(failing=(2,))
+    pool, _, _, _ = await make_pool(5, state=state)
+    state.open.clear()
+    first = asyncio.create_task(pool.acquire("a"))
+    await state.writing.wait()
+    batch = [asyncio.create_task(pool.acquire(key)) for key in ("b", "c")]
+    await settle()
+    state.open.set()
+    assert (await first).slot.index == 0
+    failed = await asyncio.gather(*batch, return_exceptions=True)
+    assert [type(outcome) for outcome in failed] == [OSError, OSError]
+    assert (await pool.acquire("d")).slot.index == 3
+    assert len(state.writes) == 3
+
+
+async def test_a_caller_that_goes_away_before_its_decision_is_not_written() -> None:
+    state = GatedWrites()
+    pool, _, _, _ = await make_pool(5, state=state)
+    state.open.clear()
+    first = asyncio.create_task(pool.acquire("a"))
+    await state.writing.wait()
+    gone = asyncio.create_task(pool.acquire("gone"))
+    stays = asyncio.create_task(pool.acquire("stays"))
+    await settle()
+    gone.cancel()
+    await settle()
+    state.open.set()
+    await first
+    assert (await stays).slot.index == 1
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert "gone" not in {r.sandbox_key for r in state.slots.values()}
+    assert pool.lease_of("gone") is None
+    pool.check_invariants()
+
+
+async def test_a_batch_whose_deciding_caller_goes_away_is_decided_by_the_next() -> None:
+    """Cancelled mid-write, the caller that held the batch leaves it to the next one."""
+    state = GatedWrites()
+    pool, _, _, _ = await make_pool(5, state=state)
+    await pool.acquire("holder")
+    state.open.clear()
+    state.writing.clear()
+    first = asyncio.create_task(pool.acquire("a"))
+    await state.writing.wait()
+    state.writing.clear()
+    behind = [asyncio.create_task(pool.acquire(key)) for key in ("b", "c")]
+    await settle()
+    first.cancel()  # while "a"'s write waits at the database
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    state.open.set()
+    assert [(await task).slot.index for task in behind] == [2, 3]
+    assert {r.sandbox_key for r in state.slots.values()} >= {"holder", "b", "c"}
     pool.check_invariants()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+import sqlalchemy as sa
 from pool_fakes import FakeSlotStore
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -165,3 +167,30 @@ async def test_a_survey_counts_what_the_whole_pool_says(state: SqlPoolState) -> 
     empty = SqlPoolState(state._engine)
     await state.apply(PoolChanges(free_slots=[0, 1, 2, 5], drop_queue=["k1", "k4", "k5", "k9"]))
     assert await empty.survey("k1", 4) == PoolSurvey(None, None, 0, 0, 0, None)
+
+
+async def test_a_burst_of_first_calls_takes_a_few_transactions_not_one_a_lease(
+    engine: AsyncEngine,
+) -> None:
+    """Issue 26's burst: 100 first leases were 100 transactions in turn under the pool's
+    lock. The ones that arrive while a lease is written are written together, and each
+    is on the disk (the database's own rows) before its caller hears of it."""
+    state = SqlPoolState(engine)
+    pool = SlotPool(state, FakeSlotStore(), size=40, idle_timeout_s=600)
+    await pool.open()
+    commits: list[int] = []
+
+    def listener(_connection: object) -> None:
+        commits.append(1)
+
+    sa.event.listen(engine.sync_engine, "commit", listener)
+    try:
+        leases = await asyncio.gather(*(pool.acquire(f"k{i}") for i in range(40)))
+    finally:
+        sa.event.remove(engine.sync_engine, "commit", listener)
+    assert sorted(lease.slot.index for lease in leases) == list(range(40))
+    # The first caller's lease alone, then the 39 that queued behind its write.
+    assert len(commits) == 2
+    stored = {r.sandbox_key: r.index for r in (await SqlPoolState(engine).load()).slots}
+    assert stored == {lease.sandbox_key: lease.slot.index for lease in leases}
+    pool.check_invariants()

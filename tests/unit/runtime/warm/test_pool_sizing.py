@@ -116,3 +116,34 @@ async def test_a_lessee_whose_make_has_not_begun_goes_cold_at_once(tmp_path: Pat
     assert await filling == 2
     assert sorted(pool.ready_slots()) == [free[0].root, free[1].root]
     await pool.stop()
+
+
+async def test_a_fall_in_demand_never_removes_the_containers_of_leased_slots(
+    tmp_path: Path,
+) -> None:
+    """Issue 26's burst, once its first leases were written together: the leases ended
+    the sign-ins' signal, and the pool shrank by the containers of the slots just leased,
+    before their lessees' creates took them (59 of 100 creates went cold)."""
+    now = [0.0]
+    policy = WarmDemand(WarmBudget(2, 6, 10_000), clock=lambda: now[0])
+    every = slots(tmp_path, 8)
+    leased: set[Path] = set()
+
+    def next_free(n: int) -> list[Slot]:
+        return [slot for slot in every if slot.root not in leased][:n]
+
+    pool = WarmPool(Backend(), next_free, count=2, image="img:1", demand=policy)
+    for i in range(4):
+        policy.signed_in(f"key-{i}", f"10.0.0.{i}")
+    await pool.fill()
+    assert sorted(pool.ready_slots()) == [slot.root for slot in every[:6]]
+    leased.update(slot.root for slot in every[:4])  # the four sign-ins' first calls
+    now[0] += 300  # their signal is gone: the target falls to the floor
+    assert await pool.fill() == 0
+    # The floor's two stay in the free slots; the leased slots keep theirs for their lessee.
+    assert sorted(pool.ready_slots()) == [slot.root for slot in every[:6]]
+    for slot in every[:4]:
+        spec = ContainerSpec("exp-1", "fp", "img:1", slot.root / "exp-1" / "workspace")
+        assert await pool.take(slot.root, spec, slot.root / "exp-1") is not None
+    assert sorted(pool.ready_slots()) == [every[4].root, every[5].root]
+    await pool.stop()

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from runtime_fakes import FakeBackend
 
 from app.runtime.backend import Container, ContainerSpec, Limits
+from app.runtime.warm import prepared as prepared_module
 from app.runtime.warm.demand import WarmBudget, WarmDemand
 from app.runtime.warm.pool import WarmPool
 from app.runtime.warm.prepared import PREFIX, PreparedContainers
@@ -339,3 +341,42 @@ async def test_the_warm_pool_and_the_prepared_containers_share_one_budget(
     assert crowded.target() == 4
     assert crowded.spare() == 3
     await crowded.stop()
+
+
+async def settle() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def test_a_prepared_creation_waits_while_any_create_is_in_flight(tmp_path: Path) -> None:
+    """Issue 26's burst: prepared containers were made 2 s after each create, at the
+    engine beside the burst's own creates and first commands. Now they wait for a lull."""
+    backend, leases = Backend(), Leases(tmp_path, 2)
+    prepared = prepared_for(backend, leases)
+    slot = leases.lease("alice", 0)
+    prepared.creation_began()  # alice's create
+    prepared.after_create("alice", slot, spec_for(slot, "exp-1"))
+    prepared.creation_began()  # bob's, in flight
+    prepared.creation_ended()  # alice's is over
+    await settle()
+    assert backend.creations == []  # bob's create is still in flight
+    assert prepared.being_made == 1  # it waits, counted in the budget
+    prepared.creation_ended()
+    await made(prepared)
+    assert prepared.holds("alice")
+    assert len(backend.creations) == 1
+    await prepared.stop()
+
+
+async def test_creates_that_never_pause_hold_a_prepared_creation_back_a_bounded_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prepared_module, "HOLD_MAX_S", 0.05)
+    backend, leases = Backend(), Leases(tmp_path, 2)
+    prepared = prepared_for(backend, leases)
+    slot = leases.lease("alice", 0)
+    prepared.creation_began()  # never ends
+    prepared.after_create("alice", slot, spec_for(slot, "exp-1"))
+    await made(prepared)
+    assert prepared.holds("alice")
+    await prepared.stop()
