@@ -298,6 +298,7 @@ class DiskBudget:
             self._forget(sandbox_key)
             return None
         task = asyncio.create_task(self._measure(sandbox_key, root))
+        task.add_done_callback(_read_unwaited_error)
         self._measuring[sandbox_key] = task
         try:
             return await asyncio.shield(task)
@@ -463,3 +464,15 @@ class DiskBudget:
             waiting.cancel()
         for walk in list(self._measuring.values()):
             walk.cancel()
+
+
+def _read_unwaited_error(task: asyncio.Task[DiskUsage]) -> None:
+    """A measurement goes on when its callers leave (it is shielded: the next caller
+    shares it). Its error, when every caller has left (a call cancelled, the server
+    stopping and its database cut off mid-read), is read here and logged, not reported
+    by asyncio as never retrieved; a caller still waiting gets it as before."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        log.info("disk.measure_failed", error=type(error).__name__)

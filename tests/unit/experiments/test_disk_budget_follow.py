@@ -9,6 +9,7 @@ retries a failed kill at the next interval, and lets it go once its containers a
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -266,3 +267,41 @@ async def test_a_slow_sandbox_does_not_put_off_another_sandboxs_check(tmp_path: 
     slow_asked.set()
     await check
     assert stopped_while_held == 1, "the slow sandbox held up the other's stop"
+
+
+async def test_a_measurement_every_caller_left_fails_without_an_unretrieved_error(
+    tmp_path: Path,
+) -> None:
+    """A measurement's callers may all leave (a call cancelled, the server stopping)
+    while its walk goes on; if it then fails (its database read cut off at shutdown),
+    nobody reads the error: asyncio reported "Task exception was never retrieved" on
+    every stop of a busy server."""
+    _, budget = a_world(tmp_path)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def cut_off(sandbox_key: str) -> int:
+        started.set()
+        await release.wait()
+        raise ConnectionResetError("the database went away mid-transaction")
+
+    budget._artifact_bytes_of = cut_off  # type: ignore[method-assign]
+    reported: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        caller = asyncio.create_task(budget.measure(KEY))
+        await started.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        release.set()
+        for _ in range(100):  # until the shielded walk has ended (bounded)
+            if not budget._measuring:
+                break
+            await asyncio.sleep(0.01)
+        assert not budget._measuring
+        gc.collect()  # an unretrieved error is reported when its task is collected
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert [c for c in reported if "never retrieved" in str(c.get("message"))] == []
