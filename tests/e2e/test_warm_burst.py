@@ -14,12 +14,11 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import docker
 import httpx2
 import pytest
-from e2e_server import RunningServer, start_server, stop_server
+from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 from oauth_browser import ManualClient
 
@@ -37,9 +36,8 @@ RATE_WINDOW_S = 10
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("warm-burst") / "state",
+def server(serve_module: Servers) -> Iterator[RunningServer]:
+    running = serve_module(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE=str(USERS + BUDGET),
         SANDBOX_MCP_WARM_CONTAINERS=str(FLOOR),
@@ -51,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
     )
     yield running
-    stop_server(running)
+    serve_module.stop(running)  # before its containers are removed
     with contextlib.closing(docker.from_env()) as engine:
         for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
             engine.api.remove_container(found["Id"], force=True)
@@ -126,10 +124,9 @@ async def test_a_burst_of_first_calls_meets_a_pool_grown_within_its_budget(
 
 
 @pytest.fixture
-def shared_server(tmp_path: Path) -> Iterator[RunningServer]:
+def shared_server(serve: Servers) -> Iterator[RunningServer]:
     """The default shares: one address prefix may spend 5% of every budget."""
-    running = start_server(
-        tmp_path / "state",
+    running = serve(
         SANDBOX_MCP_AUTH="oauth",
         SANDBOX_MCP_POOL_SIZE=str(USERS + BUDGET),
         SANDBOX_MCP_WARM_CONTAINERS=str(FLOOR),
@@ -143,7 +140,7 @@ def shared_server(tmp_path: Path) -> Iterator[RunningServer]:
         SANDBOX_MCP_REGISTRATIONS_PER_MINUTE="1000",
     )
     yield running
-    stop_server(running)
+    serve.stop(running)  # before its containers are removed
     with contextlib.closing(docker.from_env()) as engine:
         for found in engine.api.containers(all=True, filters={"label": f"{SHARED_PREFIX}.managed"}):
             engine.api.remove_container(found["Id"], force=True)

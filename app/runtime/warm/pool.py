@@ -322,6 +322,9 @@ class WarmPool:
         want = target - len(stock) - len(self._pending)
         if want < 0 and stock:
             await self._shrink(stock, min(len(stock), -want))
+        # But they are containers all the same: what the pool holds and makes stays
+        # within its ceiling (the budget), the lessees' containers included.
+        want = min(want, self.ceiling - len(self._ready) - len(self._pending))
         if want <= 0:
             return []
         if self._refresh_free is not None:

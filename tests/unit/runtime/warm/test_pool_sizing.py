@@ -147,3 +147,26 @@ async def test_a_fall_in_demand_never_removes_the_containers_of_leased_slots(
         assert await pool.take(slot.root, spec, slot.root / "exp-1") is not None
     assert sorted(pool.ready_slots()) == [every[4].root, every[5].root]
     await pool.stop()
+
+
+async def test_the_containers_of_leased_slots_count_in_the_budget(tmp_path: Path) -> None:
+    """Not stock (their lessees' creates come for them), but containers all the same: a
+    pool whose target stays at its ceiling while some of its slots are leased makes no
+    more than the ceiling allows (the e2e burst saw 7 waiting with a budget of 6)."""
+    policy = WarmDemand(WarmBudget(2, 6, 10_000), clock=lambda: 0.0)
+    every = slots(tmp_path, 12)
+    leased: set[Path] = set()
+
+    def next_free(n: int) -> list[Slot]:
+        return [slot for slot in every if slot.root not in leased][:n]
+
+    pool = WarmPool(Backend(), next_free, count=2, image="img:1", demand=policy)
+    for i in range(8):  # eight sign-ins without a first call: the target is the ceiling
+        policy.signed_in(f"key-{i}", f"10.0.0.{i}")
+    await pool.fill()
+    assert pool.ready == 6
+    leased.update(slot.root for slot in every[:2])  # two first calls lease their slots
+    await pool.fill()  # the target is still the ceiling: the six are all it may hold
+    assert pool.ready == 6
+    assert sorted(pool.ready_slots()) == [slot.root for slot in every[:6]]
+    await pool.stop()
