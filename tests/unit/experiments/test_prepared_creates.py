@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from db_testkit import migrated_sqlite
 from runtime_fakes import FakeBackend
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.experiments.core.jobs import JobRegistry
 from app.experiments.creation import CreateRequest
@@ -47,6 +48,25 @@ class Backend(FakeBackend):
         return 0
 
 
+async def a_manager(
+    engine: AsyncEngine,
+    backend: FakeBackend,
+    holding: Callable[[str], Awaitable[Slot | None]],
+    tmp_path: Path,
+) -> tuple[ExperimentManager, PreparedContainers]:
+    """A hosted manager on ``engine`` whose creates prepare the next container at once."""
+    prepared = PreparedContainers(
+        backend, holding=holding, spare=lambda: 4, per_address=4, delay_s=0
+    )
+    registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
+    await registry.register()
+    options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=tmp_path / "a")
+    manager = ExperimentManager(
+        SqlExperimentStore(engine), backend, JobRegistry(), options, registry, prepared=prepared
+    )
+    return manager, prepared
+
+
 async def test_each_next_create_takes_the_container_prepared_after_the_last(
     tmp_path: Path,
 ) -> None:
@@ -59,16 +79,8 @@ async def test_each_next_create_takes_the_container_prepared_after_the_last(
         async def holding(key: str) -> Slot | None:
             return slot
 
-        prepared = PreparedContainers(
-            backend, holding=holding, spare=lambda: 4, per_address=4, delay_s=0
-        )
-        registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
-        await registry.register()
-        records = SqlExperimentStore(engine)
-        options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=tmp_path / "a")
-        manager = ExperimentManager(
-            records, backend, JobRegistry(), options, registry, prepared=prepared
-        )
+        manager, prepared = await a_manager(engine, backend, holding, tmp_path)
+        records = SqlExperimentStore(engine)  # the same rows the manager writes
         memory = SandboxMemory()
         paths = []
         for image in ("img:1", "img:1", "img:1", "img:2"):
@@ -139,16 +151,7 @@ async def test_no_prepared_container_is_made_while_another_create_is_in_flight(
         async def holding(key: str) -> Slot | None:
             return slots[key]
 
-        prepared = PreparedContainers(
-            backend, holding=holding, spare=lambda: 4, per_address=4, delay_s=0
-        )
-        registry = ProcessRegistry(SqlProcessRecords(engine), stale_s=30)
-        await registry.register()
-        records = SqlExperimentStore(engine)
-        options = ExperimentOptions(hosted=True, default_image="img:1", artifact_dir=tmp_path / "a")
-        manager = ExperimentManager(
-            records, backend, JobRegistry(), options, registry, prepared=prepared
-        )
+        manager, prepared = await a_manager(engine, backend, holding, tmp_path)
         memory = SandboxMemory()
 
         def create(key: str) -> Awaitable[object]:
