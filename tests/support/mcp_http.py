@@ -201,11 +201,30 @@ async def run_to_the_end(
     went on as a background job, as on a busy machine), the job's record once it
     ended: a test that reads a command's outcome gets it however slow the machine."""
     ran = await run_command(http, server, token, experiment, command)
+    if ran.get("status") != "running":
+        return ran
+    return await job_end(http, server, token, ran["job_id"], within_s=within_s)
+
+
+async def job_end(
+    http: httpx2.AsyncClient,
+    server: RunningServer,
+    token: str,
+    job_id: str,
+    *,
+    within_s: float = 600,
+) -> dict[str, Any]:
+    """The job's result with its output once it left "running" (or as it is after
+    ``within_s``): one ``get_job_result`` waits at most 45 s, which a busy machine can
+    outlast; this asks again until the end. (Not get_job_status: it has no output.)"""
     deadline = time.monotonic() + within_s
-    while ran.get("status") == "running" and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        ran = await tool(http, server, token, "get_job_status", {"job_id": ran["job_id"]})
-    return ran
+    while True:
+        wait_s = max(0.0, min(30.0, deadline - time.monotonic()))
+        seen = await tool(
+            http, server, token, "get_job_result", {"job_id": job_id, "wait_s": wait_s}
+        )
+        if seen.get("status") != "running" or time.monotonic() >= deadline:
+            return seen
 
 
 async def write_file(
