@@ -4,7 +4,8 @@ whichever process is asked (issue 14, jobs and containers from any process)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import httpx2
 import pytest
 from db_testkit import fresh_postgres_blocking
 from e2e_server import RunningServer, start_server, stop_server
-from mcp_http import post_rpc, read_jsonrpc, run_command, tool
+from mcp_http import job_end, post_rpc, read_jsonrpc, run_command, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -68,6 +69,29 @@ def job_processes(engine: docker.DockerClient, experiment_id: str) -> list[str]:
     return [proc[-1] for proc in top["Processes"] if proc[-1] in MARKERS]
 
 
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 120) -> None:
+    """Poll ``check`` until it holds or ``timeout_s`` passed (the caller asserts): the
+    engine lists a tree's processes some time after its start, and its killed ones
+    a moment after the cancel answered, longer on a busy machine."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if await check() or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def equals(value: Awaitable[Any], expected: Any) -> bool:
+    return await value == expected
+
+
+async def differs(value: Awaitable[Any], other: Any) -> bool:
+    return await value != other
+
+
+async def listed(engine: docker.DockerClient, exp: str) -> int:
+    return len(await asyncio.to_thread(job_processes, engine, exp))
+
+
 async def test_a_job_is_read_and_cancelled_through_another_process(
     http: httpx2.AsyncClient, pair: Pair, engine: docker.DockerClient
 ) -> None:
@@ -76,11 +100,9 @@ async def test_a_job_is_read_and_cancelled_through_another_process(
     exp = created["experiment_id"]
     job = await run_command(http, pair.servers[0], "", exp, TREE, background=True)
     job_id = job["job_id"]
-    for _ in range(100):  # the tree has started once all four sleeps are listed
-        if len(await asyncio.to_thread(job_processes, engine, exp)) == 4:
-            break
-        await asyncio.sleep(0.1)
-    assert len(await asyncio.to_thread(job_processes, engine, exp)) == 4
+    # The tree has started once all four sleeps are listed.
+    await until(lambda: equals(listed(engine, exp), 4))
+    assert await listed(engine, exp) == 4
 
     # Through the other process: status, and a bounded wait, both see it running.
     other = pair.servers[1]
@@ -101,6 +123,7 @@ async def test_a_job_is_read_and_cancelled_through_another_process(
     # Cancelled through the process that did not start it: its whole tree dies.
     cancelled = await tool(http, other, "", "cancel_job", {"job_id": job_id})
     assert cancelled["status"] == "cancelled", cancelled
+    await until(lambda: equals(listed(engine, exp), 0))
     assert await asyncio.to_thread(job_processes, engine, exp) == []
     seen = await tool(http, pair.servers[0], "", "get_job_result", {"job_id": job_id, "wait_s": 0})
     assert seen["status"] == "cancelled"
@@ -109,9 +132,7 @@ async def test_a_job_is_read_and_cancelled_through_another_process(
     quick = await run_command(
         http, pair.servers[0], "", exp, "sleep 2; echo made-by-the-first", background=True
     )
-    result = await tool(
-        http, other, "", "get_job_result", {"job_id": quick["job_id"], "wait_s": 30}
-    )
+    result = await job_end(http, other, "", quick["job_id"])
     assert (result["status"], result["stdout"]) == ("completed", "made-by-the-first\n")
     await tool(http, other, "", "destroy_experiment", {"experiment_id": exp})
 
@@ -145,24 +166,21 @@ async def test_an_mcp_task_is_polled_and_cancelled_through_another_process(
         arguments = {"experiment_id": exp, "command": command}
         return {"name": "execute_experiment", "arguments": arguments}
 
-    started = await rpc(http, first, "tools/call", execute("sleep 2; echo via-task"))
+    # Long enough to be seen working through the other process on a busy machine.
+    started = await rpc(http, first, "tools/call", execute("sleep 10; echo via-task"))
     assert started["resultType"] == "task", started
     assert await task_state(http, other, started["taskId"]) == "working"
-    for _ in range(120):
-        if await task_state(http, other, started["taskId"]) != "working":
-            break
-        await asyncio.sleep(0.25)
+    await until(lambda: differs(task_state(http, other, started["taskId"]), "working"))
     done = await rpc(http, other, "tasks/get", {"taskId": started["taskId"]})
     assert done["status"] == "completed", done
     assert done["result"]["structuredContent"]["stdout"] == "via-task\n"
 
     long = await rpc(http, first, "tools/call", execute(TREE))
-    for _ in range(100):
-        if len(await asyncio.to_thread(job_processes, engine, exp)) == 4:
-            break
-        await asyncio.sleep(0.1)
+    await until(lambda: equals(listed(engine, exp), 4))
+    assert await listed(engine, exp) == 4
     await rpc(http, other, "tasks/cancel", {"taskId": long["taskId"]})
     assert await task_state(http, other, long["taskId"]) == "cancelled"
     assert await task_state(http, first, long["taskId"]) == "cancelled"
+    await until(lambda: equals(listed(engine, exp), 0))
     assert await asyncio.to_thread(job_processes, engine, exp) == []
     await tool(http, other, "", "destroy_experiment", {"experiment_id": exp})
