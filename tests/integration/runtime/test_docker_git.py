@@ -70,18 +70,25 @@ def helpers(client: docker.DockerClient) -> list[str]:
     return _ours(client, f"{PREFIX}.role=git-clone")
 
 
-def running_helper(client: docker.DockerClient) -> tuple[str, dict[str, Any]] | None:
-    """A clone helper that runs, and its inspection. One listed and gone before its
-    inspection (an earlier test's, its removal finishing: seen on a busy machine) is
-    passed over."""
+def running_helpers(client: docker.DockerClient) -> list[tuple[str, dict[str, Any]]]:
+    """The clone helpers that run, and their inspections. One listed and gone before
+    its inspection (an earlier test's, its removal finishing: seen on a busy machine)
+    is passed over."""
+    running = []
     for container_id in helpers(client):
         try:
             attrs = client.api.inspect_container(container_id)
         except docker.errors.NotFound:
             continue
         if attrs["State"]["Running"]:
-            return container_id, dict(attrs)
-    return None
+            running.append((container_id, dict(attrs)))
+    return running
+
+
+def running_helper(client: docker.DockerClient) -> tuple[str, dict[str, Any]] | None:
+    """A clone helper that runs, and its inspection (as :func:`running_helpers`)."""
+    running = running_helpers(client)
+    return running[0] if running else None
 
 
 @pytest.fixture
@@ -299,13 +306,10 @@ async def test_the_helper_carries_the_hardening_and_is_removed_when_cancelled(
     cloning = asyncio.create_task(backend.clone(local(repo.path), new_workspace(slots)))
     # Running, not just created: the backend counts a helper as its own from the moment
     # its create returns, which can be a little after the engine lists it.
-    for _ in range(200):
-        found = running_helper(engine)
-        if found is not None:
-            break
+    deadline = time.monotonic() + 90  # a start takes long on a busy machine
+    while (found := running_helper(engine)) is None:
+        assert time.monotonic() < deadline, "the helper never started"
         await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the helper never started")
     helper, attrs = found
     host = attrs["HostConfig"]
     assert host["Privileged"] is False  # as the engine reports it, not just omitted
@@ -507,10 +511,10 @@ async def test_a_remote_clone_connects_only_to_the_pinned_address_from_its_own_n
     def listen(server: socket.socket) -> None:
         conn, peer = server.accept()
         with conn:
-            [helper] = helpers(engine)
-            seen.append(
-                (peer[0], engine.api.inspect_container(helper)["HostConfig"]["NetworkMode"])
-            )
+            # The helper connecting runs; an earlier test's, listed and gone before its
+            # inspection (its removal finishing on a busy machine), is passed over.
+            [(_, attrs)] = running_helpers(engine)  # the one whose git connects
+            seen.append((peer[0], attrs["HostConfig"]["NetworkMode"]))
             conn.recv(1024)  # the TLS ClientHello; closing fails the handshake
 
     async def resolve(host: str, port: int) -> list[str]:
