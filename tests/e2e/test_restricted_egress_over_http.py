@@ -33,7 +33,7 @@ from egress_testkit import (
     remove_restricted_network,
     usage_lines_of,
 )
-from mcp_http import run_command, tool
+from mcp_http import run_command, run_to_the_end, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -124,7 +124,8 @@ async def test_pip_and_npm_install_from_the_registry_unconfigured(
     http: httpx2.AsyncClient, server: RunningServer
 ) -> None:
     python = await create(http, server)
-    pip = await run_command(
+    # An install can outlast the synchronous wait on a busy machine: its end is read.
+    pip = await run_to_the_end(
         http,
         server,
         "",
@@ -136,7 +137,7 @@ async def test_pip_and_npm_install_from_the_registry_unconfigured(
     assert "value 42" in pip["stdout"]
     assert "[sandbox-mcp]" not in pip["stderr"]
     node = await create(http, server, image=NODE_IMAGE)
-    npm = await run_command(
+    npm = await run_to_the_end(
         http,
         server,
         "",
