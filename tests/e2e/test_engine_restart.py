@@ -112,7 +112,7 @@ async def outage_and_return(
         top = await asyncio.to_thread(engine.api.top, before["Id"], ps_args="-eo pid,args")
         return any(proc[-1] == "sleep 600" for proc in top["Processes"])
 
-    await eventually(started, 30, "the job never started")
+    await eventually(started, 120, "the job never started")
 
     with dockerd.outage():
         # The job died with its container: lost, with the reason, not "failed".
