@@ -18,6 +18,7 @@ from typing import Any
 import docker
 import httpx2
 import pytest
+from docker_testkit import remove_labelled_containers
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 from oauth_browser import ManualClient
@@ -32,10 +33,7 @@ def prefix() -> Iterator[str]:
     yield label_prefix
     client = docker.from_env()
     try:
-        for found in client.api.containers(
-            all=True, quiet=True, filters={"label": f"{label_prefix}.managed"}
-        ):
-            client.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(client, f"{label_prefix}.managed")
     finally:
         client.close()
 

@@ -16,6 +16,7 @@ from typing import Any
 import docker
 import httpx2
 import pytest
+from docker_testkit import remove_labelled_containers
 from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 from oauth_browser import ManualClient
@@ -39,8 +40,7 @@ SETTINGS = {
 def remove_all(prefix: str) -> None:
     """A stopped server leaves its experiments' containers: the test removes its own."""
     with contextlib.closing(docker.from_env()) as engine:
-        for found in engine.api.containers(all=True, filters={"label": f"{prefix}.managed"}):
-            engine.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(engine, f"{prefix}.managed")
 
 
 @pytest.fixture(scope="module")

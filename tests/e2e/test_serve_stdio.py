@@ -15,6 +15,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker_testkit import remove_labelled_containers
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -103,5 +104,4 @@ def test_a_signal_stops_stdio_as_end_of_input_does(
             process.wait()
         assert process.stdin is not None
         process.stdin.close()
-        for found in engine.api.containers(all=True, filters=label):
-            engine.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(engine, f"{prefix}.managed")

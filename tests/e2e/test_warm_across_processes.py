@@ -18,6 +18,7 @@ import docker
 import httpx2
 import pytest
 from db_testkit import fresh_postgres
+from docker_testkit import remove_labelled_containers
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 
@@ -31,8 +32,7 @@ POOL = 3
 def engine() -> Iterator[docker.DockerClient]:
     with contextlib.closing(docker.from_env()) as client:
         yield client
-        for found in client.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
-            client.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(client, f"{PREFIX}.managed")
 
 
 def warm_by_slot(engine: docker.DockerClient) -> dict[str, list[tuple[str, str, Path]]]:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import docker
 import httpx2
 import pytest
+from docker_testkit import remove_labelled_containers
 from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 from oauth_browser import ManualClient
@@ -51,8 +52,7 @@ def server(serve_module: Servers) -> Iterator[RunningServer]:
     yield running
     serve_module.stop(running)  # before its containers are removed
     with contextlib.closing(docker.from_env()) as engine:
-        for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
-            engine.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(engine, f"{PREFIX}.managed")
 
 
 def waiting_warm(engine: docker.DockerClient, prefix: str) -> int:
@@ -142,8 +142,7 @@ def shared_server(serve: Servers) -> Iterator[RunningServer]:
     yield running
     serve.stop(running)  # before its containers are removed
     with contextlib.closing(docker.from_env()) as engine:
-        for found in engine.api.containers(all=True, filters={"label": f"{SHARED_PREFIX}.managed"}):
-            engine.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(engine, f"{SHARED_PREFIX}.managed")
 
 
 async def test_one_address_signing_in_many_times_grows_the_pool_by_its_share_only(

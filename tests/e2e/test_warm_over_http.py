@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import docker
 import httpx2
 import pytest
+from docker_testkit import remove_labelled_containers
 from e2e_server import RunningServer, Servers
 from mcp_http import run_command, tool
 from oauth_browser import ManualClient
@@ -34,8 +35,7 @@ def server(serve_module: Servers) -> Iterator[RunningServer]:
     yield running
     serve_module.stop(running)
     with contextlib.closing(docker.from_env()) as engine:
-        for found in engine.api.containers(all=True, filters={"label": f"{PREFIX}.managed"}):
-            engine.api.remove_container(found["Id"], force=True)
+        remove_labelled_containers(engine, f"{PREFIX}.managed")
 
 
 def warm_ids(engine: docker.DockerClient) -> set[str]:

@@ -86,6 +86,22 @@ def backend_on_engine(
     )
 
 
+def remove_labelled_containers(client: docker.DockerClient, label: str) -> None:
+    """Remove every container carrying ``label`` (a test's cleanup). One listed and
+    then removed by someone else before our remove (a stopping server removing its
+    warm containers, an earlier test's removal finishing on a busy machine) is gone
+    or going all the same: its NotFound or 409 "removal already in progress" is not
+    a failure."""
+    for found in client.api.containers(all=True, quiet=True, filters={"label": label}):
+        try:
+            client.api.remove_container(found["Id"], force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            if error.status_code != 409:
+                raise
+
+
 def remove_containers_mounting(folder: Path) -> None:
     """Remove every container with a mount from below ``folder``: a server leaves its
     experiments' containers running when it stops (a restart adopts them), and their
