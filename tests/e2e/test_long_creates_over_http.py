@@ -30,6 +30,7 @@ import docker
 import httpx2
 import pytest
 from db_testkit import fresh_postgres_blocking
+from docker_testkit import labelled, remove_labelled_containers
 from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import run_command, tool
 
@@ -63,26 +64,15 @@ def remove_leftovers(engine: docker.DockerClient, state_dir: Path) -> None:
     """Remove every container of this state dir's deployment (a stopped or killed server
     leaves its experiments' containers for its next start)."""
     deployment = (state_dir / "deployment-id").read_text().strip()
-    for container in engine.containers.list(
-        all=True, filters={"label": f"io.sandbox-mcp.managed={deployment}"}
-    ):
-        container.remove(force=True)
+    remove_labelled_containers(engine, f"io.sandbox-mcp.managed={deployment}")
 
 
 def clone_helpers(engine: docker.DockerClient, state_dir: Path) -> list[str]:
+    """The clone helpers' ids, as the engine lists them. Not containers.list, which
+    inspects each one listed and raises NotFound for a helper removed meanwhile (the
+    very removal the callers wait for)."""
     deployment = (state_dir / "deployment-id").read_text().strip()
-    return [
-        c.id
-        for c in engine.containers.list(
-            all=True,
-            filters={
-                "label": [
-                    f"io.sandbox-mcp.managed={deployment}",
-                    "io.sandbox-mcp.role=git-clone",
-                ]
-            },
-        )
-    ]
+    return labelled(engine, f"io.sandbox-mcp.managed={deployment}", "io.sandbox-mcp.role=git-clone")
 
 
 async def get(http: httpx2.AsyncClient, server: RunningServer, exp: str) -> dict[str, Any]:
