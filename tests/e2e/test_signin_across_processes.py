@@ -205,7 +205,9 @@ async def test_a_token_revoked_on_one_process_is_refused_by_another_within_secon
         if status == 401:
             break
         assert status == 200
-        assert time.monotonic() - started < 20, "still accepted 20 s after the revocation"
+        # Only a bound on the loop: the verdict is the measured bound below, which
+        # slow rounds on a busy machine can push past 20 s.
+        assert time.monotonic() - started < 120, "still accepted 120 s after the revocation"
         await asyncio.sleep(0.25)
         slowest_round = max(slowest_round, time.monotonic() - round_started)
     elapsed = time.monotonic() - started
