@@ -399,7 +399,7 @@ async def test_a_fork_bomb_is_bounded_and_killed(backend: DockerBackend, slots: 
         assert bomb.timed_out, bomb
         # Thousands of killed forks are reaped by the container's init a moment after the
         # kill returns: wait (bounded) for the table to settle, then demand it is clean.
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + 90  # slower on a busy machine
         while (seen := await box.processes()) != KEEPALIVE:
             if asyncio.get_running_loop().time() > deadline:
                 break
