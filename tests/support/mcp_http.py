@@ -196,11 +196,13 @@ async def run_to_the_end(
     command: str,
     *,
     within_s: float = 600,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """``run_command``, and if the server's synchronous wait ended first (the command
-    went on as a background job, as on a busy machine), the job's record once it
-    ended: a test that reads a command's outcome gets it however slow the machine."""
-    ran = await run_command(http, server, token, experiment, command)
+    """``run_command`` (``extra`` as it takes them), and if the server's synchronous
+    wait ended first (the command went on as a background job, as on a busy machine),
+    the job's result once it ended: a test that reads a command's outcome gets it
+    however slow the machine."""
+    ran = await run_command(http, server, token, experiment, command, **extra)
     if ran.get("status") != "running":
         return ran
     return await job_end(http, server, token, ran["job_id"], within_s=within_s)
