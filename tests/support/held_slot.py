@@ -15,6 +15,11 @@ from e2e_server import RunningServer, start_server, stop_server
 from mcp_http import probe
 from oauth_browser import new_users
 
+# How long the waiting user's call may queue: the most the server allows, as the
+# watchdog's tick and the slot's emptying come on top of the holder's 10 s and take
+# far longer on a busy machine (30 s was close there).
+QUEUE_WAIT_S = 50
+
 
 @asynccontextmanager
 async def a_held_slot(
@@ -28,7 +33,7 @@ async def a_held_slot(
             **env,
             "SANDBOX_MCP_POOL_SIZE": "1",
             "SANDBOX_MCP_IDLE_TIMEOUT_S": "10",
-            "SANDBOX_MCP_QUEUE_WAIT_S": "30",
+            "SANDBOX_MCP_QUEUE_WAIT_S": str(QUEUE_WAIT_S),
         },
     )
     try:
