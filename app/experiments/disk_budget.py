@@ -52,13 +52,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 
 from app.errors import ServiceError
 from app.experiments.core.jobs import JobRegistry, stop_job
-from app.experiments.core.records import Experiment
+from app.experiments.core.records import DiskHoldings
 from app.experiments.held_files import held_bytes, missing_capabilities
 from app.runtime.backend import SandboxBackend
 from app.runtime.errors import ContainerGone, RuntimeFailure
@@ -172,24 +171,7 @@ def measure_slot(
     return usage, held.unreadable
 
 
-class LiveContainers(Protocol):
-    async def __call__(self, sandbox_key: str) -> Iterable[str]: ...
-
-
-class _Experiments(Protocol):
-    async def of_sandbox(
-        self, sandbox_key: str, *, include_destroyed: bool = True
-    ) -> Sequence[Experiment]: ...
-
-
-def containers_from(records: _Experiments) -> LiveContainers:
-    """The containers of a sandbox's live experiments, from the records."""
-
-    async def containers_of(sandbox_key: str) -> list[str]:
-        live = await records.of_sandbox(sandbox_key, include_destroyed=False)
-        return [e.container_id for e in live if e.container_id]
-
-    return containers_of
+HoldingsOf = Callable[[str], Awaitable[DiskHoldings]]
 
 
 class DiskBudget:
@@ -199,8 +181,7 @@ class DiskBudget:
         self,
         *,
         slot_root_of: Callable[[str], Path | None],
-        artifact_bytes_of: Callable[[str], Awaitable[int]],
-        containers_of: LiveContainers,
+        holdings_of: HoldingsOf,
         jobs: JobRegistry,
         backend: SandboxBackend,
         limit_bytes: int,
@@ -216,8 +197,10 @@ class DiskBudget:
         # A measurement walks the sandbox's tree: in the tenants' threads, but never
         # behind the sandbox's own calls (its flood must not put off its check).
         self._threads = threads or TenantThreads()
-        self._artifact_bytes_of = artifact_bytes_of
-        self._containers_of = containers_of
+        # Its live containers and artifacts' bytes: one read of the records (a burst
+        # of first calls measures each sandbox two or three times, and waits on every
+        # round trip to the database).
+        self._holdings_of = holdings_of
         self._jobs = jobs
         self._backend = backend
         self.limit_bytes = limit_bytes
@@ -308,15 +291,15 @@ class DiskBudget:
 
     async def _measure(self, sandbox_key: str, root: Path) -> DiskUsage:
         try:
-            pids_of = await self._host_pids(sandbox_key)
+            holdings = await self._holdings_of(sandbox_key)
+            pids_of = await self._host_pids(holdings.containers)
             tree, unreadable = await self._threads.run_server_work(
                 measure_slot, root, pids_of, self._max_entries
             )
             if unreadable and not self._told_unreadable:
                 self._told_unreadable = True  # once: a namespace or a capability, not a tenant
                 log.warning("disk.held_files_unreadable", sandbox=sandbox_key, processes=unreadable)
-            artifacts = await self._artifact_bytes_of(sandbox_key)
-            usage = DiskUsage(tree.bytes + artifacts, tree.entries, tree.truncated)
+            usage = DiskUsage(tree.bytes + holdings.artifact_bytes, tree.entries, tree.truncated)
             self._last[sandbox_key] = (self._clock(), usage)
             if not usage.over(self.limit_bytes):
                 self._over.pop(sandbox_key, None)  # back under (an experiment destroyed)
@@ -324,10 +307,10 @@ class DiskBudget:
         finally:
             self._measuring.pop(sandbox_key, None)
 
-    async def _host_pids(self, sandbox_key: str) -> dict[str, list[int]]:
-        """The host pids of each live container of the sandbox (gone ones left out)."""
+    async def _host_pids(self, containers: Iterable[str]) -> dict[str, list[int]]:
+        """The host pids of each of the sandbox's live containers (gone ones left out)."""
         found = {}
-        for container_id in await self._containers_of(sandbox_key):
+        for container_id in containers:
             try:
                 found[container_id] = await self._backend.host_pids(container_id)
             except ContainerGone:
@@ -359,7 +342,7 @@ class DiskBudget:
         jobs = [job for job in self._jobs.running() if job.sandbox_key == sandbox_key]
         for job in jobs:
             await stop_job(self._backend, job)
-        containers = list(await self._containers_of(sandbox_key))
+        containers = (await self._holdings_of(sandbox_key)).containers
         failed = 0
         for container_id in containers:
             # From outside the container (its own docker exec, retried, then a restart),
@@ -452,7 +435,7 @@ class DiskBudget:
         try:
             if self._slot_root_of(key) is None:
                 self._forget(key)  # emptied: its next lease starts at zero
-            elif self._jobs.is_busy(key) or list(await self._containers_of(key)):
+            elif self._jobs.is_busy(key) or (await self._holdings_of(key)).containers:
                 await self.enforce(key)
         except Exception:  # one sandbox's failure must not end the checks of all
             log.exception("disk.budget_check_failed")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from app.experiments.core.jobs import JobRegistry
 from app.experiments.core.store import ExperimentStore
-from app.experiments.disk_budget import DiskBudget, containers_from
+from app.experiments.disk_budget import DiskBudget
 from app.experiments.evidence.shelf import fingerprint
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
@@ -75,8 +75,7 @@ def build_disk_budget(
         return None
     return DiskBudget(
         slot_root_of=lambda key: slot.root if (slot := pool.lease_of(key)) else None,
-        artifact_bytes_of=records.artifact_bytes_of,
-        containers_of=containers_from(records),
+        holdings_of=records.disk_holdings,
         jobs=jobs,
         backend=backend,
         limit_bytes=pool_settings.dir_slot_budget_mb * 1_048_576,

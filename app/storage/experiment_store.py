@@ -25,6 +25,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from app.experiments.core.errors import ExperimentNotFound
 from app.experiments.core.records import (
     ArtifactRecord,
+    DiskHoldings,
     Experiment,
     JobControl,
     JobEnds,
@@ -524,6 +525,28 @@ class SqlExperimentStore(CancelRequests):
                 )
             )
             return int(total or 0)
+
+    async def disk_holdings(self, sandbox_key: str) -> DiskHoldings:
+        """The containers of the sandbox's live experiments and its artifacts' bytes, in
+        one statement: the disk budget reads both before every writing call and after
+        it, and a burst of first calls waits on every round trip to the database."""
+        containers = sa.select(
+            ExperimentRow.container_id.label("container_id"), sa.literal(0).label("size")
+        ).where(
+            ExperimentRow.sandbox_key == sandbox_key,
+            ExperimentRow.state != State.DESTROYED.value,
+            ExperimentRow.container_id.is_not(None),
+        )
+        artifacts = sa.select(
+            sa.literal(None, sa.String).label("container_id"),
+            sa.func.coalesce(sa.func.sum(ArtifactRow.size), 0).label("size"),
+        ).where(ArtifactRow.sandbox_key == sandbox_key)
+        async with self._transaction() as session:
+            rows: list[Any] = list(await session.execute(sa.union_all(containers, artifacts)))
+        return DiskHoldings(
+            containers=tuple(row.container_id for row in rows if row.container_id is not None),
+            artifact_bytes=sum(int(row.size or 0) for row in rows),
+        )
 
     async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRecord]:
         async with self._transaction() as session:

@@ -182,3 +182,13 @@ class ArtifactRecord:
     created_at: float
     # Set when the sandbox is emptied: the artifact outlives it by ARTIFACT_TTL_S.
     expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class DiskHoldings:
+    """What a sandbox's disk budget counts besides its slot's tree: the containers of
+    its live experiments (their processes may hold deleted files open) and what its
+    artifacts on the shelf weigh."""
+
+    containers: tuple[str, ...]
+    artifact_bytes: int

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from app.experiments.core.records import (
     ArtifactRecord,
+    DiskHoldings,
     Experiment,
     JobControl,
     JobEnds,
@@ -152,6 +153,10 @@ class ExperimentStore(Protocol):
     async def add_artifacts(self, artifacts: list[ArtifactRecord]) -> None: ...
     async def artifact_bytes_of(self, sandbox_key: str) -> int:
         """What the sandbox's artifacts on the shelf weigh, in bytes."""
+        ...
+
+    async def disk_holdings(self, sandbox_key: str) -> DiskHoldings:
+        """The containers of the sandbox's live experiments and its artifacts' bytes."""
         ...
 
     async def artifacts_of(self, sandbox_key: str, experiment_id: str) -> list[ArtifactRecord]: ...

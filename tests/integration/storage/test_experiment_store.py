@@ -9,7 +9,7 @@ from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.experiments.core.errors import ExperimentNotFound, InvalidTransition
-from app.experiments.core.records import ArtifactRecord, JobOutcome, JobRecord
+from app.experiments.core.records import ArtifactRecord, DiskHoldings, JobOutcome, JobRecord
 from app.experiments.core.states import State
 from app.storage.experiment_store import SqlExperimentStore
 
@@ -115,6 +115,26 @@ async def test_artifacts_weigh_expire_and_keep_their_experiment(
     await records.delete_artifacts(["a1", "a2"])
     assert await records.artifact_bytes_of("k") == 0
     assert await records.forget_destroyed_before(10.0) == 1
+
+
+async def test_disk_holdings_are_the_live_containers_and_the_artifacts_bytes(
+    records: SqlExperimentStore,
+) -> None:
+    """What the disk budget reads before and after each writing call, in one statement:
+    the containers of live experiments only, and every artifact's bytes, of one sandbox."""
+    assert await records.disk_holdings("k") == DiskHoldings((), 0)
+    for experiment_id, key in (("e1", "k"), ("e2", "k"), ("e3", "k"), ("e4", "other")):
+        await records.add(an_experiment(experiment_id, sandbox_key=key), "created")
+    await records.transition("e1", State.READY, "started", 2.0, container_id="c-live")
+    await records.transition("e3", State.READY, "started", 2.0, container_id="c-gone")
+    await records.transition("e3", State.DESTROYED, "destroyed", 3.0)
+    await records.transition("e4", State.READY, "started", 2.0, container_id="c-other")
+    assert await records.disk_holdings("k") == DiskHoldings(("c-live",), 0)  # e2: none yet
+    await records.add_artifacts([an_artifact("a1", "e1", 100), an_artifact("a2", "e3", 50)])
+    await records.add_artifacts([an_artifact("a3", "e4", 7, key="other")])
+    assert await records.disk_holdings("k") == DiskHoldings(("c-live",), 150)
+    assert await records.disk_holdings("other") == DiskHoldings(("c-other",), 7)
+    assert await records.disk_holdings("nobody") == DiskHoldings((), 0)
 
 
 async def test_the_ends_of_a_job_s_output_are_cut_alike_on_both_databases(

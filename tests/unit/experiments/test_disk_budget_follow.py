@@ -20,6 +20,7 @@ from deep_trees import build_deep_tree
 from runtime_fakes import FakeBackend
 
 from app.experiments.core.jobs import JobRegistry
+from app.experiments.core.records import DiskHoldings
 from app.experiments.disk_budget import DiskBudget, QuotaExceeded
 from app.experiments.workspace.trash import Trash
 from app.runtime.backend import ExecResult
@@ -53,19 +54,16 @@ class World:
     root: Path
     backend: KillRecorder = field(default_factory=KillRecorder)
     containers: list[str] = field(default_factory=lambda: ["c-1"])
-    walks: int = 0
+    reads: int = 0
     budget: DiskBudget | None = None
 
     def grow(self, mb: int) -> None:
         with (self.root / "big").open("ab") as f:
             f.write(b"x" * mb * MB)
 
-    async def containers_of(self, sandbox_key: str) -> list[str]:
-        return list(self.containers)
-
-    async def artifact_bytes_of(self, sandbox_key: str) -> int:
-        self.walks += 1  # one call per measurement
-        return 0
+    async def holdings_of(self, sandbox_key: str) -> DiskHoldings:
+        self.reads += 1  # one per measurement, and one per interval's look at it
+        return DiskHoldings(tuple(self.containers), 0)
 
 
 def a_world(
@@ -77,8 +75,7 @@ def a_world(
     world = World(tmp_path)
     budget = DiskBudget(
         slot_root_of=lambda key: tmp_path,
-        artifact_bytes_of=world.artifact_bytes_of,
-        containers_of=world.containers_of,
+        holdings_of=world.holdings_of,
         jobs=JobRegistry(),
         backend=world.backend,
         limit_bytes=limit_mb * MB,
@@ -125,7 +122,9 @@ async def test_a_sandbox_with_live_containers_costs_one_walk_an_interval(tmp_pat
     await after_a_writing_call(budget)
     for _ in range(4):
         await budget.check_once()
-    assert world.walks == 5  # after the call, then once each interval
+    # The call's measurement (one read of the records); then each interval a look at
+    # its containers and a measurement (two).
+    assert world.reads == 1 + 4 * 2
 
 
 async def test_a_sandbox_whose_containers_are_gone_is_let_go_unmeasured(tmp_path: Path) -> None:
@@ -135,7 +134,7 @@ async def test_a_sandbox_whose_containers_are_gone_is_let_go_unmeasured(tmp_path
     world.grow(1)
     await budget.check_once()
     await budget.check_once()
-    assert world.walks == 1
+    assert world.reads == 1 + 2  # the call's measurement, then a look each interval
 
 
 async def test_a_failed_kill_is_tried_again_at_the_next_interval(tmp_path: Path) -> None:
@@ -237,18 +236,17 @@ async def test_a_slow_sandbox_does_not_put_off_another_sandboxs_check(tmp_path: 
     held = asyncio.Event()
     slow_asked = asyncio.Event()
 
-    async def containers_of(sandbox_key: str) -> list[str]:
+    async def holdings_of(sandbox_key: str) -> DiskHoldings:
         if sandbox_key == "slow":
             slow_asked.set()
             await held.wait()  # its engine calls do not answer yet
         else:
             await slow_asked.wait()  # checked while the slow one is, whatever the order
-        return ["c-" + sandbox_key]
+        return DiskHoldings(("c-" + sandbox_key,), 0)
 
     budget = DiskBudget(
         slot_root_of=lambda key: tmp_path / key,
-        artifact_bytes_of=world.artifact_bytes_of,
-        containers_of=containers_of,
+        holdings_of=holdings_of,
         jobs=JobRegistry(),
         backend=world.backend,
         limit_bytes=8 * MB,
@@ -279,12 +277,12 @@ async def test_a_measurement_every_caller_left_fails_without_an_unretrieved_erro
     _, budget = a_world(tmp_path)
     started, release = asyncio.Event(), asyncio.Event()
 
-    async def cut_off(sandbox_key: str) -> int:
+    async def cut_off(sandbox_key: str) -> DiskHoldings:
         started.set()
         await release.wait()
         raise ConnectionResetError("the database went away mid-transaction")
 
-    budget._artifact_bytes_of = cut_off  # type: ignore[method-assign]
+    budget._holdings_of = cut_off  # type: ignore[method-assign]
     reported: list[dict[str, object]] = []
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _loop, context: reported.append(context))

@@ -18,6 +18,7 @@ from runtime_fakes import FakeBackend
 
 from app.experiments import held_files
 from app.experiments.core.jobs import JobRegistry
+from app.experiments.core.records import DiskHoldings
 from app.experiments.disk_budget import DiskBudget, DiskUsage, measure_slot
 from app.experiments.held_files import held_bytes, missing_capabilities
 
@@ -137,8 +138,7 @@ async def test_the_budget_counts_what_its_containers_processes_hold(slot: Path) 
     backend = FakeBackend()
     budget = DiskBudget(
         slot_root_of=lambda key: slot,
-        artifact_bytes_of=lambda key: asyncio.sleep(0, 0),
-        containers_of=lambda sandbox_key: asyncio.sleep(0, ["c-1"]),
+        holdings_of=lambda key: asyncio.sleep(0, DiskHoldings(("c-1",), 0)),
         jobs=JobRegistry(),
         backend=backend,
         limit_bytes=8 * MB,
