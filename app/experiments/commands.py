@@ -184,6 +184,23 @@ class CommandRunner:
         await stop_job(self._backend, running)
         await self._jobs.wait(running, 10)
 
+    async def _running_after_all(self, job: JobRecord, reason: str) -> None:
+        """Move the experiment of the recorded ``job`` to RUNNING; where that is refused,
+        two starts at once both saw no job running and the first moved it there, which
+        is where this one wanted it. Anything else (destroyed meanwhile) refuses the job,
+        and its record says so.
+
+        Raises:
+            InvalidTransition: the experiment is not RUNNING and cannot move there.
+        """
+        try:
+            await self._records.transition(job.experiment_id, State.RUNNING, reason, job.started_at)
+        except InvalidTransition:
+            current = await self._records.load(job.sandbox_key, job.experiment_id)
+            if current is None or current.state is not State.RUNNING:
+                await self._records.finish_job(job.job_id, _never_started(self._clock()))
+                raise
+
     async def _start(
         self, command: Command, tests: TestContext | None, release: Callable[[], None]
     ) -> RunningJob:
@@ -191,33 +208,31 @@ class CommandRunner:
         kind, timeout_s, background = command.kind, command.timeout_s, command.background
         job_id = "job_" + uuid.uuid4().hex[:12]
         now = self._clock()
-        await self._records.add_job(
-            JobRecord(
-                job_id=job_id,
-                experiment_id=experiment.experiment_id,
-                sandbox_key=sandbox_key,
-                kind=kind,
-                command=command.text,
-                status="running",
-                background=background,
-                timeout_s=timeout_s,
-                started_at=now,
-                owner_process=self._process_id,
-            )
+        job = JobRecord(
+            job_id=job_id,
+            experiment_id=experiment.experiment_id,
+            sandbox_key=sandbox_key,
+            kind=kind,
+            command=command.text,
+            status="running",
+            background=background,
+            timeout_s=timeout_s,
+            started_at=now,
+            owner_process=self._process_id,
         )
+        reason = f"{kind} {job_id} started"
         if not self._jobs.running_in(experiment.experiment_id):
             try:
-                await self._records.transition(
-                    experiment.experiment_id, State.RUNNING, f"{kind} {job_id} started", now
-                )
+                # The job and the experiment's move to RUNNING, in one write.
+                await self._records.add_job(job, then=(State.RUNNING, reason))
             except InvalidTransition:
-                # Two starts at once both saw no job running; the first moved it to
-                # RUNNING, which is where this one wanted it. Anything else (destroyed
-                # meanwhile) refuses this job, and its record says so.
-                current = await self._records.load(sandbox_key, experiment.experiment_id)
-                if current is None or current.state is not State.RUNNING:
-                    await self._records.finish_job(job_id, _never_started(self._clock()))
-                    raise
+                await self._records.add_job(job)
+                await self._running_after_all(job, reason)
+        else:
+            await self._records.add_job(job)
+            # Its other jobs may have ended while this one was written: as above.
+            if not self._jobs.running_in(experiment.experiment_id):
+                await self._running_after_all(job, reason)
         assert experiment.container_id is not None
         stopping = asyncio.Event()
         work = self._finish(

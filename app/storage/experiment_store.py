@@ -20,6 +20,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from app.experiments.core.errors import ExperimentNotFound
@@ -126,25 +127,7 @@ class SqlExperimentStore(CancelRequests):
             InvalidTransition: the machine forbids it (nothing is written).
         """
         async with self._transaction() as session:
-            row = await session.get(ExperimentRow, experiment_id, with_for_update=True)
-            assert row is not None
-            current = State(row.state)
-            check_transition(current, target)
-            row.state = target.value
-            row.updated_at = at
-            for name, value in changes.items():
-                encoded = name in ("findings", "isolation", "warnings")
-                setattr(row, name, json.dumps(value) if encoded else value)
-            session.add(
-                TransitionRow(
-                    experiment_id=experiment_id,
-                    from_state=current.value,
-                    to_state=target.value,
-                    at=at,
-                    reason=reason,
-                )
-            )
-            return current
+            return await _move(session, experiment_id, target, reason, at, **changes)
 
     async def complete_findings(self, experiment_id: str, findings: dict[str, Any]) -> bool:
         """Replace a destroyed experiment's findings (what its destroy measured after the
@@ -231,11 +214,20 @@ class SqlExperimentStore(CancelRequests):
 
     # -- jobs ----------------------------------------------------------------------------
 
-    async def add_job(self, job: JobRecord) -> None:
+    async def add_job(self, job: JobRecord, *, then: tuple[State, str] | None = None) -> None:
+        """Record ``job``; with ``then`` (a state and why), move its experiment there in
+        the same transaction (one write instead of two: a command's start waits on
+        each, and SQLite writes one at a time).
+
+        Raises:
+            InvalidTransition: the machine forbids ``then``; nothing is written.
+        """
         values = asdict(job)
         summary = values.pop("test_summary")
         async with self._transaction() as session:
             session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
+            if then is not None:
+                await _move(session, job.experiment_id, then[0], then[1], job.started_at)
 
     async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
         values = asdict(storable(outcome))
@@ -617,3 +609,38 @@ def _ends(
         nul = sa.func.instr(sa.cast(text, sa.LargeBinary), sa.literal(b"\x00", sa.LargeBinary))
         columns.append((nul > 0).label(f"{name}_nul"))
     return columns
+
+
+async def _move(
+    session: AsyncSession,
+    experiment_id: str,
+    target: State,
+    reason: str,
+    at: float,
+    **changes: Any,
+) -> State:
+    """Move the experiment to ``target`` within ``session``'s transaction, recording the
+    transition; its old state.
+
+    Raises:
+        InvalidTransition: the machine forbids it (nothing of it is written).
+    """
+    row = await session.get(ExperimentRow, experiment_id, with_for_update=True)
+    assert row is not None
+    current = State(row.state)
+    check_transition(current, target)
+    row.state = target.value
+    row.updated_at = at
+    for name, value in changes.items():
+        encoded = name in ("findings", "isolation", "warnings")
+        setattr(row, name, json.dumps(value) if encoded else value)
+    session.add(
+        TransitionRow(
+            experiment_id=experiment_id,
+            from_state=current.value,
+            to_state=target.value,
+            at=at,
+            reason=reason,
+        )
+    )
+    return current

@@ -72,7 +72,14 @@ class ExperimentStore(Protocol):
         ...
 
     # Jobs.
-    async def add_job(self, job: JobRecord) -> None: ...
+    async def add_job(self, job: JobRecord, *, then: tuple[State, str] | None = None) -> None:
+        """Record ``job``; with ``then``, move its experiment there in the same write.
+
+        Raises:
+            InvalidTransition: the machine forbids ``then``; nothing is written.
+        """
+        ...
+
     async def finish_job(self, job_id: str, outcome: JobOutcome) -> None: ...
     async def finish_job_within(
         self,

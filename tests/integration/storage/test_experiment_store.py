@@ -95,6 +95,26 @@ async def test_jobs_round_trip_and_the_running_ones_are_marked_lost(
     assert (lost.status, lost.finished_at, lost.reason) == ("lost", 9.0, "its process died")
 
 
+async def test_a_job_and_its_experiment_s_move_are_one_write(
+    records: SqlExperimentStore,
+) -> None:
+    """A command's start records its job and moves its experiment to RUNNING together;
+    a move the machine refuses leaves no job behind."""
+    await records.add(an_experiment("e1"), "created")
+    await records.transition("e1", State.READY, "started", 2.0, container_id="c1")
+    await records.add_job(a_job("j1", "e1", 3.0), then=(State.RUNNING, "command j1 started"))
+    running = await records.get("k", "e1")
+    assert (running.state, running.updated_at) == (State.RUNNING, 3.0)
+    assert (await records.transitions("e1"))[-1] == ("READY", "RUNNING", "command j1 started")
+    assert [j.job_id for j in await records.jobs_of("e1")] == ["j1"]
+    await records.transition("e1", State.COMPLETED, "j1 completed", 4.0)
+    await records.transition("e1", State.DESTROYED, "destroyed", 4.5)
+    with pytest.raises(InvalidTransition):
+        await records.add_job(a_job("j2", "e1", 5.0), then=(State.RUNNING, "command j2 started"))
+    assert [j.job_id for j in await records.jobs_of("e1")] == ["j1"]  # j2: not written
+    assert (await records.get("k", "e1")).state is State.DESTROYED
+
+
 async def test_artifacts_weigh_expire_and_keep_their_experiment(
     records: SqlExperimentStore,
 ) -> None:
