@@ -22,7 +22,7 @@ import structlog
 from app.errors import InvalidArgument
 from app.experiments.core.errors import InvalidTransition
 from app.experiments.core.jobs import JobRegistry, RunningJob, stop_job
-from app.experiments.core.records import Experiment, JobOutcome, JobRecord
+from app.experiments.core.records import Experiment, JobOutcome, JobRecord, Move
 from app.experiments.core.states import State, outcome_state
 from app.experiments.core.store import ExperimentStore
 from app.experiments.evidence import project, testing
@@ -224,7 +224,9 @@ class CommandRunner:
         if not self._jobs.running_in(experiment.experiment_id):
             try:
                 # The job and the experiment's move to RUNNING, in one write.
-                await self._records.add_job(job, then=(State.RUNNING, reason))
+                await self._records.add_job(
+                    job, then=Move(job.experiment_id, State.RUNNING, reason)
+                )
             except InvalidTransition:
                 await self._records.add_job(job)
                 await self._running_after_all(job, reason)
@@ -419,8 +421,12 @@ class CommandRunner:
             reason=reason,
             test_summary=test_summary,
         )
+        # The experiment moves on with its last job's end, in the same write (unless it
+        # was destroyed meanwhile).
+        others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
+        then = None if others else Move(experiment_id, state, f"{job_id} {status}")
         if self._output_bytes_per_day is None or stored is None:
-            await self._records.finish_job(job_id, outcome)
+            await self._records.finish_job(job_id, outcome, then=then)
         else:
             kept = await self._records.finish_job_within(
                 job_id,
@@ -428,13 +434,10 @@ class CommandRunner:
                 sandbox_key=stored[0],
                 command=stored[1],
                 day_budget=self._output_bytes_per_day,
+                then=then,
             )
             if not kept:
                 log.info("job.output_not_kept", job_id=job_id, experiment_id=experiment_id)
-        others = [job for job in self._jobs.running_in(experiment_id) if job.job_id != job_id]
-        if not others:
-            with contextlib.suppress(InvalidTransition):  # destroyed meanwhile
-                await self._records.transition(experiment_id, state, f"{job_id} {status}", now)
 
 
 def with_whole_output(record: JobRecord, running: RunningJob) -> JobRecord:

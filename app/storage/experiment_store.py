@@ -15,6 +15,7 @@ until its clock (``start_artifact_clock``) runs out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, replace
 from typing import Any
@@ -23,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from app.experiments.core.errors import ExperimentNotFound
+from app.experiments.core.errors import ExperimentNotFound, InvalidTransition
 from app.experiments.core.records import (
     ArtifactRecord,
     DiskHoldings,
@@ -35,6 +36,7 @@ from app.experiments.core.records import (
     JobSummary,
     JobTally,
     LostJob,
+    Move,
     OutputEnds,
 )
 from app.experiments.core.states import State, check_transition
@@ -214,10 +216,8 @@ class SqlExperimentStore(CancelRequests):
 
     # -- jobs ----------------------------------------------------------------------------
 
-    async def add_job(self, job: JobRecord, *, then: tuple[State, str] | None = None) -> None:
-        """Record ``job``; with ``then`` (a state and why), move its experiment there in
-        the same transaction (one write instead of two: a command's start waits on
-        each, and SQLite writes one at a time).
+    async def add_job(self, job: JobRecord, *, then: Move | None = None) -> None:
+        """Record ``job``; with ``then``, move its experiment in the same transaction.
 
         Raises:
             InvalidTransition: the machine forbids ``then``; nothing is written.
@@ -227,13 +227,18 @@ class SqlExperimentStore(CancelRequests):
         async with self._transaction() as session:
             session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
             if then is not None:
-                await _move(session, job.experiment_id, then[0], then[1], job.started_at)
+                await _move(session, then.experiment_id, then.target, then.reason, job.started_at)
 
-    async def finish_job(self, job_id: str, outcome: JobOutcome) -> None:
+    async def finish_job(
+        self, job_id: str, outcome: JobOutcome, *, then: Move | None = None
+    ) -> None:
+        """Record how the job ended; with ``then``, move its experiment in the same
+        transaction if the machine allows it (one destroyed meanwhile stays as it is)."""
         values = asdict(storable(outcome))
         values["test_summary"] = dumps_or_none(values["test_summary"])
         async with self._transaction() as session:
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+            await _move_if_allowed(session, then, outcome.finished_at)
 
     async def finish_job_within(
         self,
@@ -243,6 +248,7 @@ class SqlExperimentStore(CancelRequests):
         sandbox_key: str,
         command: str,
         day_budget: int,
+        then: Move | None = None,
     ) -> bool:
         """``finish_job``, charging the job's command and output to its sandbox's stored
         bytes of the day (UTC, by ``outcome.finished_at``): whole if they fit in
@@ -290,6 +296,7 @@ class SqlExperimentStore(CancelRequests):
                 values.update(command=cut_command, output_not_kept=True)
             values["test_summary"] = dumps_or_none(values["test_summary"])
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
+            await _move_if_allowed(session, then, outcome.finished_at)
         return kept
 
     async def stored_output_of_day(self, sandbox_key: str, day: int) -> int:
@@ -644,3 +651,11 @@ async def _move(
         )
     )
     return current
+
+
+async def _move_if_allowed(session: AsyncSession, then: Move | None, at: float) -> None:
+    """``then`` within ``session``'s transaction, unless the machine forbids it."""
+    if then is None:
+        return
+    with contextlib.suppress(InvalidTransition):
+        await _move(session, then.experiment_id, then.target, then.reason, at)

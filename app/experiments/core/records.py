@@ -192,3 +192,13 @@ class DiskHoldings:
 
     containers: tuple[str, ...]
     artifact_bytes: int
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move of an experiment written together with a job's record: a command's start
+    and end each wait on their writes, and SQLite writes one at a time."""
+
+    experiment_id: str
+    target: State
+    reason: str

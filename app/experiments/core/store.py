@@ -22,6 +22,7 @@ from app.experiments.core.records import (
     JobSummary,
     JobTally,
     LostJob,
+    Move,
 )
 from app.experiments.core.states import State
 
@@ -72,15 +73,21 @@ class ExperimentStore(Protocol):
         ...
 
     # Jobs.
-    async def add_job(self, job: JobRecord, *, then: tuple[State, str] | None = None) -> None:
-        """Record ``job``; with ``then``, move its experiment there in the same write.
+    async def add_job(self, job: JobRecord, *, then: Move | None = None) -> None:
+        """Record ``job``; with ``then``, move its experiment in the same write.
 
         Raises:
             InvalidTransition: the machine forbids ``then``; nothing is written.
         """
         ...
 
-    async def finish_job(self, job_id: str, outcome: JobOutcome) -> None: ...
+    async def finish_job(
+        self, job_id: str, outcome: JobOutcome, *, then: Move | None = None
+    ) -> None:
+        """Record how the job ended; with ``then``, move its experiment in the same write
+        if the machine allows it."""
+        ...
+
     async def finish_job_within(
         self,
         job_id: str,
@@ -89,6 +96,7 @@ class ExperimentStore(Protocol):
         sandbox_key: str,
         command: str,
         day_budget: int,
+        then: Move | None = None,
     ) -> bool:
         """``finish_job``, charging the job's command and output to its sandbox's stored
         bytes of the day: whole if they fit in ``day_budget``, else cut and the cut

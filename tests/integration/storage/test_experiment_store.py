@@ -9,7 +9,13 @@ from db_testkit import an_experiment
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.experiments.core.errors import ExperimentNotFound, InvalidTransition
-from app.experiments.core.records import ArtifactRecord, DiskHoldings, JobOutcome, JobRecord
+from app.experiments.core.records import (
+    ArtifactRecord,
+    DiskHoldings,
+    JobOutcome,
+    JobRecord,
+    Move,
+)
 from app.experiments.core.states import State
 from app.storage.experiment_store import SqlExperimentStore
 
@@ -102,7 +108,8 @@ async def test_a_job_and_its_experiment_s_move_are_one_write(
     a move the machine refuses leaves no job behind."""
     await records.add(an_experiment("e1"), "created")
     await records.transition("e1", State.READY, "started", 2.0, container_id="c1")
-    await records.add_job(a_job("j1", "e1", 3.0), then=(State.RUNNING, "command j1 started"))
+    running = Move("e1", State.RUNNING, "command j1 started")
+    await records.add_job(a_job("j1", "e1", 3.0), then=running)
     running = await records.get("k", "e1")
     assert (running.state, running.updated_at) == (State.RUNNING, 3.0)
     assert (await records.transitions("e1"))[-1] == ("READY", "RUNNING", "command j1 started")
@@ -110,9 +117,48 @@ async def test_a_job_and_its_experiment_s_move_are_one_write(
     await records.transition("e1", State.COMPLETED, "j1 completed", 4.0)
     await records.transition("e1", State.DESTROYED, "destroyed", 4.5)
     with pytest.raises(InvalidTransition):
-        await records.add_job(a_job("j2", "e1", 5.0), then=(State.RUNNING, "command j2 started"))
+        await records.add_job(a_job("j2", "e1", 5.0), then=Move("e1", State.RUNNING, "j2"))
     assert [j.job_id for j in await records.jobs_of("e1")] == ["j1"]  # j2: not written
     assert (await records.get("k", "e1")).state is State.DESTROYED
+
+
+async def test_a_job_s_end_and_its_experiment_s_move_are_one_write(
+    records: SqlExperimentStore,
+) -> None:
+    """A command's end records its outcome and moves its experiment on together (both
+    ways of finishing); an experiment destroyed meanwhile keeps its state, and the job
+    its outcome."""
+    outcome = JobOutcome("completed", 0, "hi", "", False, False, 6.0, 1.0, None, None)
+    for experiment_id, job_id in (("e1", "j1"), ("e2", "j2"), ("e3", "j3")):
+        await records.add(an_experiment(experiment_id), "created")
+        await records.transition(experiment_id, State.READY, "started", 2.0, container_id="c")
+        running = Move(experiment_id, State.RUNNING, f"command {job_id} started")
+        await records.add_job(a_job(job_id, experiment_id, 3.0), then=running)
+    # e3 stopped running and was destroyed before its job's end was written (a RUNNING
+    # experiment cannot be destroyed as such).
+    await records.transition("e3", State.CANCELLED, "j3 cancelled", 4.0)
+    await records.finish_job("j1", outcome, then=Move("e1", State.COMPLETED, "j1 completed"))
+    kept = await records.finish_job_within(
+        "j2",
+        outcome,
+        sandbox_key="k",
+        command="echo hi",
+        day_budget=1_000_000,
+        then=Move("e2", State.FAILED, "j2 failed"),
+    )
+    assert kept
+    await records.transition("e3", State.DESTROYED, "destroyed", 5.0)
+    await records.finish_job("j3", outcome, then=Move("e3", State.COMPLETED, "j3 completed"))
+    ended = {e.experiment_id: (e.state, e.updated_at) for e in await records.of_sandbox("k")}
+    assert ended == {
+        "e1": (State.COMPLETED, 6.0),
+        "e2": (State.FAILED, 6.0),
+        "e3": (State.DESTROYED, 5.0),
+    }
+    for job_id in ("j1", "j2", "j3"):
+        job = await records.load_job("k", job_id)
+        assert job is not None
+        assert (job.status, job.stdout, job.finished_at) == ("completed", "hi", 6.0)
 
 
 async def test_artifacts_weigh_expire_and_keep_their_experiment(
