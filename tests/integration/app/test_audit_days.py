@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from db_testkit import migrated_postgres
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.storage.audit_day_store import SqlDayLedger
@@ -70,3 +71,25 @@ async def test_retention_forgets_past_days_counts(engine: AsyncEngine) -> None:
     await Repository(engine).forget_tool_calls_before(time.time() - 7 * 86_400)
     assert await days.reserve("s:m", today - 9, 100, cap=100) == 100  # its row was gone
     assert await days.reserve("s:m", today, 100, cap=100) == 95
+
+
+async def test_a_burst_of_first_reservations_takes_a_few_transactions(
+    engine: AsyncEngine,
+) -> None:
+    """A hundred new sandboxes' first calls reserve at once: those that queue while one
+    transaction is written are decided together in the next (it was one transaction
+    each, one after another on SQLite, before each call's answer); every owner still
+    gets what it would alone, the one that asks twice included."""
+    commits = 0
+
+    def counted(*_: object) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(engine.sync_engine, "commit", counted)
+    days = SqlDayLedger(engine)
+    owners = [f"s:{i}" for i in range(100)] + ["s:0"]
+    grants = await asyncio.gather(*(days.reserve(owner, 3, 60, cap=100) for owner in owners))
+    assert grants == [60] * 100 + [40]  # s:0's second block: what was left of its day
+    assert commits <= 10, commits
+    assert await days.reserve("s:0", 3, 60, cap=100) == 0
