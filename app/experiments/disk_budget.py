@@ -11,7 +11,8 @@ the budget is kept by accounting, which works wherever the server runs:
   app/experiments/held_files.py) and the sandbox's artifacts on the shelf;
 - **when**: after every call that writes (file writes, commands, new
   experiments), and every ``interval_s`` while the sandbox has a running job or a
-  live container: a command that kills its job's supervisor leaves the rest of its
+  live container (a call's measurement begun during an interval's round stands for
+  the round's): a command that kills its job's supervisor leaves the rest of its
   tree running under the container's PID 1, outside any job
   (app/runtime/exec/process_tree.py), and it may pause before it writes, so neither a job's
   end nor a measurement without growth is the end of its writing. An idle sandbox
@@ -208,6 +209,9 @@ class DiskBudget:
         self._interval_s = interval_s
         self._clock = clock
         self._last: dict[str, tuple[float, DiskUsage]] = {}
+        # When each sandbox's last measurement began: one begun after an interval's
+        # round began stands for the round's (check_once).
+        self._measured_from: dict[str, float] = {}
         self._measuring: dict[str, asyncio.Task[DiskUsage]] = {}
         self._watched: set[str] = set()  # wrote since their slot was leased
         self._background: set[asyncio.Task[None]] = set()
@@ -271,8 +275,11 @@ class DiskBudget:
     def _stale(self, at: float) -> bool:
         return self._clock() - at >= self._interval_s
 
-    async def measure(self, sandbox_key: str) -> DiskUsage | None:
-        """The sandbox's usage now; one walk at a time per sandbox (callers share it)."""
+    async def measure(
+        self, sandbox_key: str, holdings: DiskHoldings | None = None
+    ) -> DiskUsage | None:
+        """The sandbox's usage now; one walk at a time per sandbox (callers share it).
+        ``holdings``: its containers and artifacts, if just read."""
         running = self._measuring.get(sandbox_key)
         if running is not None:
             return await asyncio.shield(running)
@@ -280,7 +287,7 @@ class DiskBudget:
         if root is None:
             self._forget(sandbox_key)
             return None
-        task = asyncio.create_task(self._measure(sandbox_key, root))
+        task = asyncio.create_task(self._measure(sandbox_key, root, holdings))
         task.add_done_callback(_read_unwaited_error)
         self._measuring[sandbox_key] = task
         try:
@@ -289,9 +296,13 @@ class DiskBudget:
             if task.done():
                 self._measuring.pop(sandbox_key, None)
 
-    async def _measure(self, sandbox_key: str, root: Path) -> DiskUsage:
+    async def _measure(
+        self, sandbox_key: str, root: Path, holdings: DiskHoldings | None = None
+    ) -> DiskUsage:
+        self._measured_from[sandbox_key] = self._clock()
         try:
-            holdings = await self._holdings_of(sandbox_key)
+            if holdings is None:
+                holdings = await self._holdings_of(sandbox_key)
             pids_of = await self._host_pids(holdings.containers)
             tree, unreadable = await self._threads.run_server_work(
                 measure_slot, root, pids_of, self._max_entries
@@ -319,10 +330,12 @@ class DiskBudget:
                 log.warning("disk.host_pids_failed", container_id=container_id[:12], error=str(exc))
         return found
 
-    async def enforce(self, sandbox_key: str) -> DiskUsage | None:
+    async def enforce(
+        self, sandbox_key: str, holdings: DiskHoldings | None = None
+    ) -> DiskUsage | None:
         """Measure, and stop the sandbox's work if it is over; the usage measured."""
         try:
-            usage = await self.measure(sandbox_key)
+            usage = await self.measure(sandbox_key, holdings)
             if usage is None or not usage.over(self.limit_bytes):
                 return usage
             stopped_at = self._over.get(sandbox_key)
@@ -386,6 +399,7 @@ class DiskBudget:
 
     def _forget(self, sandbox_key: str) -> None:
         self._last.pop(sandbox_key, None)
+        self._measured_from.pop(sandbox_key, None)
         self._over.pop(sandbox_key, None)
         self._watched.discard(sandbox_key)
 
@@ -424,19 +438,28 @@ class DiskBudget:
         fairness bench). At most ``CHECKS_AT_ONCE`` at a time: their engine calls (an
         ``inspect`` per container once, ``docker top`` where no cgroup can be read)
         share the runtime's pool of engine calls with every tenant's."""
+        began = self._clock()
         at_once = asyncio.Semaphore(CHECKS_AT_ONCE)
-        await asyncio.gather(*(self._check(key, at_once) for key in list(self._watched)))
+        await asyncio.gather(*(self._check(key, at_once, began) for key in list(self._watched)))
 
-    async def _check(self, key: str, at_once: asyncio.Semaphore) -> None:
+    async def _check(self, key: str, at_once: asyncio.Semaphore, began: float) -> None:
         async with at_once:
-            await self._check_one(key)
+            await self._check_one(key, began)
 
-    async def _check_one(self, key: str) -> None:
+    async def _check_one(self, key: str, began: float = float("-inf")) -> None:
+        """Measure ``key`` if it may still write, unless a measurement begun after this
+        round began (its call's, while the round waited its turn among the others)
+        already stands for this one: under a burst a round of a hundred sandboxes takes
+        longer than an interval, and every one of them is measured after each call."""
         try:
             if self._slot_root_of(key) is None:
                 self._forget(key)  # emptied: its next lease starts at zero
-            elif self._jobs.is_busy(key) or (await self._holdings_of(key)).containers:
-                await self.enforce(key)
+                return
+            if self._measured_from.get(key, float("-inf")) > began:
+                return
+            holdings = None if self._jobs.is_busy(key) else await self._holdings_of(key)
+            if holdings is None or holdings.containers:
+                await self.enforce(key, holdings)  # what was just read, not read again
         except Exception:  # one sandbox's failure must not end the checks of all
             log.exception("disk.budget_check_failed")
 

@@ -123,8 +123,8 @@ async def test_a_sandbox_with_live_containers_costs_one_walk_an_interval(tmp_pat
     for _ in range(4):
         await budget.check_once()
     # The call's measurement (one read of the records); then each interval a look at
-    # its containers and a measurement (two).
-    assert world.reads == 1 + 4 * 2
+    # its containers, which its measurement uses (one).
+    assert world.reads == 1 + 4
 
 
 async def test_a_sandbox_whose_containers_are_gone_is_let_go_unmeasured(tmp_path: Path) -> None:
@@ -265,6 +265,54 @@ async def test_a_slow_sandbox_does_not_put_off_another_sandboxs_check(tmp_path: 
     slow_asked.set()
     await check
     assert stopped_while_held == 1, "the slow sandbox held up the other's stop"
+
+
+async def test_a_call_s_measurement_during_a_round_stands_for_the_round_s(
+    tmp_path: Path,
+) -> None:
+    """Under a burst a round of every watched sandbox, four at a time, takes longer than
+    an interval, while each call measures its sandbox anyway: a sandbox measured after
+    the round began (by its call) is not measured again by the round, and the others
+    are measured as before."""
+    keys = ["a", "b", "c", "d", "e"]
+    reads = dict.fromkeys(keys, 0)
+    first: list[str] = []  # the round's first four, whichever its order
+    held = asyncio.Event()
+    busy = asyncio.Event()
+
+    async def holdings_of(sandbox_key: str) -> DiskHoldings:
+        reads[sandbox_key] += 1
+        if not held.is_set() and len(first) < 4:
+            first.append(sandbox_key)
+            if len(first) == 4:
+                busy.set()  # the round's four checks at once wait here
+            await held.wait()
+        return DiskHoldings(("c-" + sandbox_key,), 0)
+
+    for key in keys:
+        (tmp_path / key).mkdir()
+    budget = DiskBudget(
+        slot_root_of=lambda key: tmp_path / key,
+        holdings_of=holdings_of,
+        jobs=JobRegistry(),
+        backend=KillRecorder(),
+        limit_bytes=8 * MB,
+        max_entries=1000,
+        interval_s=0.5,
+    )
+    budget._watched.update(keys)
+    check = asyncio.create_task(budget.check_once())
+    await asyncio.wait_for(busy.wait(), 60)
+    [late] = set(keys) - set(first)
+    assert reads[late] == 0  # its turn in the round has not come
+    budget.after("execute_experiment", late)  # its call ends: measured now
+    await asyncio.gather(*budget._background)
+    assert reads[late] == 1
+    held.set()
+    await check
+    assert reads == dict.fromkeys(keys, 1)  # the late one's, by its call
+    await budget.check_once()  # the next round measures every one
+    assert reads == dict.fromkeys(keys, 2)
 
 
 async def test_a_measurement_every_caller_left_fails_without_an_unretrieved_error(
