@@ -82,6 +82,8 @@ class CommandRunner:
         self._limits = limits
         self._max_output_bytes = max_output_bytes
         self._clock = clock
+        # Jobs' pids being written (held: a task nobody references may be collected).
+        self._pids_writes: set[asyncio.Task[None]] = set()
 
     async def run(
         self, command: Command, *, wait_s: float | None, tests: TestContext | None = None
@@ -184,6 +186,12 @@ class CommandRunner:
         await stop_job(self._backend, running)
         await self._jobs.wait(running, 10)
 
+    async def _record_pids(self, job_id: str, pids: tuple[int, int]) -> None:
+        try:
+            await self._records.record_job_pids(job_id, pids)
+        except Exception:
+            log.warning("job.pids_not_recorded", job_id=job_id, exc_info=True)
+
     async def _running_after_all(self, job: JobRecord, reason: str) -> None:
         """Move the experiment of the recorded ``job`` to RUNNING; where that is refused,
         two starts at once both saw no job running and the first moved it there, which
@@ -277,13 +285,14 @@ class CommandRunner:
 
         async def record_pids(pids: tuple[int, int]) -> None:
             # With them any process can kill this job's tree (a cancel through another
-            # server process); a failed write only costs that.
+            # server process). Written beside the run, not before its end is read: a
+            # short command's answer waited for this write (a burst's first commands,
+            # each behind a hundred others' writes). A failed write only costs that.
             nonlocal announced
             announced = True
-            try:
-                await self._records.record_job_pids(job_id, pids)
-            except Exception:
-                log.warning("job.pids_not_recorded", job_id=job_id, exc_info=True)
+            writing = asyncio.create_task(self._record_pids(job_id, pids))
+            self._pids_writes.add(writing)
+            writing.add_done_callback(self._pids_writes.discard)
 
         try:
             if stopping.is_set():  # stopped before it reached the runtime: never started
