@@ -87,9 +87,11 @@ class PreparedSource(Protocol):
 
     def after_create(self, key: str, slot_root: Path, spec: ContainerSpec) -> None: ...
 
-    def creation_began(self) -> None: ...
+    def work_began(self) -> None:
+        """A create, or a call waiting for a command, began: made ahead only in a lull."""
+        ...
 
-    def creation_ended(self) -> None: ...
+    def work_ended(self) -> None: ...
 
 
 def forwarded_env(options: ExperimentOptions, requests: Sequence[str]) -> dict[str, str]:
@@ -183,7 +185,7 @@ class ExperimentCreator:
         self._preparing.add(task)
         if self._prepared is not None:
             # Prepared containers wait for a lull in the creates: a burst goes first.
-            self._prepared.creation_began()
+            self._prepared.work_began()
         task.add_done_callback(lambda done: self._ended(key, done))
         # Only a clone or a copy of a project may take long (a clone up to its 300 s):
         # anything else is a container start and a bounded write, waited for whole.
@@ -224,7 +226,7 @@ class ExperimentCreator:
     def _ended(self, key: str, task: asyncio.Task[tuple[WorkspaceReport, float]]) -> None:
         self._preparing.discard(task)
         if self._prepared is not None:
-            self._prepared.creation_ended()
+            self._prepared.work_ended()
         self._creating[key] -= 1
         if not self._creating[key]:
             del self._creating[key]

@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 
@@ -73,6 +73,9 @@ from jail.context import InThread
 OutputPageRequest = tuple[Stream, int, int]  # stream, offset, max characters
 
 log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # get_job_result waits at most this long: MCP clients give up after about a minute.
 MAX_RESULT_WAIT_S = 45.0
@@ -136,8 +139,8 @@ class ExperimentManager:
         # Running a command or the tests is Execution's (its state check, the one timeout
         # clamp, the waits): the tools call these two as the manager's own.
         execution = Execution(records, self._commands, options, self.workspace)
-        self.execute = execution.execute
-        self.run_tests = execution.run_tests
+        self.execute = in_the_way_of(prepared, execution.execute)
+        self.run_tests = in_the_way_of(prepared, execution.run_tests)
 
     def is_busy(self, sandbox_key: str) -> bool:
         """A job runs for the sandbox, in this process or (as of the last heartbeat) any,
@@ -528,3 +531,23 @@ class ExperimentManager:
             "refused_creations_retired": retired,
             "containers_revived": revived,
         }
+
+
+def in_the_way_of(
+    prepared: PreparedSource | None, call: Callable[P, Awaitable[T]]
+) -> Callable[P, Awaitable[T]]:
+    """``call``, holding off the containers made ahead while it waits: a burst's first
+    commands ran beside a hundred prepared creations at the engine, whose daemons' CPU
+    their own runs waited for."""
+    if prepared is None:
+        return call
+
+    @functools.wraps(call)
+    async def held(*args: P.args, **kwargs: P.kwargs) -> T:
+        prepared.work_began()
+        try:
+            return await call(*args, **kwargs)
+        finally:
+            prepared.work_ended()
+
+    return held

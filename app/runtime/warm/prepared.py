@@ -27,11 +27,13 @@ What one tenant can make the server spend:
 - one background creation per create of the sandbox, one at a time: a loop of
   creates and destroys makes the server create no faster than the loop's own creates
   (and a failed one is not tried again before the sandbox's next create);
-- it begins only in a lull: once no create of any sandbox has been in flight in this
-  process for ``delay_s`` (:meth:`creation_began`, :meth:`creation_ended`), or after
-  ``HOLD_MAX_S`` at the latest, so a burst of creates (issue 26: 100 first calls at
-  once) meets no prepared creation at the engine beside its own containers and first
-  commands, and a steady stream of creates delays one by ``HOLD_MAX_S`` at most;
+- it begins only in a lull: once no create of any sandbox, and no call waiting for a
+  command, has been in flight in this process for ``delay_s`` (:meth:`work_began`,
+  :meth:`work_ended`), or after ``HOLD_MAX_S`` at the latest, so a burst of creates
+  (issue 26: 100 first calls at once) meets no prepared creation at the engine beside
+  its own containers and first commands (an engine's create costs its daemons more
+  CPU than a first command), and a steady stream of work delays one by ``HOLD_MAX_S``
+  at most;
 - at the engine it yields: it is sent only when no real creation waits
   (:mod:`app.runtime.docker.creates`), so it never delays another tenant's cold create
   beyond the one creation already under way.
@@ -145,8 +147,8 @@ class PreparedContainers:
         self._every = check_every_s
         self._delay = delay_s
         self._held: dict[str, PreparedContainer] = {}  # by sandbox key
-        # Creates of any sandbox in flight in this process, and when the last one ended
-        # (monotonic): prepared creations begin in a lull of them.
+        # Creates and commands' calls of any sandbox in flight in this process, and when
+        # the last one ended (monotonic): prepared creations begin in a lull of them.
         self._in_flight = 0
         self._last_ended = -math.inf
         self._lull = asyncio.Event()
@@ -175,13 +177,14 @@ class PreparedContainers:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="prepared-containers")
 
-    def creation_began(self) -> None:
-        """A create_experiment of any sandbox began: prepared creations wait for a lull."""
+    def work_began(self) -> None:
+        """A create_experiment of any sandbox began, or a call that waits for a command:
+        prepared creations wait for a lull."""
         self._in_flight += 1
         self._lull.clear()
 
-    def creation_ended(self) -> None:
-        """A create began before ended (made, refused or cancelled)."""
+    def work_ended(self) -> None:
+        """Work begun before ended (made, answered, refused or cancelled)."""
         self._in_flight = max(0, self._in_flight - 1)
         self._last_ended = time.monotonic()
         if not self._in_flight:
@@ -340,7 +343,7 @@ class PreparedContainers:
             self._making.pop(key, None)
 
     async def _wait_for_a_lull(self) -> None:
-        """Until no create has been in flight for ``delay_s``, ``HOLD_MAX_S`` at most."""
+        """Until no work has been in flight for ``delay_s``, ``HOLD_MAX_S`` at most."""
         deadline = time.monotonic() + HOLD_MAX_S
         while (now := time.monotonic()) < deadline:
             if self._in_flight:

@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from db_testkit import migrated_sqlite
 from runtime_fakes import FakeBackend
@@ -19,11 +20,11 @@ from app.experiments.evidence.shelf import fingerprint
 from app.experiments.manager import ExperimentManager
 from app.experiments.options import ExperimentOptions
 from app.experiments.recovery.process_registry import ProcessRegistry
-from app.runtime.backend import Container, ContainerSpec
+from app.runtime.backend import Container, ContainerSpec, ExecResult
 from app.runtime.warm.prepared import PreparedContainers
 from app.storage.experiment_store import SqlExperimentStore
 from app.storage.process_store import SqlProcessRecords
-from jail import SandboxMemory, new_call_context
+from jail import CallContext, SandboxMemory, new_call_context
 from pool.slots import Slot
 
 
@@ -173,6 +174,74 @@ async def test_no_prepared_container_is_made_while_another_create_is_in_flight(
                 break
             await asyncio.sleep(0.01)
         assert sorted(backend.prepared_sent) == sorted([fingerprint("a"), fingerprint("b")])
+        await prepared.stop()
+    finally:
+        await engine.dispose()
+
+
+class HeldRunBackend(Backend):
+    """Holds every command at the "engine" until ``release``; records the prepared
+    creations sent to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.running = asyncio.Event()
+        self.prepared_sent: list[str] = []
+
+    async def create(self, spec: ContainerSpec, *, begun: asyncio.Event | None = None) -> Container:
+        if spec.prepared:
+            self.prepared_sent.append(spec.sandbox_label)
+        return await super().create(spec, begun=begun)
+
+    async def run(self, container_id: str, command: str, **kwargs: Any) -> ExecResult:  # type: ignore[override]
+        self.running.set()
+        await self.release.wait()
+        return await super().run(container_id, command, **kwargs)
+
+
+async def test_no_prepared_container_is_made_while_a_call_waits_for_its_command(
+    tmp_path: Path,
+) -> None:
+    """Issue 26's burst: the prepared creations began once the creates were over, while
+    the first commands still ran, and the engine's daemons took the CPU those commands
+    waited for."""
+    engine = await migrated_sqlite(tmp_path)
+    try:
+        slots = {
+            key: Slot(i, f"slot-00{i}", tmp_path / f"slot-00{i}") for i, key in enumerate("ab")
+        }
+        for slot in slots.values():
+            slot.root.mkdir()
+        backend = HeldRunBackend()
+
+        async def holding(key: str) -> Slot | None:
+            return slots[key]
+
+        manager, prepared = await a_manager(engine, backend, holding, tmp_path)
+        prepared._delay = 30.0  # b's own prepared container waits: a's is the one watched
+        memory = SandboxMemory()
+
+        def call(key: str) -> CallContext:
+            return new_call_context(
+                memory, key, request_id=uuid.uuid4().hex, slot_root=slots[key].root
+            )
+
+        made = await manager.create(call("b"), CreateRequest(files={"a.py": "1\n"}))
+        command = asyncio.create_task(manager.execute(call("b"), made.experiment_id, "sleep 1"))
+        await backend.running.wait()
+        prepared._delay = 0.0
+        await manager.create(call("a"), CreateRequest(files={"a.py": "1\n"}))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert backend.prepared_sent == []  # a's waits for a lull: b's command runs
+        backend.release.set()
+        await command
+        for _ in range(500):
+            if fingerprint("a") in backend.prepared_sent:
+                break
+            await asyncio.sleep(0.01)
+        assert fingerprint("a") in backend.prepared_sent
         await prepared.stop()
     finally:
         await engine.dispose()

@@ -354,14 +354,14 @@ async def test_a_prepared_creation_waits_while_any_create_is_in_flight(tmp_path:
     backend, leases = Backend(), Leases(tmp_path, 2)
     prepared = prepared_for(backend, leases)
     slot = leases.lease("alice", 0)
-    prepared.creation_began()  # alice's create
+    prepared.work_began()  # alice's create
     prepared.after_create("alice", slot, spec_for(slot, "exp-1"))
-    prepared.creation_began()  # bob's, in flight
-    prepared.creation_ended()  # alice's is over
+    prepared.work_began()  # bob's, in flight
+    prepared.work_ended()  # alice's is over
     await settle()
     assert backend.creations == []  # bob's create is still in flight
     assert prepared.being_made == 1  # it waits, counted in the budget
-    prepared.creation_ended()
+    prepared.work_ended()
     await made(prepared)
     assert prepared.holds("alice")
     assert len(backend.creations) == 1
@@ -375,7 +375,7 @@ async def test_creates_that_never_pause_hold_a_prepared_creation_back_a_bounded_
     backend, leases = Backend(), Leases(tmp_path, 2)
     prepared = prepared_for(backend, leases)
     slot = leases.lease("alice", 0)
-    prepared.creation_began()  # never ends
+    prepared.work_began()  # never ends
     prepared.after_create("alice", slot, spec_for(slot, "exp-1"))
     await made(prepared)
     assert prepared.holds("alice")
