@@ -15,16 +15,28 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import DatabaseUnavailable
 from app.storage.batches import Batches
-from app.storage.db import describe_db_error
+from app.storage.db import AuditDay, describe_db_error, upsert_insert
 
-# One statement on SQLite and PostgreSQL alike: the first block of the day makes the
-# row; a later one adds to it unless the day is spent (then no row comes back). The
-# counter may pass ``cap`` by less than a block: what came back over it was not granted.
-_RESERVE = sa.text(
-    "INSERT INTO audit_days (owner, day, granted) VALUES (:owner, :day, :want) "
-    "ON CONFLICT (owner, day) DO UPDATE SET granted = audit_days.granted + :want "
-    "WHERE audit_days.granted < :cap RETURNING granted"
-)
+# A reservation is one upsert on SQLite and PostgreSQL alike (_reserve_all): the first
+# block of the day makes the row; a later one adds to it unless the day is spent (then
+# no row comes back). The counter may pass ``cap`` by less than a block: what came back
+# over it was not granted.
+
+
+def _waves(
+    batch: list[dict[str, int | str]],
+) -> list[tuple[int, list[tuple[int, dict[str, int | str]]]]]:
+    """``batch``'s items (with their index) in statements of one cap and distinct owners
+    and days, an owner's later items in later waves: each as if alone, in order."""
+    wave_of: dict[tuple[object, object], int] = {}
+    waves: dict[tuple[int, int], list[tuple[int, dict[str, int | str]]]] = {}
+    for index, item in enumerate(batch):
+        key = (item["owner"], item["day"])
+        wave_of[key] = wave_of.get(key, -1) + 1
+        waves.setdefault((wave_of[key], int(item["cap"])), []).append((index, item))
+    return [(cap, items) for (_, cap), items in sorted(waves.items())]
+
+
 # A block given back: first the overshoot is dropped, so the rows given back can be
 # granted again.
 _GIVE_BACK = sa.text(
@@ -61,14 +73,30 @@ class SqlDayLedger:
         )
 
     async def _reserve_all(self, batch: list[dict[str, int | str]]) -> list[int]:
-        """Each reservation of ``batch`` in order, as if alone, in one transaction."""
-        granted: list[int] = []
+        """Each reservation of ``batch`` in order, as if alone, in one transaction: a
+        statement for each wave of distinct owners (a statement may change a row once)."""
+        granted = [0] * len(batch)
         try:
             async with self._engine.begin() as connection:
-                for params in batch:
-                    after = (await connection.execute(_RESERVE, params)).scalar()
-                    want, cap = int(params["want"]), int(params["cap"])
-                    granted.append(0 if after is None else max(0, want - max(0, int(after) - cap)))
+                insert = upsert_insert(connection.dialect.name)
+                for cap, wave in _waves(batch):
+                    # The wave's owners at once (a statement each was a round trip
+                    # each, a burst's hundred of them before their answers).
+                    values = [
+                        {"owner": item["owner"], "day": item["day"], "granted": item["want"]}
+                        for _, item in wave
+                    ]
+                    statement = insert(AuditDay).values(values)
+                    statement = statement.on_conflict_do_update(
+                        index_elements=[AuditDay.owner, AuditDay.day],
+                        set_={"granted": AuditDay.granted + statement.excluded.granted},
+                        where=AuditDay.granted < cap,
+                    ).returning(AuditDay.owner, AuditDay.day, AuditDay.granted)
+                    rows = (await connection.execute(statement)).all()
+                    after = {(row.owner, int(row.day)): int(row.granted) for row in rows}
+                    for index, item in wave:
+                        got, want = after.get((item["owner"], int(item["day"]))), int(item["want"])
+                        granted[index] = 0 if got is None else max(0, want - max(0, got - cap))
         except (SQLAlchemyError, OSError) as exc:
             raise DatabaseUnavailable(describe_db_error(exc)) from exc
         return granted

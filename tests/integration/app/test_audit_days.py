@@ -93,3 +93,21 @@ async def test_a_burst_of_first_reservations_takes_a_few_transactions(
     assert grants == [60] * 100 + [40]  # s:0's second block: what was left of its day
     assert commits <= 10, commits
     assert await days.reserve("s:0", 3, 60, cap=100) == 0
+
+
+async def test_a_batch_decides_each_reservation_as_if_alone_in_order(engine: AsyncEngine) -> None:
+    """One batch with an owner asking three times (a statement may change a row only
+    once: PostgreSQL refuses otherwise) and owners of two caps (sandboxes', addresses')."""
+    days = SqlDayLedger(engine)
+    batch: list[dict[str, int | str]] = [
+        {"owner": "s:m", "day": 5, "want": 40, "cap": 100},
+        {"owner": "a:x", "day": 5, "want": 300, "cap": 400},
+        {"owner": "s:m", "day": 5, "want": 40, "cap": 100},
+        {"owner": "s:n", "day": 5, "want": 40, "cap": 100},
+        {"owner": "s:m", "day": 5, "want": 40, "cap": 100},
+        {"owner": "a:x", "day": 5, "want": 300, "cap": 400},
+        {"owner": "s:m", "day": 6, "want": 40, "cap": 100},
+    ]
+    assert await days._reserve_all(batch) == [40, 300, 40, 40, 20, 100, 40]
+    assert await days.reserve("s:m", 5, 40, cap=100) == 0
+    assert await days.reserve("a:x", 5, 300, cap=400) == 0
