@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from pathlib import Path
@@ -102,22 +101,36 @@ def remove_labelled_containers(client: docker.DockerClient, label: str) -> None:
                 raise
 
 
-def remove_containers_mounting(folder: Path) -> None:
-    """Remove every container with a mount from below ``folder``: a server leaves its
-    experiments' containers running when it stops (a restart adopts them), and their
-    bind mounts keep the folder's file system busy."""
-    prefix = f"{folder}/"
+def remove_containers_mounting(*folders: Path) -> int:
+    """Remove every container, running or not, with a mount from below one of
+    ``folders``; how many it removed. A server leaves its experiments' containers
+    running when it stops (a restart on the same state dir adopts them), and their
+    bind mounts keep the folder's file system busy. Matched by the mount's source path
+    below the folder (``<folder>/``, never a sibling such as ``state-2`` or
+    ``popen-gw10``): another test's, worker's or session's containers are never
+    touched. One removed by someone else meanwhile (NotFound, or 409 "removal already
+    in progress") is gone or going all the same."""
+    prefixes = tuple({f"{path}/" for folder in folders for path in (folder, folder.resolve())})
+    removed = 0
     client = docker_client()
     try:
         # The engine's listing carries the mounts: no inspect per container, which fails
         # when another test (or server) removes that container meanwhile.
         for container in client.api.containers(all=True):
-            sources = [mount.get("Source", "") for mount in container.get("Mounts") or []]
-            if any(source.startswith(prefix) for source in sources):
-                with contextlib.suppress(docker.errors.NotFound):
-                    client.api.remove_container(container["Id"], force=True)
+            sources = [mount.get("Source") or "" for mount in container.get("Mounts") or []]
+            if not any(source.startswith(prefixes) for source in sources):
+                continue
+            try:
+                client.api.remove_container(container["Id"], force=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as error:
+                if error.status_code != 409:
+                    raise
     finally:
         client.close()
+    return removed
 
 
 def exec_output(api: docker.APIClient, container_id: str, argv: list[str]) -> tuple[int, bytes]:
