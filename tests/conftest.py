@@ -96,15 +96,17 @@ def slow_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNameserver]:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Servers]:
-    """Starts servers for one test (``serve(**options)``); stops them when it ends."""
+    """Starts servers for one test (``serve(**options)``); stops them when it ends and
+    removes their containers."""
     servers = Servers(tmp_path)
     yield servers
-    servers.stop_all()
+    servers.close()
 
 
 @pytest.fixture(scope="module")
 def serve_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    """Starts servers for one module's tests; stops them when the module is done."""
+    """Starts servers for one module's tests; stops them when the module is done and
+    removes their containers."""
     servers = Servers(tmp_path_factory.mktemp("servers"))
     yield servers
-    servers.stop_all()
+    servers.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from docker_testkit import remove_containers_mounting
 
 
 def free_port() -> int:
@@ -141,11 +142,12 @@ class Servers:
     """The e2e tests' one way to start servers: each call starts one (``start_server``'s
     options) in a state dir of its own below ``root``, and ``stop_all`` stops every one
     still running, the last started first. The fixtures ``serve`` (one test) and
-    ``serve_module`` (one module) hand a test this factory and stop what it started."""
+    ``serve_module`` (one module) hand a test this factory and ``close`` it when done."""
 
     def __init__(self, root: Path) -> None:
         self._root = root
         self._running: list[RunningServer] = []
+        self._state_dirs: list[Path] = []
 
     def __call__(self, *, state_dir: Path | None = None, **options: Any) -> RunningServer:
         """A started server; ``state_dir`` shared with another one makes several
@@ -153,6 +155,8 @@ class Servers:
         if state_dir is None:
             taken = len(self._running)
             state_dir = self._root / ("state" if taken == 0 else f"state-{taken + 1}")
+        if state_dir not in self._state_dirs:
+            self._state_dirs.append(state_dir)
         server = start_server(state_dir, **options)
         self._running.append(server)
         return server
@@ -165,3 +169,14 @@ class Servers:
     def stop_all(self) -> None:
         while self._running:
             stop_server(self._running.pop())
+
+    def close(self) -> None:
+        """Stop every server still running, then remove every container that mounts
+        anything below the state dirs they ran on. Not ``stop``'s job: a server keeps
+        its experiments' containers when it stops, for the next start on its state dir
+        to adopt (tests stop and start one on purpose); once the test is done nothing
+        adopts them, and a CI run piled up a hundred running ones (each an executor, a
+        shim and its memory) on a 2-core machine."""
+        self.stop_all()
+        if self._state_dirs:
+            remove_containers_mounting(*self._state_dirs)
