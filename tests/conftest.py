@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 import structlog
 from db_testkit import migrated_sqlite
 from dns_testkit import SlowNameserver
+from docker_testkit import docker_client, remove_containers_mounting
 from e2e_server import Servers
 from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,6 +24,24 @@ def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     """Also what module- and session-scoped fixtures mounted, once they are done."""
     yield
     unmount_below(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_container_left_behind(
+    tmp_path_factory: pytest.TempPathFactory, no_mount_left_behind: None
+) -> Iterator[None]:
+    """Removes, when the session ends, every container that mounts anything below this
+    session's basetemp: what the servers that tests started and stopped in their own
+    bodies (``start_server``) left running for a restart that never came. Under
+    pytest-xdist the basetemp is this worker's own (``.../popen-gwN``), so a worker
+    never removes another worker's or another session's containers. Before the mounts
+    are undone (``no_mount_left_behind`` is torn down after it)."""
+    yield
+    try:
+        docker_client().close()
+    except docker.errors.DockerException:
+        return  # no engine on this machine (a unit-only run): nothing can have been made
+    remove_containers_mounting(tmp_path_factory.getbasetemp())
 
 
 def logs_through_logging() -> None:
