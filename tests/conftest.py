@@ -14,7 +14,7 @@ import structlog
 from db_testkit import migrated_sqlite
 from dns_testkit import SlowNameserver
 from docker_testkit import docker_client, remove_containers_mounting
-from e2e_server import Servers
+from e2e_server import Servers, started_below
 from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -89,6 +89,12 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterat
             monkeypatch.delenv(name)
     monkeypatch.setenv("SANDBOX_MCP_STATE_DIR", str(tmp_path / "state"))
     yield
+    # The containers of the servers this test started in its own folder (a stopped
+    # server keeps them for a restart): gone now, not when the session ends, so that
+    # a run's hundred do not pile up meanwhile. Only tests that started a server ask
+    # the engine.
+    if started := started_below(tmp_path):
+        remove_containers_mounting(*started)
     unmount_below(tmp_path)
     # A test that configured logging onto its captured stream must not leave the
     # next test writing to a closed one.

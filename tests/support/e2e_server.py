@@ -52,6 +52,19 @@ DEFAULT_SHARES = {
 }
 
 
+# Every state dir a server was started on in this process, until the end of the test
+# whose folder holds it removes the containers below it (``started_below``).
+_STARTED: set[Path] = set()
+
+
+def started_below(folder: Path) -> list[Path]:
+    """The state dirs below ``folder`` that servers were started on, forgotten here: the
+    end of the test that owns ``folder`` removes the containers mounting them."""
+    found = [state for state in _STARTED if state.is_relative_to(folder)]
+    _STARTED.difference_update(found)
+    return found
+
+
 def start_server(
     state_dir: Path,
     *,
@@ -68,6 +81,7 @@ def start_server(
     systemd unit would set it. ``wrapper``: a command that ends by exec'ing the rest of
     its arguments (the server keeps its process), to start it in another setting (an
     ``unshare``, or an ``nsenter`` into another mount namespace)."""
+    _STARTED.add(state_dir)
     port = port or free_port()
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     log_path = state_dir.parent / f"server-{port}-{time.monotonic_ns()}.log"
