@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import pytest
 import structlog
 from db_testkit import migrated_sqlite
 from dns_testkit import SlowNameserver
-from docker_testkit import docker_client, remove_containers_mounting
+from docker_testkit import engine_present, remove_containers_mounting
 from e2e_server import Servers, started_below
 from mounts_testkit import unmount_below
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -37,11 +36,8 @@ def no_container_left_behind(
     never removes another worker's or another session's containers. Before the mounts
     are undone (``no_mount_left_behind`` is torn down after it)."""
     yield
-    try:
-        docker_client().close()
-    except docker.errors.DockerException:
-        return  # no engine on this machine (a unit-only run): nothing can have been made
-    remove_containers_mounting(tmp_path_factory.getbasetemp())
+    if engine_present():  # else nothing can have been made (a unit-only run, no Docker)
+        remove_containers_mounting(tmp_path_factory.getbasetemp())
 
 
 def logs_through_logging() -> None:

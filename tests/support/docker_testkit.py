@@ -44,6 +44,17 @@ def docker_client() -> docker.DockerClient:
     return docker.from_env(timeout=120)
 
 
+def engine_present() -> bool:
+    """Whether this machine has a Docker engine to ask (a unit-only run may have none),
+    decided without connecting where the engine is a local socket: docker-py leaves a
+    failed connection's socket open, a ResourceWarning that filterwarnings=error turns
+    into a failed run."""
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if host.startswith("unix://"):
+        return Path(host.removeprefix("unix://")).is_socket()
+    return True
+
+
 def labelled(client: docker.DockerClient, *labels: str) -> list[str]:
     """Ids of the containers carrying every label (``key=value``), running or not."""
     found = client.api.containers(all=True, quiet=True, filters={"label": list(labels)})
