@@ -192,23 +192,6 @@ class CommandRunner:
         except Exception:
             log.warning("job.pids_not_recorded", job_id=job_id, exc_info=True)
 
-    async def _running_after_all(self, job: JobRecord, reason: str) -> None:
-        """Move the experiment of the recorded ``job`` to RUNNING; where that is refused,
-        two starts at once both saw no job running and the first moved it there, which
-        is where this one wanted it. Anything else (destroyed meanwhile) refuses the job,
-        and its record says so.
-
-        Raises:
-            InvalidTransition: the experiment is not RUNNING and cannot move there.
-        """
-        try:
-            await self._records.transition(job.experiment_id, State.RUNNING, reason, job.started_at)
-        except InvalidTransition:
-            current = await self._records.load(job.sandbox_key, job.experiment_id)
-            if current is None or current.state is not State.RUNNING:
-                await self._records.finish_job(job.job_id, _never_started(self._clock()))
-                raise
-
     async def _start(
         self, command: Command, tests: TestContext | None, release: Callable[[], None]
     ) -> RunningJob:
@@ -228,21 +211,19 @@ class CommandRunner:
             started_at=now,
             owner_process=self._process_id,
         )
-        reason = f"{kind} {job_id} started"
-        if not self._jobs.running_in(experiment.experiment_id):
-            try:
-                # The job and the experiment's move to RUNNING, in one write.
-                await self._records.add_job(
-                    job, then=Move(job.experiment_id, State.RUNNING, reason)
-                )
-            except InvalidTransition:
-                await self._records.add_job(job)
-                await self._running_after_all(job, reason)
-        else:
+        try:
+            # The job and the experiment's move to RUNNING (where it is not already), in
+            # one write, whatever the other jobs do: one whose end is being written
+            # leaves it alone once this is recorded (store: a job's end moves only the
+            # experiment with no other job running).
+            running = Move(job.experiment_id, State.RUNNING, f"{kind} {job_id} started")
+            await self._records.add_job(job, then=running)
+        except InvalidTransition:
+            # It cannot run (destroyed meanwhile): this job is refused, and its record
+            # says so.
             await self._records.add_job(job)
-            # Its other jobs may have ended while this one was written: as above.
-            if not self._jobs.running_in(experiment.experiment_id):
-                await self._running_after_all(job, reason)
+            await self._records.finish_job(job_id, _never_started(self._clock()))
+            raise
         assert experiment.container_id is not None
         stopping = asyncio.Event()
         work = self._finish(

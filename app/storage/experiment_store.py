@@ -217,7 +217,8 @@ class SqlExperimentStore(CancelRequests):
     # -- jobs ----------------------------------------------------------------------------
 
     async def add_job(self, job: JobRecord, *, then: Move | None = None) -> None:
-        """Record ``job``; with ``then``, move its experiment in the same transaction.
+        """Record ``job``; with ``then``, move its experiment in the same transaction
+        (one already there stays as it is: a job starting beside others).
 
         Raises:
             InvalidTransition: the machine forbids ``then``; nothing is written.
@@ -227,7 +228,9 @@ class SqlExperimentStore(CancelRequests):
         async with self._transaction() as session:
             session.add(JobRow(**values, test_summary=dumps_or_none(summary)))
             if then is not None:
-                await _move(session, then.experiment_id, then.target, then.reason, job.started_at)
+                await _move(
+                    session, then.experiment_id, then.target, then.reason, job.started_at, stay=True
+                )
 
     async def finish_job(
         self, job_id: str, outcome: JobOutcome, *, then: Move | None = None
@@ -238,7 +241,7 @@ class SqlExperimentStore(CancelRequests):
         values["test_summary"] = dumps_or_none(values["test_summary"])
         async with self._transaction() as session:
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
-            await _move_if_allowed(session, then, outcome.finished_at)
+            await _move_if_last(session, job_id, then, outcome.finished_at)
 
     async def finish_job_within(
         self,
@@ -296,7 +299,7 @@ class SqlExperimentStore(CancelRequests):
                 values.update(command=cut_command, output_not_kept=True)
             values["test_summary"] = dumps_or_none(values["test_summary"])
             await session.execute(sa.update(JobRow).where(JobRow.job_id == job_id).values(values))
-            await _move_if_allowed(session, then, outcome.finished_at)
+            await _move_if_last(session, job_id, then, outcome.finished_at)
         return kept
 
     async def stored_output_of_day(self, sandbox_key: str, day: int) -> int:
@@ -624,10 +627,11 @@ async def _move(
     target: State,
     reason: str,
     at: float,
+    stay: bool = False,
     **changes: Any,
 ) -> State:
     """Move the experiment to ``target`` within ``session``'s transaction, recording the
-    transition; its old state.
+    transition; its old state. ``stay``: one already at ``target`` is left as it is.
 
     Raises:
         InvalidTransition: the machine forbids it (nothing of it is written).
@@ -635,6 +639,8 @@ async def _move(
     row = await session.get(ExperimentRow, experiment_id, with_for_update=True)
     assert row is not None
     current = State(row.state)
+    if stay and current is target:
+        return current
     check_transition(current, target)
     row.state = target.value
     row.updated_at = at
@@ -653,9 +659,25 @@ async def _move(
     return current
 
 
-async def _move_if_allowed(session: AsyncSession, then: Move | None, at: float) -> None:
-    """``then`` within ``session``'s transaction, unless the machine forbids it."""
+async def _move_if_last(session: AsyncSession, job_id: str, then: Move | None, at: float) -> None:
+    """``then`` within ``session``'s transaction, unless the machine forbids it or another
+    job of the experiment is recorded running: one that started while this one's end was
+    being written (it saw this one still running, so it did not move the experiment)."""
     if then is None:
+        return
+    # The experiment's row first (locked on PostgreSQL; SQLite writes one at a time): a
+    # job whose start is written after this sees the state this leaves, and moves it back.
+    await session.get(ExperimentRow, then.experiment_id, with_for_update=True)
+    others = await session.scalar(
+        sa.select(
+            sa.exists().where(
+                JobRow.experiment_id == then.experiment_id,
+                JobRow.status == "running",
+                JobRow.job_id != job_id,
+            )
+        )
+    )
+    if others:
         return
     with contextlib.suppress(InvalidTransition):
         await _move(session, then.experiment_id, then.target, then.reason, at)

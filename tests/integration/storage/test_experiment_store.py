@@ -161,6 +161,28 @@ async def test_a_job_s_end_and_its_experiment_s_move_are_one_write(
         assert (job.status, job.stdout, job.finished_at) == ("completed", "hi", 6.0)
 
 
+async def test_a_job_s_end_leaves_its_experiment_running_while_another_job_runs(
+    records: SqlExperimentStore,
+) -> None:
+    """Two jobs of one experiment: the second's start leaves RUNNING as it is (no second
+    transition), the first's end does not move it while the second is recorded running,
+    and the second's end does."""
+    await records.add(an_experiment("e1"), "created")
+    await records.transition("e1", State.READY, "started", 2.0, container_id="c1")
+    await records.add_job(a_job("j1", "e1", 3.0), then=Move("e1", State.RUNNING, "j1 started"))
+    await records.add_job(a_job("j2", "e1", 3.5), then=Move("e1", State.RUNNING, "j2 started"))
+    outcome = JobOutcome("completed", 0, "", "", False, False, 4.0, 1.0, None, None)
+    await records.finish_job("j1", outcome, then=Move("e1", State.COMPLETED, "j1 completed"))
+    assert (await records.get("k", "e1")).state is State.RUNNING
+    later = replace(outcome, finished_at=5.0)
+    await records.finish_job("j2", later, then=Move("e1", State.COMPLETED, "j2 completed"))
+    assert (await records.get("k", "e1")).state is State.COMPLETED
+    assert [t[1:] for t in await records.transitions("e1")][2:] == [
+        ("RUNNING", "j1 started"),
+        ("COMPLETED", "j2 completed"),
+    ]
+
+
 async def test_artifacts_weigh_expire_and_keep_their_experiment(
     records: SqlExperimentStore,
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -1026,3 +1026,42 @@ async def test_a_short_sync_wait_answers_once_the_record_is_written(
         return (await world.manager.get(world.call(), created.experiment_id)).state == "READY"
 
     await until(ready, "the clone done")
+
+
+async def test_a_job_started_while_another_s_end_is_written_leaves_it_running(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that starts while the experiment's only other job is writing its end: that
+    end must not move the experiment to COMPLETED under the new job (the start saw the
+    ending job still registered, so it did not move it to RUNNING either)."""
+    exp = await world.manager.create(world.call(), CreateRequest())
+    first = await world.manager.execute(
+        world.call(), exp.experiment_id, "sleep 0.2", background=True
+    )
+    writing, release = asyncio.Event(), asyncio.Event()
+
+    def held(write: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def slow(job_id: str, *args: Any, **kwargs: Any) -> Any:
+            if job_id == first.job_id:
+                writing.set()  # the first job's end is being written...
+                await release.wait()
+            return await write(job_id, *args, **kwargs)
+
+        return slow
+
+    monkeypatch.setattr(world.records, "finish_job", held(world.records.finish_job))
+    monkeypatch.setattr(world.records, "finish_job_within", held(world.records.finish_job_within))
+    await asyncio.wait_for(writing.wait(), 60)
+    second = await world.manager.execute(  # ...when the second starts
+        world.call(), exp.experiment_id, "sleep 30", background=True
+    )
+    release.set()
+    ended = await world.manager.job_result(world.call(), first.job_id, wait_s=60)
+    assert ended.status == "completed"
+    view = await world.manager.get(world.call(), exp.experiment_id)
+    assert view.state == "RUNNING", [
+        t[1:] for t in await world.records.transitions(exp.experiment_id)
+    ]
+    cancelled = await world.manager.cancel_job(world.call(), second.job_id)
+    assert cancelled.status == "cancelled"
+    assert (await world.manager.get(world.call(), exp.experiment_id)).state == "CANCELLED"
