@@ -49,6 +49,21 @@ class Backend(FakeBackend):
         return 0
 
 
+def slots_of(
+    keys: str, tmp_path: Path
+) -> tuple[dict[str, Slot], Callable[[str], Awaitable[Slot | None]]]:
+    """A slot (its folder made) for each sandbox key of ``keys``, and the pool's
+    ``holding`` that answers with them."""
+    slots = {key: Slot(i, f"slot-00{i}", tmp_path / f"slot-00{i}") for i, key in enumerate(keys)}
+    for slot in slots.values():
+        slot.root.mkdir()
+
+    async def holding(key: str) -> Slot | None:
+        return slots[key]
+
+    return slots, holding
+
+
 async def a_manager(
     engine: AsyncEngine,
     backend: FakeBackend,
@@ -142,15 +157,8 @@ async def test_no_prepared_container_is_made_while_another_create_is_in_flight(
     while the burst's other creates were still coming in."""
     engine = await migrated_sqlite(tmp_path)
     try:
-        slots = {
-            key: Slot(i, f"slot-00{i}", tmp_path / f"slot-00{i}") for i, key in enumerate("ab")
-        }
-        for slot in slots.values():
-            slot.root.mkdir()
+        slots, holding = slots_of("ab", tmp_path)
         backend = HeldBackend(fingerprint("b"))
-
-        async def holding(key: str) -> Slot | None:
-            return slots[key]
 
         manager, prepared = await a_manager(engine, backend, holding, tmp_path)
         memory = SandboxMemory()
@@ -208,15 +216,8 @@ async def test_no_prepared_container_is_made_while_a_call_waits_for_its_command(
     waited for."""
     engine = await migrated_sqlite(tmp_path)
     try:
-        slots = {
-            key: Slot(i, f"slot-00{i}", tmp_path / f"slot-00{i}") for i, key in enumerate("ab")
-        }
-        for slot in slots.values():
-            slot.root.mkdir()
+        slots, holding = slots_of("ab", tmp_path)
         backend = HeldRunBackend()
-
-        async def holding(key: str) -> Slot | None:
-            return slots[key]
 
         manager, prepared = await a_manager(engine, backend, holding, tmp_path)
         prepared._delay = 30.0  # b's own prepared container waits: a's is the one watched
